@@ -1,0 +1,31 @@
+//! The command line: one file per subcommand. `main.rs` parses, starts logging and calls
+//! [`run`]; the exit code comes from the result.
+
+pub mod copy;
+
+use clap::{Parser, Subcommand};
+
+/// Keeps object stores consistent by replicating only what changed.
+#[derive(Debug, Parser)]
+#[command(name = "slate", version, about, propagate_version = true)]
+pub struct Cli {
+    /// More log output (-v debug, -vv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Copy objects from SRC to DST (one object or a whole prefix, any store to any store).
+    Copy(copy::CopyArgs),
+}
+
+/// Runs the parsed command; returns the process exit code.
+pub async fn run(cli: Cli) -> i32 {
+    match cli.command {
+        Command::Copy(args) => copy::run(args).await,
+    }
+}

@@ -1,0 +1,147 @@
+//! The TOML config file (`--config`, default `~/.config/slate/slate.toml` when it exists).
+//! Unknown keys are errors naming the key and the line. For `copy` it holds defaults for the
+//! copier and the price table of `--estimate`; the daemon's pairs and event sources come later.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer};
+
+use crate::copy::estimate::Prices;
+use crate::error::{Result, SlateError};
+
+/// The whole config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Defaults for `slate copy` (flags override them).
+    #[serde(default)]
+    pub copy: CopyConfig,
+    /// Prices used by `--estimate`.
+    #[serde(default)]
+    pub pricing: Prices,
+}
+
+/// Copier defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopyConfig {
+    /// Objects in flight at once.
+    pub transfers: Option<usize>,
+    /// Chunks in flight per large object.
+    pub streams: Option<usize>,
+    /// Chunk and multipart part size, e.g. "64MiB".
+    #[serde(default, deserialize_with = "de_size")]
+    pub chunk_size: Option<u64>,
+    /// Budget for in-memory chunk buffers, e.g. "1GiB".
+    #[serde(default, deserialize_with = "de_size")]
+    pub memory_limit: Option<u64>,
+}
+
+fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum S {
+        N(u64),
+        T(String),
+    }
+    match Option::<S>::deserialize(d)? {
+        None => Ok(None),
+        Some(S::N(n)) => Ok(Some(n)),
+        Some(S::T(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Parses a byte size: `1048576`, `64MiB`, `64M` (= MiB), `1GiB`, `512k`, `1.5GiB`.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num.parse().map_err(|_| format!("'{s}' is not a size (e.g. 64MiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown unit '{other}' in '{s}' (use B, KiB, MiB, GiB, TiB)")),
+    };
+    let v = num * mult as f64;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("'{s}' is out of range"));
+    }
+    Ok(v as u64)
+}
+
+/// The default config path, if one exists there.
+pub fn default_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    let p = base.join("slate/slate.toml");
+    p.exists().then_some(p)
+}
+
+impl Config {
+    /// Parses config text; `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+                .map(|l| format!("line {l}: "))
+                .unwrap_or_default();
+            SlateError::Config {
+                path: origin.to_string(),
+                why: format!("{line}{}", e.message().trim()),
+            }
+        })
+    }
+
+    /// Loads `path`, or the default path, or the built-in defaults.
+    pub fn load(path: Option<&Path>) -> Result<Config> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => match default_path() {
+                Some(p) => p,
+                None => return Ok(Config::default()),
+            },
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| SlateError::Config {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        let ok = [("1048576", 1 << 20), ("64MiB", 64 << 20), ("64M", 64 << 20), ("1GiB", 1 << 30), ("512k", 512 << 10), ("1.5GiB", 3 << 29), ("7 B", 7)];
+        for (s, want) in ok {
+            assert_eq!(parse_size(s), Ok(want), "{s}");
+        }
+        for s in ["", "MiB", "12XB", "-1", "1e999GiB"] {
+            assert!(parse_size(s).is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn the_example_config_parses() {
+        let text = include_str!("../config.example.toml");
+        let c = Config::parse(text, "config.example.toml").unwrap();
+        assert_eq!(c.copy.chunk_size, Some(64 << 20));
+        assert!(c.pricing.egress_per_gib.contains_key("s3->s3"));
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_and_line() {
+        let e = Config::parse("[copy]\ntransfers = 4\nstreamz = 2\n", "x.toml").unwrap_err().to_string();
+        assert!(e.contains("x.toml") && e.contains("line 3") && e.contains("streamz"), "{e}");
+        let e = Config::parse("[copy]\nchunk_size = \"64XB\"\n", "x.toml").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("64XB"), "{e}");
+    }
+}

@@ -1,0 +1,449 @@
+//! The copier: lists the source, and moves every object to the destination with many objects
+//! in flight (`transfers`) and many chunks per large object (`streams`). Used by `slate copy`
+//! now, and by `sync` (reconcile) later. Listing runs ahead of the transfers through a bounded
+//! channel, so pages are pipelined with copies and memory does not grow with the object count.
+
+pub mod estimate;
+pub mod hash;
+pub mod local;
+pub mod progress;
+pub mod retry;
+pub mod side;
+pub mod transfer;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use tokio::sync::{mpsc, Semaphore};
+
+pub use progress::{Counters, ProgressMode};
+use side::{one_line, store_path, Side};
+use transfer::{copy_one, Ctx, Item, BUDGET_UNIT};
+
+use crate::error::{Result, SlateError};
+use crate::location::{Location, Scheme};
+
+/// How a copy runs. Built from CLI flags (and later the config file).
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    /// Objects in flight at once.
+    pub transfers: usize,
+    /// Chunks in flight per large object.
+    pub streams: usize,
+    /// Chunk (and multipart part) size; a multiple of 1 MiB, at least 5 MiB.
+    pub chunk_size: u64,
+    /// Budget for chunk buffers held in memory (cloud destinations).
+    pub memory_limit: u64,
+    /// Re-read every destination object and compare content hashes.
+    pub verify: bool,
+    /// fsync local files before renaming them into place.
+    pub fsync: bool,
+    pub progress: ProgressMode,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            transfers: 16,
+            streams: 4,
+            chunk_size: 64 << 20,
+            memory_limit: 1 << 30,
+            verify: false,
+            fsync: false,
+            progress: ProgressMode::Auto,
+        }
+    }
+}
+
+impl CopyOptions {
+    /// Checks the options and names the flag that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |option: &str, why: String| {
+            Err(SlateError::BadOption {
+                option: option.into(),
+                why,
+            })
+        };
+        if self.transfers == 0 || self.transfers > 4096 {
+            return bad("--transfers", format!("{} is outside 1..=4096", self.transfers));
+        }
+        if self.streams == 0 || self.streams > 256 {
+            return bad("--streams", format!("{} is outside 1..=256", self.streams));
+        }
+        if self.chunk_size < 5 << 20 || self.chunk_size % hash::BLOCK != 0 || self.chunk_size > 4 << 30 {
+            return bad(
+                "--chunk-size",
+                format!("{} must be a multiple of 1 MiB between 5 MiB and 4 GiB", self.chunk_size),
+            );
+        }
+        if self.memory_limit < self.chunk_size {
+            return bad(
+                "--memory-limit",
+                format!("{} is smaller than one chunk ({})", self.memory_limit, self.chunk_size),
+            );
+        }
+        Ok(())
+    }
+
+    /// The memory the chunk buffers can take at most, for `--help` and the summary.
+    pub fn buffer_bound(&self) -> u64 {
+        (self.transfers as u64 * self.streams as u64 * self.chunk_size).min(self.memory_limit)
+    }
+}
+
+/// The result of a copy.
+#[derive(Debug, Clone, Default)]
+pub struct CopySummary {
+    pub objects: u64,
+    pub bytes: u64,
+    pub failed: u64,
+    pub server_side: u64,
+    pub elapsed: Duration,
+    pub first_error: Option<String>,
+}
+
+impl CopySummary {
+    pub fn line(&self) -> String {
+        let secs = self.elapsed.as_secs_f64();
+        let mbps = self.bytes as f64 / 1e6 / secs.max(1e-6);
+        let mut s = format!(
+            "copied {} objects, {} in {:.2} s ({:.1} MB/s)",
+            self.objects,
+            progress::human_bytes(self.bytes),
+            secs,
+            mbps
+        );
+        if self.server_side > 0 {
+            s.push_str(&format!(", {} server-side", self.server_side));
+        }
+        if self.failed > 0 {
+            s.push_str(&format!(", {} FAILED", self.failed));
+        }
+        s
+    }
+}
+
+/// What the source resolved to.
+pub(crate) struct Plan {
+    pub src: Side,
+    pub dst: Side,
+    pub dst_root: PathBuf,
+    /// Set when the source is one object: (its item, with the destination already decided).
+    pub single: Option<Item>,
+    pub server_side: bool,
+}
+
+fn classify_store_error(loc: &Location, e: &object_store::Error) -> SlateError {
+    let text = one_line(e);
+    let lower = text.to_ascii_lowercase();
+    if matches!(e, object_store::Error::NotFound { .. })
+        || lower.contains("nosuchbucket")
+        || lower.contains("containernotfound")
+        || lower.contains("bucket does not exist")
+        || lower.contains("404 not found")
+    {
+        return SlateError::BucketNotFound {
+            url: format!("{}://{}", loc.scheme.short(), loc.bucket),
+            detail: text,
+        };
+    }
+    if lower.contains("403") || lower.contains("401") || lower.contains("accessdenied") || lower.contains("authenticationfailed") || lower.contains("signaturedoesnotmatch") || lower.contains("invalidaccesskeyid") {
+        return SlateError::Store {
+            url: loc.to_string(),
+            detail: format!("access denied: {text}"),
+        };
+    }
+    SlateError::List {
+        url: loc.to_string(),
+        detail: text,
+    }
+}
+
+/// Decides single object vs prefix, and checks that both ends can be reached.
+pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
+    let src = Side::open(src_loc)?;
+    let dst = Side::open(dst_loc)?;
+    let server_side = src_loc.same_store(dst_loc);
+    // Probe the destination first: a missing bucket or bad credentials fail before any work.
+    if let Side::Cloud { store, loc } = &dst {
+        let prefix = if loc.prefix.is_empty() { None } else { Some(store_path(&loc.prefix)?) };
+        store
+            .list_with_delimiter(prefix.as_ref())
+            .await
+            .map_err(|e| classify_store_error(loc, &e))?;
+    }
+    let single = match &src {
+        Side::Cloud { store, loc } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
+            match store.head(&store_path(&loc.prefix)?).await {
+                Ok(meta) => Some(Item {
+                    src: loc.prefix.clone(),
+                    dst: String::new(),
+                    size: meta.size,
+                    etag: meta.e_tag,
+                    mtime: Some(meta.last_modified.into()),
+                }),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(e) => return Err(classify_store_error(loc, &e)),
+            }
+        }
+        Side::Local { loc } => match std::fs::metadata(loc.local_path()) {
+            Ok(m) if m.is_file() => Some(Item {
+                src: loc.prefix.clone(),
+                dst: String::new(),
+                size: m.len(),
+                etag: None,
+                mtime: m.modified().ok(),
+            }),
+            Ok(m) if m.is_dir() => None,
+            Ok(_) => {
+                return Err(SlateError::BadUrl {
+                    url: loc.raw.clone(),
+                    why: "not a regular file or folder".into(),
+                })
+            }
+            Err(_) => return Err(SlateError::SourceNotFound { url: loc.raw.clone() }),
+        },
+        _ => None,
+    };
+    let mut dst_root = dst_loc.local_path();
+    let single = match single {
+        None => None,
+        Some(mut item) => {
+            let name = src_loc.basename().to_string();
+            let into_folder = dst_loc.is_dir_hint
+                || match dst_loc.scheme {
+                    Scheme::Local => dst_root.is_dir(),
+                    _ => dst_loc.prefix.is_empty(),
+                };
+            match dst_loc.scheme {
+                Scheme::Local if into_folder => item.dst = name,
+                Scheme::Local => {
+                    item.dst = dst_root
+                        .file_name()
+                        .map(|n| n.to_string_lossy().to_string())
+                        .unwrap_or(name);
+                    dst_root = dst_root.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+                }
+                _ if into_folder => item.dst = dst_loc.key_for(&name),
+                _ => item.dst = dst_loc.prefix.clone(),
+            }
+            Some(item)
+        }
+    };
+    if let (Side::Local { .. }, None) = (&dst, &single) {
+        if dst_root.is_file() {
+            return Err(SlateError::BadUrl {
+                url: dst_loc.raw.clone(),
+                why: "is a file, but the source is a folder of objects".into(),
+            });
+        }
+    }
+    Ok(Plan {
+        src,
+        dst,
+        dst_root,
+        single,
+        server_side,
+    })
+}
+
+/// Streams the items of a prefix copy into `tx`. Returns the number listed.
+async fn list_into(src: Side, dst_loc: Location, tx: mpsc::Sender<Result<Item>>, counters: Arc<Counters>) -> Result<u64> {
+    let mut n = 0u64;
+    match &src {
+        Side::Cloud { store, loc } => {
+            let prefix = if loc.prefix.is_empty() { None } else { Some(store_path(&loc.prefix)?) };
+            let strip = if loc.prefix.is_empty() { String::new() } else { format!("{}/", loc.prefix) };
+            let mut stream = store.list(prefix.as_ref());
+            while let Some(meta) = stream.next().await {
+                let meta = match meta {
+                    Ok(m) => m,
+                    Err(e) if n == 0 => return Err(classify_store_error(loc, &e)),
+                    Err(e) => {
+                        return Err(SlateError::List {
+                            url: loc.to_string(),
+                            detail: one_line(&e),
+                        })
+                    }
+                };
+                let key = meta.location.as_ref().to_string();
+                let rel = key.strip_prefix(&strip).unwrap_or(&key).to_string();
+                let dst = match dst_loc.scheme {
+                    Scheme::Local => rel,
+                    _ => dst_loc.key_for(&rel),
+                };
+                counters.objects_listed.fetch_add(1, Relaxed);
+                counters.bytes_listed.fetch_add(meta.size, Relaxed);
+                n += 1;
+                let item = Item {
+                    src: key,
+                    dst,
+                    size: meta.size,
+                    etag: meta.e_tag,
+                    mtime: Some(meta.last_modified.into()),
+                };
+                if tx.send(Ok(item)).await.is_err() {
+                    break;
+                }
+            }
+        }
+        Side::Local { loc } => {
+            let root = loc.local_path();
+            let (dst_loc, counters2) = (dst_loc.clone(), counters.clone());
+            let txb = tx.clone();
+            n = tokio::task::spawn_blocking(move || {
+                let mut n = 0u64;
+                let res = local::walk(&root, &mut |f| {
+                    let item = f.map(|f| {
+                        let dst = match dst_loc.scheme {
+                            Scheme::Local => f.rel.clone(),
+                            _ => dst_loc.key_for(&f.rel),
+                        };
+                        counters2.objects_listed.fetch_add(1, Relaxed);
+                        counters2.bytes_listed.fetch_add(f.size, Relaxed);
+                        Item {
+                            src: root.join(&f.rel).to_string_lossy().to_string(),
+                            dst,
+                            size: f.size,
+                            etag: None,
+                            mtime: f.mtime,
+                        }
+                    });
+                    n += 1;
+                    txb.blocking_send(item).is_ok()
+                });
+                res.map(|_| n)
+            })
+            .await
+            .map_err(|e| SlateError::List {
+                url: loc.to_string(),
+                detail: e.to_string(),
+            })??;
+        }
+    }
+    Ok(n)
+}
+
+/// Copies `src` to `dst`. Objects that fail are reported and counted; the copy goes on with
+/// the others and the summary says how many failed.
+pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> Result<CopySummary> {
+    opts.validate()?;
+    let start = Instant::now();
+    let plan = plan(src_loc, dst_loc).await?;
+    let counters = Arc::new(Counters::default());
+    let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
+    let ctx = Arc::new(Ctx {
+        src: plan.src.clone(),
+        dst: plan.dst.clone(),
+        dst_root: plan.dst_root.clone(),
+        opts: opts.clone(),
+        counters: counters.clone(),
+        budget: Arc::new(Semaphore::new(budget_units)),
+        dirs: Default::default(),
+        server_side: plan.server_side,
+    });
+    let reporter = progress::Reporter::start(counters.clone(), opts.progress);
+    let (tx, rx) = mpsc::channel::<Result<Item>>(8192);
+    let lister = match plan.single {
+        Some(item) => {
+            counters.objects_listed.fetch_add(1, Relaxed);
+            counters.bytes_listed.fetch_add(item.size, Relaxed);
+            let _ = tx.send(Ok(item)).await;
+            drop(tx);
+            None
+        }
+        None => Some(tokio::spawn(list_into(plan.src.clone(), dst_loc.clone(), tx, counters.clone()))),
+    };
+    let mut summary = CopySummary::default();
+    let mut results = tokio_stream_from(rx)
+        .map(|item| {
+            let ctx = ctx.clone();
+            async move {
+                match item {
+                    Ok(item) => {
+                        let r = copy_one(&ctx, &item).await;
+                        (Some(item), r)
+                    }
+                    Err(e) => (None, Err(e)),
+                }
+            }
+        })
+        .buffer_unordered(opts.transfers);
+    while let Some((item, res)) = results.next().await {
+        match res {
+            Ok(out) => {
+                summary.objects += 1;
+                summary.bytes += out.bytes;
+                summary.server_side += out.server_side as u64;
+                counters.objects_done.fetch_add(1, Relaxed);
+                if let (Some(item), Some(h)) = (&item, out.hash) {
+                    tracing::debug!(key = %item.src, hash = %h, bytes = out.bytes, "copied");
+                }
+            }
+            Err(e) => {
+                summary.failed += 1;
+                counters.objects_failed.fetch_add(1, Relaxed);
+                let msg = e.to_string();
+                eprintln!("error: {msg}");
+                summary.first_error.get_or_insert(msg);
+            }
+        }
+    }
+    counters.listing_done.store(true, Relaxed);
+    if let Some(lister) = lister {
+        let listed = lister.await.map_err(|e| SlateError::List {
+            url: src_loc.to_string(),
+            detail: e.to_string(),
+        })?;
+        match listed {
+            Ok(0) if src_loc.scheme != Scheme::Local => {
+                reporter.finish().await;
+                return Err(SlateError::SourceNotFound { url: src_loc.raw.clone() });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                reporter.finish().await;
+                return Err(e);
+            }
+        }
+    }
+    reporter.finish().await;
+    summary.elapsed = start.elapsed();
+    Ok(summary)
+}
+
+fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Lists the source and tallies what a copy would do, without moving anything.
+pub async fn estimate(src_loc: &Location, dst_loc: &Location, opts: &CopyOptions) -> Result<estimate::Estimate> {
+    opts.validate()?;
+    let plan = plan(src_loc, dst_loc).await?;
+    let mut est = estimate::Estimate::default();
+    let (s, d) = (src_loc.scheme, dst_loc.scheme);
+    match plan.single {
+        Some(item) => est.add(item.size, opts.chunk_size, plan.server_side, s, d),
+        None => {
+            let (tx, mut rx) = mpsc::channel(8192);
+            let lister = tokio::spawn(list_into(plan.src.clone(), dst_loc.clone(), tx, Arc::new(Counters::default())));
+            while let Some(item) = rx.recv().await {
+                let item = item?;
+                est.add(item.size, opts.chunk_size, plan.server_side, s, d);
+            }
+            let listed = lister.await.map_err(|e| SlateError::List {
+                url: src_loc.to_string(),
+                detail: e.to_string(),
+            })??;
+            if listed == 0 && s != Scheme::Local {
+                return Err(SlateError::SourceNotFound { url: src_loc.raw.clone() });
+            }
+        }
+    }
+    est.finish_listing(s);
+    Ok(est)
+}

@@ -1,0 +1,142 @@
+//! Progress of a copy: shared counters updated by the transfers, shown as a bar on a terminal,
+//! as plain periodic lines otherwise, or not at all with `--quiet`. Also the final summary.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Counters shared by every task of one copy (also what the API will stream later).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub objects_listed: AtomicU64,
+    pub bytes_listed: AtomicU64,
+    pub listing_done: AtomicBool,
+    pub objects_done: AtomicU64,
+    pub bytes_done: AtomicU64,
+    pub objects_failed: AtomicU64,
+    pub objects_server_side: AtomicU64,
+}
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Bar on a terminal, lines otherwise.
+    Auto,
+    /// Plain lines every N seconds.
+    Lines(Duration),
+    Quiet,
+}
+
+/// Formats a byte count with binary units.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// Runs the display until `stop` resolves.
+pub struct Reporter {
+    handle: Option<tokio::task::JoinHandle<()>>,
+    stop: Arc<tokio::sync::Notify>,
+}
+
+impl Reporter {
+    pub fn start(counters: Arc<Counters>, mode: ProgressMode) -> Self {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let mode = match mode {
+            ProgressMode::Auto if std::io::stderr().is_terminal() => None,
+            ProgressMode::Auto => Some(ProgressMode::Lines(Duration::from_secs(10))),
+            m => Some(m),
+        };
+        let handle = match mode {
+            Some(ProgressMode::Quiet) => None,
+            None => Some(tokio::spawn(run_bar(counters, stop.clone()))),
+            Some(ProgressMode::Lines(every)) => Some(tokio::spawn(run_lines(counters, every, stop.clone()))),
+            Some(ProgressMode::Auto) => None,
+        };
+        Reporter { handle, stop }
+    }
+
+    pub async fn finish(mut self) {
+        self.stop.notify_one();
+        if let Some(h) = self.handle.take() {
+            let _ = h.await;
+        }
+    }
+}
+
+async fn run_bar(c: Arc<Counters>, stop: Arc<tokio::sync::Notify>) {
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(4));
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    loop {
+        bar.set_length(c.bytes_listed.load(Relaxed).max(1));
+        bar.set_position(c.bytes_done.load(Relaxed));
+        let listed = c.objects_listed.load(Relaxed);
+        let more = if c.listing_done.load(Relaxed) { "" } else { "+" };
+        bar.set_message(format!("{}/{listed}{more} objects", c.objects_done.load(Relaxed)));
+        tokio::select! {
+            _ = stop.notified() => break,
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+    }
+    bar.finish_and_clear();
+}
+
+async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Notify>) {
+    let start = Instant::now();
+    let mut last = (Instant::now(), 0u64);
+    loop {
+        tokio::select! {
+            _ = stop.notified() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let done = c.bytes_done.load(Relaxed);
+        let total = c.bytes_listed.load(Relaxed);
+        let rate = (done - last.1) as f64 / last.0.elapsed().as_secs_f64().max(1e-3);
+        last = (Instant::now(), done);
+        let eta = if c.listing_done.load(Relaxed) && rate > 0.0 {
+            format!("{:.0}s", total.saturating_sub(done) as f64 / rate)
+        } else {
+            "?".into()
+        };
+        eprintln!(
+            "progress: {}/{} objects, {}/{}, {}/s, ETA {eta}, {:.0}s elapsed",
+            c.objects_done.load(Relaxed),
+            c.objects_listed.load(Relaxed),
+            human_bytes(done),
+            human_bytes(total),
+            human_bytes(rate as u64),
+            start.elapsed().as_secs_f64()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_bytes() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(64 << 20), "64.00 MiB");
+    }
+}

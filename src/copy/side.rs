@@ -1,0 +1,242 @@
+//! The two ends of a copy. A [`Side`] is a cloud store (through object_store) or a local
+//! folder (slate's own file code, so that keys stay byte-exact and files are written at
+//! offsets). Reading one chunk of an object, the unit of parallelism, lives here.
+
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{GetOptions, GetRange, ObjectStore};
+
+use super::hash::{BlockHasher, BLOCK};
+use super::local::TempFile;
+use crate::error::SlateError;
+use crate::location::Location;
+
+/// One end of a copy.
+#[derive(Clone)]
+pub enum Side {
+    Cloud {
+        store: Arc<dyn ObjectStore>,
+        loc: Location,
+    },
+    Local {
+        loc: Location,
+    },
+}
+
+impl Side {
+    pub fn open(loc: &Location) -> Result<Side, SlateError> {
+        Ok(match loc.scheme {
+            crate::location::Scheme::Local => Side::Local { loc: loc.clone() },
+            _ => Side::Cloud {
+                store: crate::store::build(loc)?,
+                loc: loc.clone(),
+            },
+        })
+    }
+
+    pub fn location(&self) -> &Location {
+        match self {
+            Side::Cloud { loc, .. } | Side::Local { loc } => loc,
+        }
+    }
+}
+
+/// Parses a key into an object_store path without re-encoding it (keys are data).
+pub fn store_path(key: &str) -> Result<StorePath, SlateError> {
+    StorePath::parse(key).map_err(|e| SlateError::Object {
+        key: key.to_string(),
+        detail: format!("key cannot be addressed: {e}"),
+    })
+}
+
+/// Where the bytes of a chunk go as they arrive.
+#[derive(Clone)]
+pub enum ChunkSink {
+    /// Written at their offset into a destination temp file.
+    File(Arc<TempFile>),
+    /// Collected into one buffer (a part of a multipart upload, or a small object).
+    Buffer,
+    /// Only hashed (verification).
+    Discard,
+}
+
+/// What reading one chunk produced.
+pub struct ChunkOut {
+    pub digests: Vec<u128>,
+    pub data: Option<Bytes>,
+}
+
+/// Failure of one chunk: worth another attempt, or final.
+#[derive(Debug)]
+pub enum ChunkError {
+    Retry(String),
+    Fatal(String),
+}
+
+impl std::fmt::Display for ChunkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChunkError::Retry(s) | ChunkError::Fatal(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Makes one line of an object_store error (they carry response bodies over several lines).
+pub fn one_line(e: &dyn std::fmt::Display) -> String {
+    let s = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+    if s.len() > 400 {
+        let mut cut = 400;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!("{}…", &s[..cut])
+    } else {
+        s
+    }
+}
+
+fn classify(e: object_store::Error) -> ChunkError {
+    match e {
+        object_store::Error::NotFound { .. } => ChunkError::Fatal("source object vanished during the copy".into()),
+        object_store::Error::Precondition { .. } => {
+            ChunkError::Fatal("source object changed during the copy (etag no longer matches); run again".into())
+        }
+        other => ChunkError::Retry(one_line(&other)),
+    }
+}
+
+/// Reads `range` of the object `key` (a full key for cloud, an absolute path for local),
+/// hashing every byte in fixed blocks and passing it to `sink`. `etag` guards against the
+/// source changing between chunks. `whole` asks for a plain GET (no Range header).
+pub async fn read_chunk(
+    side: &Side,
+    key: &str,
+    etag: Option<&str>,
+    range: Range<u64>,
+    whole: bool,
+    sink: ChunkSink,
+) -> Result<ChunkOut, ChunkError> {
+    debug_assert!(range.start % BLOCK == 0);
+    match side {
+        Side::Cloud { store, .. } => read_cloud(store, key, etag, range, whole, sink).await,
+        Side::Local { .. } => {
+            let path = PathBuf::from(key);
+            tokio::task::spawn_blocking(move || read_local(&path, range, sink))
+                .await
+                .map_err(|e| ChunkError::Fatal(e.to_string()))?
+        }
+    }
+}
+
+async fn read_cloud(
+    store: &Arc<dyn ObjectStore>,
+    key: &str,
+    etag: Option<&str>,
+    range: Range<u64>,
+    whole: bool,
+    sink: ChunkSink,
+) -> Result<ChunkOut, ChunkError> {
+    let path = StorePath::parse(key).map_err(|e| ChunkError::Fatal(e.to_string()))?;
+    let want = range.end - range.start;
+    let opts = GetOptions {
+        if_match: etag.map(str::to_string),
+        range: (!whole).then(|| GetRange::Bounded(range.clone())),
+        ..Default::default()
+    };
+    let res = store.get_opts(&path, opts).await.map_err(classify)?;
+    if res.range.end - res.range.start != want && !(whole && res.meta.size == want) {
+        return Err(ChunkError::Fatal(format!(
+            "store returned {} bytes for a {want}-byte range (object size changed?)",
+            res.range.end - res.range.start
+        )));
+    }
+    let mut stream = res.into_stream();
+    let mut hasher = BlockHasher::new();
+    let mut got = 0u64;
+    let mut parts: Vec<Bytes> = Vec::new();
+    while let Some(item) = stream.next().await {
+        let b = item.map_err(classify)?;
+        if got + b.len() as u64 > want {
+            return Err(ChunkError::Fatal(format!("store sent more than the {want} bytes asked for")));
+        }
+        hasher.update(&b);
+        match &sink {
+            ChunkSink::File(f) => f
+                .write_at(&b, range.start + got)
+                .map_err(|e| ChunkError::Fatal(format!("writing destination: {e}")))?,
+            ChunkSink::Buffer => parts.push(b.clone()),
+            ChunkSink::Discard => {}
+        }
+        got += b.len() as u64;
+    }
+    if got != want {
+        return Err(ChunkError::Retry(format!("body ended after {got} of {want} bytes")));
+    }
+    let data = match sink {
+        ChunkSink::Buffer if parts.len() == 1 => parts.pop(),
+        ChunkSink::Buffer => {
+            let mut buf = BytesMut::with_capacity(want as usize);
+            for p in parts {
+                buf.extend_from_slice(&p);
+            }
+            Some(buf.freeze())
+        }
+        _ => None,
+    };
+    Ok(ChunkOut {
+        digests: hasher.finish(),
+        data,
+    })
+}
+
+fn read_local(path: &std::path::Path, range: Range<u64>, sink: ChunkSink) -> Result<ChunkOut, ChunkError> {
+    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ChunkError::Fatal("source file vanished during the copy".into()),
+        _ => ChunkError::Fatal(format!("opening source: {e}")),
+    })?;
+    let want = (range.end - range.start) as usize;
+    let mut hasher = BlockHasher::new();
+    let mut out = match sink {
+        ChunkSink::Buffer => vec![0u8; want],
+        _ => Vec::new(),
+    };
+    let mut scratch = match sink {
+        ChunkSink::Buffer => Vec::new(),
+        _ => vec![0u8; (BLOCK as usize).min(want.max(1))],
+    };
+    let mut done = 0usize;
+    while done < want {
+        let buf: &mut [u8] = match sink {
+            ChunkSink::Buffer => &mut out[done..],
+            _ => {
+                let n = scratch.len().min(want - done);
+                &mut scratch[..n]
+            }
+        };
+        let n = file
+            .read_at(buf, range.start + done as u64)
+            .map_err(|e| ChunkError::Fatal(format!("reading source: {e}")))?;
+        if n == 0 {
+            return Err(ChunkError::Fatal(format!(
+                "source file shrank during the copy (ended after {} bytes)",
+                range.start + done as u64
+            )));
+        }
+        hasher.update(&buf[..n]);
+        if let ChunkSink::File(f) = &sink {
+            f.write_at(&buf[..n], range.start + done as u64)
+                .map_err(|e| ChunkError::Fatal(format!("writing destination: {e}")))?;
+        }
+        done += n;
+    }
+    Ok(ChunkOut {
+        digests: hasher.finish(),
+        data: matches!(sink, ChunkSink::Buffer).then(|| Bytes::from(out)),
+    })
+}

@@ -1,0 +1,369 @@
+//! Copies one object: decide the strategy (server-side, into a local file, single PUT,
+//! multipart), split it into block-aligned chunks, run up to `streams` chunks at once with
+//! retries, and make the result visible only when complete.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::hash::ContentHash;
+use super::local::{safe_join, DirMaker, TempFile};
+use super::retry::Backoff;
+use super::side::{one_line, read_chunk, store_path, ChunkError, ChunkOut, ChunkSink, Side};
+use super::{CopyOptions, Counters};
+use crate::error::SlateError;
+
+/// One object to copy.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Full key (cloud) or absolute path (local) of the source object.
+    pub src: String,
+    /// Full key (cloud destination) or path relative to the destination root (local).
+    pub dst: String,
+    pub size: u64,
+    pub etag: Option<String>,
+    pub mtime: Option<SystemTime>,
+}
+
+/// What copying one object did.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    pub bytes: u64,
+    /// None for server-side copies: no byte passed through slate.
+    pub hash: Option<ContentHash>,
+    pub server_side: bool,
+}
+
+/// Everything the transfers share.
+pub struct Ctx {
+    pub src: Side,
+    pub dst: Side,
+    /// Root folder for local destinations.
+    pub dst_root: PathBuf,
+    pub opts: CopyOptions,
+    pub counters: Arc<Counters>,
+    /// Memory budget for chunk buffers, in units of [`BUDGET_UNIT`] bytes.
+    pub budget: Arc<Semaphore>,
+    pub dirs: DirMaker,
+    pub server_side: bool,
+}
+
+/// Granularity of the memory budget.
+pub const BUDGET_UNIT: u64 = 64 * 1024;
+
+impl Ctx {
+    async fn reserve(&self, bytes: u64) -> Result<OwnedSemaphorePermit, SlateError> {
+        let units = bytes.div_ceil(BUDGET_UNIT).max(1) as u32;
+        self.budget
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .map_err(|_| SlateError::Interrupted)
+    }
+}
+
+fn obj_err(item: &Item, detail: impl Into<String>) -> SlateError {
+    SlateError::Object {
+        key: item.src.clone(),
+        detail: detail.into(),
+    }
+}
+
+/// Splits `size` bytes into chunks of `chunk` bytes (the last one shorter).
+pub fn chunks(size: u64, chunk: u64) -> Vec<Range<u64>> {
+    (0..size.div_ceil(chunk))
+        .map(|i| i * chunk..((i + 1) * chunk).min(size))
+        .collect()
+}
+
+fn retryable(e: &ChunkError) -> bool {
+    matches!(e, ChunkError::Retry(_))
+}
+
+/// Reads one chunk with retries; the chunk is re-read from its start on each attempt.
+async fn chunk_with_retry(
+    ctx: &Ctx,
+    side: &Side,
+    item_key: &str,
+    etag: Option<&str>,
+    range: Range<u64>,
+    whole: bool,
+    sink: ChunkSink,
+) -> Result<ChunkOut, ChunkError> {
+    Backoff::default()
+        .run(item_key, retryable, |_| {
+            let sink = sink.clone();
+            let range = range.clone();
+            async move {
+                let out = read_chunk(side, item_key, etag, range.clone(), whole, sink).await?;
+                Ok(out)
+            }
+        })
+        .await
+        .inspect(|_| {
+            ctx.counters.bytes_done.fetch_add(range.end - range.start, Relaxed);
+        })
+}
+
+/// Copies one object from `ctx.src` to `ctx.dst`.
+pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
+    if ctx.server_side {
+        return server_side(ctx, item).await;
+    }
+    let out = match &ctx.dst {
+        Side::Local { .. } => to_local(ctx, item).await?,
+        Side::Cloud { store, .. } => {
+            if item.size <= ctx.opts.chunk_size {
+                to_cloud_single(ctx, store, item).await?
+            } else {
+                to_cloud_multipart(ctx, store, item).await?
+            }
+        }
+    };
+    if ctx.opts.verify {
+        verify(ctx, item, out.hash).await?;
+    }
+    Ok(out)
+}
+
+async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
+    let Side::Cloud { store, .. } = &ctx.src else {
+        return Err(obj_err(item, "server-side copy needs a cloud store"));
+    };
+    let from = store_path(&item.src)?;
+    let to = store_path(&item.dst)?;
+    store
+        .copy_opts(&from, &to, Default::default())
+        .await
+        .map_err(|e| obj_err(item, format!("server-side copy to {}: {}", item.dst, one_line(&e))))?;
+    ctx.counters.bytes_done.fetch_add(item.size, Relaxed);
+    ctx.counters.objects_server_side.fetch_add(1, Relaxed);
+    if ctx.opts.verify {
+        let head = store
+            .head(&to)
+            .await
+            .map_err(|e| obj_err(item, format!("verify: {}", one_line(&e))))?;
+        if head.size != item.size {
+            return Err(obj_err(item, format!("verify: destination has {} bytes, source {}", head.size, item.size)));
+        }
+        let a = hash_object(ctx, &ctx.src, &item.src, item.size).await?;
+        let b = hash_object(ctx, &ctx.dst, &item.dst, item.size).await?;
+        if a != b {
+            return Err(obj_err(item, format!("verify: content hash differs ({a} vs {b})")));
+        }
+    }
+    Ok(Outcome {
+        bytes: item.size,
+        hash: None,
+        server_side: true,
+    })
+}
+
+fn local_dest(ctx: &Ctx, item: &Item) -> Result<PathBuf, SlateError> {
+    let path = safe_join(&ctx.dst_root, &item.dst)?;
+    ctx.dirs
+        .ensure_parent(&ctx.dst_root, &path)
+        .map_err(|e| obj_err(item, format!("creating folders for {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
+    let path = local_dest(ctx, item)?;
+    let tmp = TempFile::create(&path, item.size)
+        .map_err(|e| obj_err(item, format!("creating {}: {e}", path.display())))?;
+    let tmp = Arc::new(tmp);
+    let parts = chunks(item.size, ctx.opts.chunk_size);
+    let whole = parts.len() == 1;
+    let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
+        .map(|(i, r)| {
+            let sink = ChunkSink::File(tmp.clone());
+            async move {
+                chunk_with_retry(ctx, &ctx.src, &item.src, item.etag.as_deref(), r, whole, sink)
+                    .await
+                    .map(|o| (i, o))
+            }
+        })
+        .buffer_unordered(ctx.opts.streams)
+        .try_collect()
+        .await
+        .map_err(|e| obj_err(item, e.to_string()))?;
+    let hash = assemble(results, item.size);
+    let tmp = Arc::try_unwrap(tmp).map_err(|_| obj_err(item, "internal: temp file still shared"))?;
+    let (size, mtime, fsync) = (item.size, item.mtime, ctx.opts.fsync);
+    tokio::task::spawn_blocking(move || tmp.commit(size, mtime, fsync))
+        .await
+        .map_err(|e| obj_err(item, e.to_string()))?
+        .map_err(|e| obj_err(item, format!("finishing {}: {e}", path.display())))?;
+    Ok(Outcome {
+        bytes: item.size,
+        hash: Some(hash),
+        server_side: false,
+    })
+}
+
+fn assemble(mut results: Vec<(usize, ChunkOut)>, size: u64) -> ContentHash {
+    results.sort_by_key(|(i, _)| *i);
+    let blocks: Vec<u128> = results.into_iter().flat_map(|(_, o)| o.digests).collect();
+    ContentHash::from_blocks(&blocks, size)
+}
+
+async fn to_cloud_single(ctx: &Ctx, store: &Arc<dyn ObjectStore>, item: &Item) -> Result<Outcome, SlateError> {
+    let _permit = ctx.reserve(item.size).await?;
+    let dst = store_path(&item.dst)?;
+    let (hash, payload) = if item.size == 0 {
+        (ContentHash::from_blocks(&[], 0), PutPayload::default())
+    } else {
+        let out = chunk_with_retry(ctx, &ctx.src, &item.src, item.etag.as_deref(), 0..item.size, true, ChunkSink::Buffer)
+            .await
+            .map_err(|e| obj_err(item, e.to_string()))?;
+        let data = out.data.unwrap_or_default();
+        (ContentHash::from_blocks(&out.digests, item.size), PutPayload::from_bytes(data))
+    };
+    store
+        .put_opts(&dst, payload, Default::default())
+        .await
+        .map_err(|e| obj_err(item, format!("writing {}: {}", item.dst, one_line(&e))))?;
+    Ok(Outcome {
+        bytes: item.size,
+        hash: Some(hash),
+        server_side: false,
+    })
+}
+
+/// Aborts a multipart upload that was neither completed nor aborted (error, cancel).
+struct AbortGuard(Option<Box<dyn MultipartUpload>>);
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if let Some(mut up) = self.0.take() {
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                h.spawn(async move {
+                    let _ = up.abort().await;
+                });
+            }
+        }
+    }
+}
+
+async fn to_cloud_multipart(ctx: &Ctx, store: &Arc<dyn ObjectStore>, item: &Item) -> Result<Outcome, SlateError> {
+    let dst = store_path(&item.dst)?;
+    let upload = store
+        .put_multipart_opts(&dst, Default::default())
+        .await
+        .map_err(|e| obj_err(item, format!("starting upload of {}: {}", item.dst, one_line(&e))))?;
+    let mut guard = AbortGuard(Some(upload));
+    let parts = chunks(item.size, ctx.opts.chunk_size);
+    // Chunks are read `streams` at a time but handed to put_part in order (part numbers follow
+    // call order); each holds its share of the memory budget until its part is uploaded.
+    let mut reads = futures::stream::iter(parts)
+        .map(|r| async move {
+            let permit = ctx.reserve(r.end - r.start).await?;
+            let out = chunk_with_retry(ctx, &ctx.src, &item.src, item.etag.as_deref(), r, false, ChunkSink::Buffer)
+                .await
+                .map_err(|e| obj_err(item, e.to_string()))?;
+            Ok::<_, SlateError>((out, permit))
+        })
+        .buffered(ctx.opts.streams);
+    let mut uploads = FuturesUnordered::new();
+    let mut digests = Vec::new();
+    while let Some(res) = reads.next().await {
+        let (out, permit) = res?;
+        digests.extend(out.digests);
+        let payload = PutPayload::from_bytes(out.data.unwrap_or_default());
+        let Some(up) = guard.0.as_mut() else {
+            return Err(obj_err(item, "internal: upload gone"));
+        };
+        let fut = up.put_part(payload);
+        uploads.push(async move {
+            let r = fut.await;
+            drop(permit);
+            r
+        });
+        while uploads.len() >= ctx.opts.streams {
+            if let Some(r) = uploads.next().await {
+                r.map_err(|e| obj_err(item, format!("uploading part of {}: {}", item.dst, one_line(&e))))?;
+            }
+        }
+    }
+    while let Some(r) = uploads.next().await {
+        r.map_err(|e| obj_err(item, format!("uploading part of {}: {}", item.dst, one_line(&e))))?;
+    }
+    let mut up = guard.0.take().ok_or_else(|| obj_err(item, "internal: upload gone"))?;
+    if let Err(e) = up.complete().await {
+        let _ = up.abort().await;
+        return Err(obj_err(item, format!("completing upload of {}: {}", item.dst, one_line(&e))));
+    }
+    Ok(Outcome {
+        bytes: item.size,
+        hash: Some(ContentHash::from_blocks(&digests, item.size)),
+        server_side: false,
+    })
+}
+
+/// Reads a whole object and returns its content hash (for `--verify`).
+async fn hash_object(ctx: &Ctx, side: &Side, key: &str, size: u64) -> Result<ContentHash, SlateError> {
+    let key = match side {
+        Side::Local { .. } => safe_join(&ctx.dst_root, key)?.to_string_lossy().to_string(),
+        Side::Cloud { .. } => key.to_string(),
+    };
+    if size == 0 {
+        return Ok(ContentHash::from_blocks(&[], 0));
+    }
+    let parts = chunks(size, ctx.opts.chunk_size);
+    let whole = parts.len() == 1;
+    let key_ref = key.as_str();
+    let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
+        .map(|(i, r)| async move {
+            Backoff::default()
+                .run(key_ref, retryable, |_| read_chunk(side, key_ref, None, r.clone(), whole, ChunkSink::Discard))
+                .await
+                .map(|o| (i, o))
+        })
+        .buffer_unordered(ctx.opts.streams)
+        .try_collect()
+        .await
+        .map_err(|e| SlateError::Object {
+            key: key.clone(),
+            detail: format!("verify read: {e}"),
+        })?;
+    Ok(assemble(results, size))
+}
+
+async fn verify(ctx: &Ctx, item: &Item, hash: Option<ContentHash>) -> Result<(), SlateError> {
+    let Some(expected) = hash else { return Ok(()) };
+    let dst_key = match &ctx.dst {
+        Side::Local { .. } => item.dst.clone(),
+        Side::Cloud { .. } => item.dst.clone(),
+    };
+    if let Side::Local { .. } = &ctx.dst {
+        let p: &Path = &safe_join(&ctx.dst_root, &dst_key)?;
+        let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(u64::MAX);
+        if len != item.size {
+            return Err(obj_err(item, format!("verify: destination has {len} bytes, source {}", item.size)));
+        }
+    }
+    let got = hash_object(ctx, &ctx.dst, &dst_key, item.size).await?;
+    if got != expected {
+        return Err(obj_err(item, format!("verify: destination hash {got} differs from the bytes sent ({expected})")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_object_exactly() {
+        assert_eq!(chunks(0, 10), Vec::<Range<u64>>::new());
+        assert_eq!(chunks(10, 10), vec![0..10]);
+        assert_eq!(chunks(25, 10), vec![0..10, 10..20, 20..25]);
+        assert_eq!(chunks(30, 10).len(), 3);
+    }
+}

@@ -1,0 +1,67 @@
+//! Errors of the library. Each variant names the culprit (URL, key, file, variable) and
+//! maps to an exit code: 2 for bad input or setup, 1 for a transfer that failed part-way.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SlateError {
+    #[error("bad location '{url}': {why}")]
+    BadUrl { url: String, why: String },
+
+    #[error("bad option {option}: {why}")]
+    BadOption { option: String, why: String },
+
+    #[error("missing credentials for {url}: {hint}")]
+    MissingCredentials { url: String, hint: String },
+
+    #[error("bucket or container not found: {url} ({detail})")]
+    BucketNotFound { url: String, detail: String },
+
+    #[error("nothing to copy: {url} does not exist")]
+    SourceNotFound { url: String },
+
+    #[error("cannot set up store for {url}: {detail}")]
+    Store { url: String, detail: String },
+
+    #[error("config {path}: {why}")]
+    Config { path: String, why: String },
+
+    #[error("unsafe key '{key}' for local destination {root}: {why}")]
+    UnsafeKey { key: String, root: String, why: String },
+
+    #[error("{key}: {detail}")]
+    Object { key: String, detail: String },
+
+    #[error("{failed} of {total} objects failed; first error: {first}")]
+    Partial {
+        failed: u64,
+        total: u64,
+        first: String,
+    },
+
+    #[error("listing {url} failed: {detail}")]
+    List { url: String, detail: String },
+
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl SlateError {
+    /// Process exit code for this error: 2 = the user must fix something before retrying,
+    /// 1 = the work failed part-way (retrying may help), 130 = interrupted.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SlateError::BadUrl { .. }
+            | SlateError::BadOption { .. }
+            | SlateError::MissingCredentials { .. }
+            | SlateError::BucketNotFound { .. }
+            | SlateError::SourceNotFound { .. }
+            | SlateError::Store { .. }
+            | SlateError::Config { .. } => 2,
+            SlateError::Interrupted => 130,
+            _ => 1,
+        }
+    }
+}
+
+pub type Result<T, E = SlateError> = std::result::Result<T, E>;

@@ -1,0 +1,26 @@
+//! The `slate` binary: parse the command line, start logging, run, exit with the code.
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() {
+    let cli = slate::cli::Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "slate=debug,info",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("slate: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = rt.block_on(slate::cli::run(cli));
+    // Do not wait for background aborts or blocking reads of a cancelled copy.
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    std::process::exit(code);
+}

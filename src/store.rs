@@ -1,0 +1,292 @@
+//! Builds object_store clients for a [`Location`] from the standard environment variables of
+//! each cloud. No config file is needed; nothing secret is ever printed.
+//!
+//! Missing credentials are detected here, before any request: object_store would otherwise
+//! fall back to a cloud metadata endpoint, which hangs or fails far from the cause.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+
+use crate::error::{Result, SlateError};
+use crate::location::{Location, Scheme};
+
+/// The environment variables slate reads, with what they do (shown by `--help`).
+pub const ENV_HELP: &str = "\
+Environment (credentials and endpoints; no config file needed):
+  S3 and S3-compatibles (MinIO, R2, Ceph, OCI):
+    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN   static credentials
+    AWS_REGION / AWS_DEFAULT_REGION       region (default us-east-1)
+    AWS_ENDPOINT_URL                      endpoint of an S3-compatible server
+    AWS_ALLOW_HTTP=true                   allow http:// endpoints (implied by an http:// endpoint)
+    AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true virtual-hosted style (default: path style)
+    AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN  web identity (EKS)
+    AWS_CONTAINER_CREDENTIALS_RELATIVE_URI     ECS task role
+  Azure Blob:
+    AZURE_STORAGE_CONNECTION_STRING       account, key or SAS, and endpoint in one string
+    AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY   shared key
+    AZURE_STORAGE_SAS_KEY                 SAS token
+    AZURE_CLIENT_ID, AZURE_CLIENT_SECRET, AZURE_TENANT_ID   service principal
+    AZURE_FEDERATED_TOKEN_FILE            workload identity
+    AZURE_STORAGE_USE_EMULATOR=true       Azurite (AZURITE_BLOB_STORAGE_URL moves it)
+  Google Cloud Storage:
+    GOOGLE_APPLICATION_CREDENTIALS        service account or user credentials file
+    GOOGLE_SERVICE_ACCOUNT / GOOGLE_SERVICE_ACCOUNT_KEY   service account file / JSON
+    GOOGLE_BASE_URL                       another endpoint
+    STORAGE_EMULATOR_HOST                 an emulator (fake-gcs-server), no credentials
+  Any cloud:
+    SLATE_USE_INSTANCE_METADATA=true      allow credentials from the cloud's metadata server
+                                          (EC2/AKS/GCE instance roles)
+";
+
+fn retry_config() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(15),
+            base: 2.0,
+        },
+        max_retries: 10,
+        retry_timeout: Duration::from_secs(180),
+    }
+}
+
+fn client_options(allow_http: bool) -> ClientOptions {
+    // No whole-request timeout: a 64 MiB chunk on a slow link is not an error. A stalled
+    // connection is, which the read timeout catches.
+    ClientOptions::new()
+        .with_allow_http(allow_http)
+        .with_timeout_disabled()
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_read_timeout(Duration::from_secs(60))
+        .with_pool_max_idle_per_host(256)
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn env_true(name: &str) -> bool {
+    env(name).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
+fn missing(loc: &Location, hint: &str) -> SlateError {
+    SlateError::MissingCredentials {
+        url: loc.to_string(),
+        hint: hint.to_string(),
+    }
+}
+
+fn store_err(loc: &Location, e: object_store::Error) -> SlateError {
+    SlateError::Store {
+        url: loc.to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// Builds the store client for a cloud location. Panics never; local locations are an error
+/// (they are served by slate's own file code, not object_store).
+pub fn build(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+    match loc.scheme {
+        Scheme::S3 => build_s3(loc),
+        Scheme::Azure => build_azure(loc),
+        Scheme::Gcs => build_gcs(loc),
+        Scheme::Local => Err(SlateError::Store {
+            url: loc.to_string(),
+            detail: "local paths have no object store".into(),
+        }),
+    }
+}
+
+fn build_s3(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+    let static_keys = env("AWS_ACCESS_KEY_ID").is_some() && env("AWS_SECRET_ACCESS_KEY").is_some();
+    let other = env("AWS_WEB_IDENTITY_TOKEN_FILE").is_some()
+        || env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
+        || env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_some()
+        || env_true("AWS_SKIP_SIGNATURE")
+        || env_true("SLATE_USE_INSTANCE_METADATA");
+    if !static_keys && !other {
+        return Err(missing(
+            loc,
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_WEB_IDENTITY_TOKEN_FILE; \
+             on EC2 set SLATE_USE_INSTANCE_METADATA=true)",
+        ));
+    }
+    let mut b = AmazonS3Builder::from_env().with_bucket_name(&loc.bucket);
+    if env("AWS_REGION").is_none() && env("AWS_DEFAULT_REGION").is_none() {
+        b = b.with_region("us-east-1");
+    } else if let (None, Some(r)) = (env("AWS_REGION"), env("AWS_DEFAULT_REGION")) {
+        b = b.with_region(r);
+    }
+    let endpoint = env("AWS_ENDPOINT_URL_S3")
+        .or_else(|| env("AWS_ENDPOINT_URL"))
+        .or_else(|| env("AWS_ENDPOINT"));
+    if let Some(ep) = &endpoint {
+        b = b.with_endpoint(ep.trim_end_matches('/'));
+    }
+    let allow_http =
+        env_true("AWS_ALLOW_HTTP") || endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
+    b.with_client_options(client_options(allow_http))
+        .with_retry(retry_config())
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| store_err(loc, e))
+}
+
+/// The parts of an Azure connection string slate uses.
+#[derive(Debug, Default, PartialEq)]
+pub struct ConnectionString {
+    pub account: Option<String>,
+    pub key: Option<String>,
+    pub sas: Option<String>,
+    pub blob_endpoint: Option<String>,
+    pub dev_storage: bool,
+}
+
+impl ConnectionString {
+    /// Parses `Key=Value;Key=Value` (values may contain `=`, as keys and SAS tokens do).
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let mut out = ConnectionString::default();
+        for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("segment without '=' (near '{}')", first_word(part)))?;
+            match k.to_ascii_lowercase().as_str() {
+                "accountname" => out.account = Some(v.to_string()),
+                "accountkey" => out.key = Some(v.to_string()),
+                "sharedaccesssignature" => out.sas = Some(v.trim_start_matches('?').to_string()),
+                "blobendpoint" => out.blob_endpoint = Some(v.trim_end_matches('/').to_string()),
+                "usedevelopmentstorage" => out.dev_storage = v.eq_ignore_ascii_case("true"),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// First few characters of a segment, so an error names the place without leaking a secret.
+fn first_word(s: &str) -> String {
+    s.chars().take(12).collect()
+}
+
+fn build_azure(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+    let mut b = MicrosoftAzureBuilder::from_env().with_container_name(&loc.bucket);
+    let mut has_auth = env("AZURE_STORAGE_ACCOUNT_KEY").is_some()
+        || env("AZURE_STORAGE_ACCESS_KEY").is_some()
+        || env("AZURE_STORAGE_SAS_KEY").is_some()
+        || env("AZURE_STORAGE_SAS_TOKEN").is_some()
+        || env("AZURE_STORAGE_TOKEN").is_some()
+        || (env("AZURE_CLIENT_ID").is_some() && env("AZURE_CLIENT_SECRET").is_some())
+        || env("AZURE_FEDERATED_TOKEN_FILE").is_some()
+        || env_true("AZURE_USE_AZURE_CLI")
+        || env_true("AZURE_SKIP_SIGNATURE")
+        || env_true("SLATE_USE_INSTANCE_METADATA");
+    let mut emulator = env_true("AZURE_STORAGE_USE_EMULATOR");
+    let mut allow_http = env_true("AZURE_ALLOW_HTTP") || emulator;
+    if let Some(cs) = env("AZURE_STORAGE_CONNECTION_STRING") {
+        let cs = ConnectionString::parse(&cs).map_err(|why| SlateError::Store {
+            url: loc.to_string(),
+            detail: format!("AZURE_STORAGE_CONNECTION_STRING: {why}"),
+        })?;
+        if cs.dev_storage {
+            emulator = true;
+            allow_http = true;
+            b = b.with_use_emulator(true);
+        }
+        if let Some(a) = cs.account {
+            b = b.with_account(a);
+        }
+        if let Some(k) = cs.key {
+            b = b.with_access_key(k);
+            has_auth = true;
+        }
+        if let Some(sas) = cs.sas {
+            b = b.with_config(AzureConfigKey::SasKey, sas);
+            has_auth = true;
+        }
+        if let Some(ep) = cs.blob_endpoint {
+            allow_http |= ep.starts_with("http://");
+            b = b.with_endpoint(ep);
+        }
+    }
+    if !(has_auth || emulator) {
+        return Err(missing(
+            loc,
+            "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with \
+             AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_KEY (Azurite: AZURE_STORAGE_USE_EMULATOR=true)",
+        ));
+    }
+    b.with_client_options(client_options(allow_http))
+        .with_retry(retry_config())
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| store_err(loc, e))
+}
+
+fn build_gcs(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+    let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(&loc.bucket);
+    let mut allow_http = env("GOOGLE_BASE_URL").is_some_and(|u| u.starts_with("http://"));
+    let adc_file = std::env::var_os("HOME")
+        .map(|h| std::path::Path::new(&h).join(".config/gcloud/application_default_credentials.json"))
+        .is_some_and(|p| p.exists());
+    let mut has_auth = env("GOOGLE_SERVICE_ACCOUNT").is_some()
+        || env("GOOGLE_SERVICE_ACCOUNT_PATH").is_some()
+        || env("GOOGLE_SERVICE_ACCOUNT_KEY").is_some()
+        || env("GOOGLE_APPLICATION_CREDENTIALS").is_some()
+        || env("GOOGLE_BEARER_TOKEN").is_some()
+        || env_true("GOOGLE_SKIP_SIGNATURE")
+        || env_true("SLATE_USE_INSTANCE_METADATA")
+        || adc_file;
+    if let Some(host) = env("STORAGE_EMULATOR_HOST") {
+        // The variable Google's own client libraries honour: an emulator, no credentials.
+        let url = if host.contains("://") {
+            host
+        } else {
+            format!("http://{host}")
+        };
+        allow_http |= url.starts_with("http://");
+        b = b
+            .with_base_url(url.trim_end_matches('/'))
+            .with_bearer_token("emulator");
+        has_auth = true;
+    }
+    if !has_auth {
+        return Err(missing(
+            loc,
+            "set GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT_KEY; an emulator: \
+             STORAGE_EMULATOR_HOST; on GCE: SLATE_USE_INSTANCE_METADATA=true)",
+        ));
+    }
+    b.with_client_options(client_options(allow_http))
+        .with_retry(retry_config())
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| store_err(loc, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_connection_strings() {
+        let cs = ConnectionString::parse(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=abc==;\
+             BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1/;",
+        )
+        .unwrap();
+        assert_eq!(cs.account.as_deref(), Some("devstoreaccount1"));
+        assert_eq!(cs.key.as_deref(), Some("abc=="));
+        assert_eq!(cs.blob_endpoint.as_deref(), Some("http://127.0.0.1:10000/devstoreaccount1"));
+        let cs = ConnectionString::parse("UseDevelopmentStorage=true").unwrap();
+        assert!(cs.dev_storage);
+        let cs = ConnectionString::parse("AccountName=a;SharedAccessSignature=?sv=1&sig=x=").unwrap();
+        assert_eq!(cs.sas.as_deref(), Some("sv=1&sig=x="));
+        let err = ConnectionString::parse("AccountName=a;AccountKeySECRETSECRETSECRET").unwrap_err();
+        assert!(!err.contains("SECRETSECRETSECRET"), "must not echo secrets: {err}");
+    }
+}
