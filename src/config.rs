@@ -54,16 +54,24 @@ fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, 
 /// Parses a byte size: `1048576`, `64MiB`, `64M` (= MiB), `1GiB`, `512k`, `1.5GiB`.
 pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let num: f64 = num.parse().map_err(|_| format!("'{s}' is not a size (e.g. 64MiB)"))?;
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 64MiB)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("unknown unit '{other}' in '{s}' (use B, KiB, MiB, GiB, TiB)")),
+        other => {
+            return Err(format!(
+                "unknown unit '{other}' in '{s}' (use B, KiB, MiB, GiB, TiB)"
+            ))
+        }
     };
     let v = num * mult as f64;
     if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
@@ -120,7 +128,15 @@ mod tests {
 
     #[test]
     fn parses_sizes() {
-        let ok = [("1048576", 1 << 20), ("64MiB", 64 << 20), ("64M", 64 << 20), ("1GiB", 1 << 30), ("512k", 512 << 10), ("1.5GiB", 3 << 29), ("7 B", 7)];
+        let ok = [
+            ("1048576", 1 << 20),
+            ("64MiB", 64 << 20),
+            ("64M", 64 << 20),
+            ("1GiB", 1 << 30),
+            ("512k", 512 << 10),
+            ("1.5GiB", 3 << 29),
+            ("7 B", 7),
+        ];
         for (s, want) in ok {
             assert_eq!(parse_size(s), Ok(want), "{s}");
         }
@@ -139,9 +155,16 @@ mod tests {
 
     #[test]
     fn unknown_keys_name_the_key_and_line() {
-        let e = Config::parse("[copy]\ntransfers = 4\nstreamz = 2\n", "x.toml").unwrap_err().to_string();
-        assert!(e.contains("x.toml") && e.contains("line 3") && e.contains("streamz"), "{e}");
-        let e = Config::parse("[copy]\nchunk_size = \"64XB\"\n", "x.toml").unwrap_err().to_string();
+        let e = Config::parse("[copy]\ntransfers = 4\nstreamz = 2\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("x.toml") && e.contains("line 3") && e.contains("streamz"),
+            "{e}"
+        );
+        let e = Config::parse("[copy]\nchunk_size = \"64XB\"\n", "x.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2") && e.contains("64XB"), "{e}");
     }
 }

@@ -27,7 +27,11 @@ pub enum SlateError {
     Config { path: String, why: String },
 
     #[error("unsafe key '{key}' for local destination {root}: {why}")]
-    UnsafeKey { key: String, root: String, why: String },
+    UnsafeKey {
+        key: String,
+        root: String,
+        why: String,
+    },
 
     #[error("{key}: {detail}")]
     Object { key: String, detail: String },

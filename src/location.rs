@@ -82,7 +82,9 @@ impl Location {
                 .chars()
                 .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
             {
-                return Err(bad(format!("invalid character {c:?} in bucket name '{bucket}'")));
+                return Err(bad(format!(
+                    "invalid character {c:?} in bucket name '{bucket}'"
+                )));
             }
             let prefix = prefix.trim_matches('/');
             if prefix.split('/').any(|s| s == "." || s == "..") {
@@ -192,24 +194,54 @@ mod tests {
     #[test]
     fn parses_cloud_urls() {
         let cases = [
-            ("s3://b/datasets/imagenet", Scheme::S3, "b", "datasets/imagenet", false),
+            (
+                "s3://b/datasets/imagenet",
+                Scheme::S3,
+                "b",
+                "datasets/imagenet",
+                false,
+            ),
             ("s3://b", Scheme::S3, "b", "", false),
             ("s3://b/", Scheme::S3, "b", "", true),
-            ("az://container/weights/", Scheme::Azure, "container", "weights", true),
+            (
+                "az://container/weights/",
+                Scheme::Azure,
+                "container",
+                "weights",
+                true,
+            ),
             ("azure://c/x", Scheme::Azure, "c", "x", false),
-            ("gs://other/a/b c+d%e", Scheme::Gcs, "other", "a/b c+d%e", false),
+            (
+                "gs://other/a/b c+d%e",
+                Scheme::Gcs,
+                "other",
+                "a/b c+d%e",
+                false,
+            ),
             ("GS://x/y", Scheme::Gcs, "x", "y", false),
         ];
         for (raw, scheme, bucket, prefix, dir) in cases {
             let l = Location::parse(raw).unwrap();
-            assert_eq!((l.scheme, l.bucket.as_str(), l.prefix.as_str(), l.is_dir_hint), (scheme, bucket, prefix, dir), "{raw}");
+            assert_eq!(
+                (
+                    l.scheme,
+                    l.bucket.as_str(),
+                    l.prefix.as_str(),
+                    l.is_dir_hint
+                ),
+                (scheme, bucket, prefix, dir),
+                "{raw}"
+            );
         }
     }
 
     #[test]
     fn parses_local_paths() {
         let l = Location::parse("/mnt/nvme/weights/").unwrap();
-        assert_eq!((l.scheme, l.prefix.as_str(), l.is_dir_hint), (Scheme::Local, "/mnt/nvme/weights", true));
+        assert_eq!(
+            (l.scheme, l.prefix.as_str(), l.is_dir_hint),
+            (Scheme::Local, "/mnt/nvme/weights", true)
+        );
         let l = Location::parse("file:///tmp/x/../y").unwrap();
         assert_eq!(l.prefix, "/tmp/y");
         let l = Location::parse("./local/dir").unwrap();
@@ -242,7 +274,11 @@ mod tests {
         assert_eq!(l.key_for("x/y"), "p/x/y");
         let l = Location::parse("s3://b").unwrap();
         assert_eq!(l.key_for("x"), "x");
-        assert!(Location::parse("s3://b/a").unwrap().same_store(&Location::parse("s3://b/c").unwrap()));
-        assert!(!Location::parse("s3://b/a").unwrap().same_store(&Location::parse("s3://c/a").unwrap()));
+        assert!(Location::parse("s3://b/a")
+            .unwrap()
+            .same_store(&Location::parse("s3://b/c").unwrap()));
+        assert!(!Location::parse("s3://b/a")
+            .unwrap()
+            .same_store(&Location::parse("s3://c/a").unwrap()));
     }
 }

@@ -128,8 +128,10 @@ fn build_s3(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
     if let Some(ep) = &endpoint {
         b = b.with_endpoint(ep.trim_end_matches('/'));
     }
-    let allow_http =
-        env_true("AWS_ALLOW_HTTP") || endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
+    let allow_http = env_true("AWS_ALLOW_HTTP")
+        || endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http://"));
     b.with_client_options(client_options(allow_http))
         .with_retry(retry_config())
         .build()
@@ -231,7 +233,9 @@ fn build_gcs(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
     let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(&loc.bucket);
     let mut allow_http = env("GOOGLE_BASE_URL").is_some_and(|u| u.starts_with("http://"));
     let adc_file = std::env::var_os("HOME")
-        .map(|h| std::path::Path::new(&h).join(".config/gcloud/application_default_credentials.json"))
+        .map(|h| {
+            std::path::Path::new(&h).join(".config/gcloud/application_default_credentials.json")
+        })
         .is_some_and(|p| p.exists());
     let mut has_auth = env("GOOGLE_SERVICE_ACCOUNT").is_some()
         || env("GOOGLE_SERVICE_ACCOUNT_PATH").is_some()
@@ -281,12 +285,20 @@ mod tests {
         .unwrap();
         assert_eq!(cs.account.as_deref(), Some("devstoreaccount1"));
         assert_eq!(cs.key.as_deref(), Some("abc=="));
-        assert_eq!(cs.blob_endpoint.as_deref(), Some("http://127.0.0.1:10000/devstoreaccount1"));
+        assert_eq!(
+            cs.blob_endpoint.as_deref(),
+            Some("http://127.0.0.1:10000/devstoreaccount1")
+        );
         let cs = ConnectionString::parse("UseDevelopmentStorage=true").unwrap();
         assert!(cs.dev_storage);
-        let cs = ConnectionString::parse("AccountName=a;SharedAccessSignature=?sv=1&sig=x=").unwrap();
+        let cs =
+            ConnectionString::parse("AccountName=a;SharedAccessSignature=?sv=1&sig=x=").unwrap();
         assert_eq!(cs.sas.as_deref(), Some("sv=1&sig=x="));
-        let err = ConnectionString::parse("AccountName=a;AccountKeySECRETSECRETSECRET").unwrap_err();
-        assert!(!err.contains("SECRETSECRETSECRET"), "must not echo secrets: {err}");
+        let err =
+            ConnectionString::parse("AccountName=a;AccountKeySECRETSECRETSECRET").unwrap_err();
+        assert!(
+            !err.contains("SECRETSECRETSECRET"),
+            "must not echo secrets: {err}"
+        );
     }
 }

@@ -77,8 +77,14 @@ fn options(args: &CopyArgs, cfg: &Config) -> CopyOptions {
     CopyOptions {
         transfers: args.transfers.or(cfg.copy.transfers).unwrap_or(d.transfers),
         streams: args.streams.or(cfg.copy.streams).unwrap_or(d.streams),
-        chunk_size: args.chunk_size.or(cfg.copy.chunk_size).unwrap_or(d.chunk_size),
-        memory_limit: args.memory_limit.or(cfg.copy.memory_limit).unwrap_or(d.memory_limit),
+        chunk_size: args
+            .chunk_size
+            .or(cfg.copy.chunk_size)
+            .unwrap_or(d.chunk_size),
+        memory_limit: args
+            .memory_limit
+            .or(cfg.copy.memory_limit)
+            .unwrap_or(d.memory_limit),
         verify: args.verify,
         fsync: args.fsync,
         progress: match (args.quiet, args.progress_lines) {
@@ -100,21 +106,33 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         let (egress, requests) = est.cost(&cfg.pricing, src.scheme, dst.scheme, server_side);
         println!("estimate for {src} -> {dst} (nothing copied)");
         println!("  objects:   {}", est.objects);
-        println!("  bytes:     {} ({})", est.bytes, copy::progress::human_bytes(est.bytes));
+        println!(
+            "  bytes:     {} ({})",
+            est.bytes,
+            copy::progress::human_bytes(est.bytes)
+        );
         println!(
             "  requests:  {} ({} list, {} read, {} write){}",
             est.list_requests + est.read_requests + est.write_requests,
             est.list_requests,
             est.read_requests,
             est.write_requests,
-            if server_side { ", server-side copies" } else { "" }
+            if server_side {
+                ", server-side copies"
+            } else {
+                ""
+            }
         );
         println!(
             "  cost:      ${:.4} egress ({}->{} at ${}/GiB) + ${:.4} requests = ${:.4}",
             egress,
             src.scheme.short(),
             dst.scheme.short(),
-            if server_side { 0.0 } else { cfg.pricing.egress(src.scheme, dst.scheme) },
+            if server_side {
+                0.0
+            } else {
+                cfg.pricing.egress(src.scheme, dst.scheme)
+            },
             requests,
             egress + requests
         );

@@ -47,10 +47,15 @@ fn default_write() -> BTreeMap<String, f64> {
 
 fn default_read() -> BTreeMap<String, f64> {
     // S3 GET $0.0004/1k, Azure hot read $0.005/10k, GCS class B $0.0004/1k.
-    [("s3", 0.0004), ("az", 0.0005), ("gs", 0.0004), ("local", 0.0)]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+    [
+        ("s3", 0.0004),
+        ("az", 0.0005),
+        ("gs", 0.0004),
+        ("local", 0.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 impl Default for Prices {
@@ -75,7 +80,10 @@ impl Prices {
         if src == dst || src == Scheme::Local {
             return 0.0;
         }
-        self.egress_default_per_gib.get(src.short()).copied().unwrap_or(0.0)
+        self.egress_default_per_gib
+            .get(src.short())
+            .copied()
+            .unwrap_or(0.0)
     }
 }
 
@@ -126,7 +134,11 @@ impl Estimate {
     /// (egress, requests) cost in dollars.
     pub fn cost(&self, p: &Prices, src: Scheme, dst: Scheme, server_side: bool) -> (f64, f64) {
         let gib = self.bytes as f64 / (1u64 << 30) as f64;
-        let egress = if server_side { 0.0 } else { gib * p.egress(src, dst) };
+        let egress = if server_side {
+            0.0
+        } else {
+            gib * p.egress(src, dst)
+        };
         let price = |m: &BTreeMap<String, f64>, s: Scheme| m.get(s.short()).copied().unwrap_or(0.0);
         let src_reads = (self.read_requests as f64) * price(&p.read_per_1000, src) / 1000.0;
         let src_lists = (self.list_requests as f64) * price(&p.write_per_1000, src) / 1000.0;
@@ -147,14 +159,25 @@ mod tests {
         e.add(200 * MIB, 64 * MIB, false, Scheme::S3, Scheme::Gcs); // 4 GETs, 1+4+1 writes
         e.add(0, 64 * MIB, false, Scheme::S3, Scheme::Gcs); // no GET, one PUT
         e.finish_listing(Scheme::S3);
-        assert_eq!((e.objects, e.list_requests, e.read_requests, e.write_requests), (3, 1, 5, 8));
+        assert_eq!(
+            (
+                e.objects,
+                e.list_requests,
+                e.read_requests,
+                e.write_requests
+            ),
+            (3, 1, 5, 8)
+        );
         let mut e = Estimate::default();
         e.add(5 * MIB, 64 * MIB, true, Scheme::S3, Scheme::S3);
         assert_eq!((e.read_requests, e.write_requests), (0, 1));
         let mut e = Estimate::default();
         e.add(5 * MIB, 64 * MIB, false, Scheme::Local, Scheme::Local);
         e.finish_listing(Scheme::Local);
-        assert_eq!((e.list_requests, e.read_requests, e.write_requests), (0, 0, 0));
+        assert_eq!(
+            (e.list_requests, e.read_requests, e.write_requests),
+            (0, 0, 0)
+        );
     }
 
     #[test]

@@ -95,7 +95,14 @@ mod tests {
 
     #[test]
     fn hash_does_not_depend_on_chunking() {
-        let sizes = [0usize, 1, 1000, BLOCK as usize, BLOCK as usize + 7, 5 * BLOCK as usize + 3];
+        let sizes = [
+            0usize,
+            1,
+            1000,
+            BLOCK as usize,
+            BLOCK as usize + 7,
+            5 * BLOCK as usize + 3,
+        ];
         for size in sizes {
             let d = data(size);
             let whole = ContentHash::of(&d);
@@ -110,7 +117,11 @@ mod tests {
                     }
                     blocks.extend(h.finish());
                 }
-                assert_eq!(ContentHash::from_blocks(&blocks, size as u64), whole, "size {size} chunk {chunk}");
+                assert_eq!(
+                    ContentHash::from_blocks(&blocks, size as u64),
+                    whole,
+                    "size {size} chunk {chunk}"
+                );
             }
         }
     }

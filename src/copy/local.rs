@@ -125,12 +125,20 @@ impl DirMaker {
         let Some(parent) = path.parent() else {
             return Ok(());
         };
-        if self.known.lock().map(|k| k.contains(parent)).unwrap_or(false) {
+        if self
+            .known
+            .lock()
+            .map(|k| k.contains(parent))
+            .unwrap_or(false)
+        {
             return Ok(());
         }
         std::fs::create_dir_all(root)?;
         let rel = parent.strip_prefix(root).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidInput, "destination path outside the root")
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "destination path outside the root",
+            )
         })?;
         let mut cur = root.to_path_buf();
         for c in rel.components() {
@@ -139,7 +147,10 @@ impl DirMaker {
                 Ok(m) if m.file_type().is_symlink() => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
-                        format!("{} is a symlink; refusing to write through it", cur.display()),
+                        format!(
+                            "{} is a symlink; refusing to write through it",
+                            cur.display()
+                        ),
                     ))
                 }
                 Ok(m) if m.is_dir() => {}
@@ -176,7 +187,11 @@ pub struct TempFile {
 impl TempFile {
     pub fn create(dest: &Path, size: u64) -> io::Result<Self> {
         let dir = dest.parent().unwrap_or(Path::new("."));
-        let tmp = dir.join(format!("{TMP_PREFIX}{}-{:016x}", std::process::id(), fastrand::u64(..)));
+        let tmp = dir.join(format!(
+            "{TMP_PREFIX}{}-{:016x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -233,7 +248,10 @@ impl Drop for TempFile {
 fn preallocate(file: &File, size: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let Ok(len) = libc::off_t::try_from(size) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "file too large"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "file too large",
+        ));
     };
     // SAFETY: the fd is open and owned by `file` for the duration of the call.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
@@ -292,7 +310,10 @@ mod tests {
 
         let t = TempFile::create(&dir.path().join("other"), 4).unwrap();
         drop(t);
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("obj")]);
     }
 
@@ -319,10 +340,13 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), root.path().join("link")).unwrap();
         let dm = DirMaker::default();
-        let e = dm.ensure_parent(root.path(), &root.path().join("link/x/file")).unwrap_err();
+        let e = dm
+            .ensure_parent(root.path(), &root.path().join("link/x/file"))
+            .unwrap_err();
         assert!(e.to_string().contains("symlink"), "{e}");
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
-        dm.ensure_parent(root.path(), &root.path().join("ok/y/file")).unwrap();
+        dm.ensure_parent(root.path(), &root.path().join("ok/y/file"))
+            .unwrap();
         assert!(root.path().join("ok/y").is_dir());
     }
 }

@@ -69,21 +69,33 @@ impl CopyOptions {
             })
         };
         if self.transfers == 0 || self.transfers > 4096 {
-            return bad("--transfers", format!("{} is outside 1..=4096", self.transfers));
+            return bad(
+                "--transfers",
+                format!("{} is outside 1..=4096", self.transfers),
+            );
         }
         if self.streams == 0 || self.streams > 256 {
             return bad("--streams", format!("{} is outside 1..=256", self.streams));
         }
-        if self.chunk_size < 5 << 20 || self.chunk_size % hash::BLOCK != 0 || self.chunk_size > 4 << 30 {
+        if self.chunk_size < 5 << 20
+            || self.chunk_size % hash::BLOCK != 0
+            || self.chunk_size > 4 << 30
+        {
             return bad(
                 "--chunk-size",
-                format!("{} must be a multiple of 1 MiB between 5 MiB and 4 GiB", self.chunk_size),
+                format!(
+                    "{} must be a multiple of 1 MiB between 5 MiB and 4 GiB",
+                    self.chunk_size
+                ),
             );
         }
         if self.memory_limit < self.chunk_size {
             return bad(
                 "--memory-limit",
-                format!("{} is smaller than one chunk ({})", self.memory_limit, self.chunk_size),
+                format!(
+                    "{} is smaller than one chunk ({})",
+                    self.memory_limit, self.chunk_size
+                ),
             );
         }
         Ok(())
@@ -137,24 +149,49 @@ pub(crate) struct Plan {
     pub server_side: bool,
 }
 
+/// The `<Code>` and `<Message>` of an XML error body, when the store sent one.
+fn xml_error(text: &str) -> Option<String> {
+    let pick = |tag: &str| {
+        let open = format!("<{tag}>");
+        let start = text.find(&open)? + open.len();
+        let end = start + text[start..].find(&format!("</{tag}>"))?;
+        Some(text[start..end].to_string())
+    };
+    match (pick("Code"), pick("Message")) {
+        (Some(c), Some(m)) => Some(format!("{c}: {m}")),
+        (Some(c), None) => Some(c),
+        _ => None,
+    }
+}
+
 fn classify_store_error(loc: &Location, e: &object_store::Error) -> SlateError {
     let text = one_line(e);
+    let short = xml_error(&text).unwrap_or_else(|| text.clone());
     let lower = text.to_ascii_lowercase();
     if matches!(e, object_store::Error::NotFound { .. })
         || lower.contains("nosuchbucket")
         || lower.contains("containernotfound")
         || lower.contains("bucket does not exist")
+        || lower.contains("no bucket named") // fake-gcs-server answers 500 with this
         || lower.contains("404 not found")
     {
         return SlateError::BucketNotFound {
             url: format!("{}://{}", loc.scheme.short(), loc.bucket),
-            detail: text,
+            detail: short,
         };
     }
-    if lower.contains("403") || lower.contains("401") || lower.contains("accessdenied") || lower.contains("authenticationfailed") || lower.contains("signaturedoesnotmatch") || lower.contains("invalidaccesskeyid") {
+    let denied = [
+        "403 forbidden",
+        "401 unauthorized",
+        "accessdenied",
+        "authenticationfailed",
+        "signaturedoesnotmatch",
+        "invalidaccesskeyid",
+    ];
+    if denied.iter().any(|d| lower.contains(d)) {
         return SlateError::Store {
             url: loc.to_string(),
-            detail: format!("access denied: {text}"),
+            detail: format!("access denied: {short}"),
         };
     }
     SlateError::List {
@@ -170,7 +207,11 @@ pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan>
     let server_side = src_loc.same_store(dst_loc);
     // Probe the destination first: a missing bucket or bad credentials fail before any work.
     if let Side::Cloud { store, loc } = &dst {
-        let prefix = if loc.prefix.is_empty() { None } else { Some(store_path(&loc.prefix)?) };
+        let prefix = if loc.prefix.is_empty() {
+            None
+        } else {
+            Some(store_path(&loc.prefix)?)
+        };
         store
             .list_with_delimiter(prefix.as_ref())
             .await
@@ -205,7 +246,11 @@ pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan>
                     why: "not a regular file or folder".into(),
                 })
             }
-            Err(_) => return Err(SlateError::SourceNotFound { url: loc.raw.clone() }),
+            Err(_) => {
+                return Err(SlateError::SourceNotFound {
+                    url: loc.raw.clone(),
+                })
+            }
         },
         _ => None,
     };
@@ -226,7 +271,10 @@ pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan>
                         .file_name()
                         .map(|n| n.to_string_lossy().to_string())
                         .unwrap_or(name);
-                    dst_root = dst_root.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+                    dst_root = dst_root
+                        .parent()
+                        .map(|p| p.to_path_buf())
+                        .unwrap_or_default();
                 }
                 _ if into_folder => item.dst = dst_loc.key_for(&name),
                 _ => item.dst = dst_loc.prefix.clone(),
@@ -252,12 +300,25 @@ pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan>
 }
 
 /// Streams the items of a prefix copy into `tx`. Returns the number listed.
-async fn list_into(src: Side, dst_loc: Location, tx: mpsc::Sender<Result<Item>>, counters: Arc<Counters>) -> Result<u64> {
+async fn list_into(
+    src: Side,
+    dst_loc: Location,
+    tx: mpsc::Sender<Result<Item>>,
+    counters: Arc<Counters>,
+) -> Result<u64> {
     let mut n = 0u64;
     match &src {
         Side::Cloud { store, loc } => {
-            let prefix = if loc.prefix.is_empty() { None } else { Some(store_path(&loc.prefix)?) };
-            let strip = if loc.prefix.is_empty() { String::new() } else { format!("{}/", loc.prefix) };
+            let prefix = if loc.prefix.is_empty() {
+                None
+            } else {
+                Some(store_path(&loc.prefix)?)
+            };
+            let strip = if loc.prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{}/", loc.prefix)
+            };
             let mut stream = store.list(prefix.as_ref());
             while let Some(meta) = stream.next().await {
                 let meta = match meta {
@@ -356,7 +417,12 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
             drop(tx);
             None
         }
-        None => Some(tokio::spawn(list_into(plan.src.clone(), dst_loc.clone(), tx, counters.clone()))),
+        None => Some(tokio::spawn(list_into(
+            plan.src.clone(),
+            dst_loc.clone(),
+            tx,
+            counters.clone(),
+        ))),
     };
     let mut summary = CopySummary::default();
     let mut results = tokio_stream_from(rx)
@@ -402,7 +468,9 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
         match listed {
             Ok(0) if src_loc.scheme != Scheme::Local => {
                 reporter.finish().await;
-                return Err(SlateError::SourceNotFound { url: src_loc.raw.clone() });
+                return Err(SlateError::SourceNotFound {
+                    url: src_loc.raw.clone(),
+                });
             }
             Ok(_) => {}
             Err(e) => {
@@ -416,12 +484,18 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
     Ok(summary)
 }
 
-fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 /// Lists the source and tallies what a copy would do, without moving anything.
-pub async fn estimate(src_loc: &Location, dst_loc: &Location, opts: &CopyOptions) -> Result<estimate::Estimate> {
+pub async fn estimate(
+    src_loc: &Location,
+    dst_loc: &Location,
+    opts: &CopyOptions,
+) -> Result<estimate::Estimate> {
     opts.validate()?;
     let plan = plan(src_loc, dst_loc).await?;
     let mut est = estimate::Estimate::default();
@@ -430,7 +504,12 @@ pub async fn estimate(src_loc: &Location, dst_loc: &Location, opts: &CopyOptions
         Some(item) => est.add(item.size, opts.chunk_size, plan.server_side, s, d),
         None => {
             let (tx, mut rx) = mpsc::channel(8192);
-            let lister = tokio::spawn(list_into(plan.src.clone(), dst_loc.clone(), tx, Arc::new(Counters::default())));
+            let lister = tokio::spawn(list_into(
+                plan.src.clone(),
+                dst_loc.clone(),
+                tx,
+                Arc::new(Counters::default()),
+            ));
             while let Some(item) = rx.recv().await {
                 let item = item?;
                 est.add(item.size, opts.chunk_size, plan.server_side, s, d);
@@ -440,7 +519,9 @@ pub async fn estimate(src_loc: &Location, dst_loc: &Location, opts: &CopyOptions
                 detail: e.to_string(),
             })??;
             if listed == 0 && s != Scheme::Local {
-                return Err(SlateError::SourceNotFound { url: src_loc.raw.clone() });
+                return Err(SlateError::SourceNotFound {
+                    url: src_loc.raw.clone(),
+                });
             }
         }
     }

@@ -63,7 +63,9 @@ impl Reporter {
         let handle = match mode {
             Some(ProgressMode::Quiet) => None,
             None => Some(tokio::spawn(run_bar(counters, stop.clone()))),
-            Some(ProgressMode::Lines(every)) => Some(tokio::spawn(run_lines(counters, every, stop.clone()))),
+            Some(ProgressMode::Lines(every)) => {
+                Some(tokio::spawn(run_lines(counters, every, stop.clone())))
+            }
             Some(ProgressMode::Auto) => None,
         };
         Reporter { handle, stop }
@@ -89,8 +91,15 @@ async fn run_bar(c: Arc<Counters>, stop: Arc<tokio::sync::Notify>) {
         bar.set_length(c.bytes_listed.load(Relaxed).max(1));
         bar.set_position(c.bytes_done.load(Relaxed));
         let listed = c.objects_listed.load(Relaxed);
-        let more = if c.listing_done.load(Relaxed) { "" } else { "+" };
-        bar.set_message(format!("{}/{listed}{more} objects", c.objects_done.load(Relaxed)));
+        let more = if c.listing_done.load(Relaxed) {
+            ""
+        } else {
+            "+"
+        };
+        bar.set_message(format!(
+            "{}/{listed}{more} objects",
+            c.objects_done.load(Relaxed)
+        ));
         tokio::select! {
             _ = stop.notified() => break,
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}

@@ -42,7 +42,12 @@ impl Backoff {
     }
 
     /// Runs `op` until it succeeds, fails with an error `retryable` rejects, or attempts run out.
-    pub async fn run<T, E, F, Fut>(&self, what: &str, retryable: impl Fn(&E) -> bool, mut op: F) -> Result<T, E>
+    pub async fn run<T, E, F, Fut>(
+        &self,
+        what: &str,
+        retryable: impl Fn(&E) -> bool,
+        mut op: F,
+    ) -> Result<T, E>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -70,7 +75,11 @@ mod tests {
 
     #[test]
     fn caps_grow_exponentially_and_stop_at_max() {
-        let b = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(1), attempts: 10 };
+        let b = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            attempts: 10,
+        };
         let caps: Vec<u128> = (1..=7).map(|n| b.cap(n).as_millis()).collect();
         assert_eq!(caps, vec![0, 100, 200, 400, 800, 1000, 1000]);
         for n in 2..8 {
@@ -81,27 +90,53 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_until_success_or_fatal() {
-        let b = Backoff { attempts: 4, ..Default::default() };
+        let b = Backoff {
+            attempts: 4,
+            ..Default::default()
+        };
         let mut calls = 0;
         let r: Result<u32, String> = b
-            .run("t", |_| true, |n| {
-                calls += 1;
-                async move { if n < 3 { Err(format!("fail {n}")) } else { Ok(n) } }
-            })
+            .run(
+                "t",
+                |_| true,
+                |n| {
+                    calls += 1;
+                    async move {
+                        if n < 3 {
+                            Err(format!("fail {n}"))
+                        } else {
+                            Ok(n)
+                        }
+                    }
+                },
+            )
             .await;
         assert_eq!((r, calls), (Ok(3), 3));
 
         let mut calls = 0;
         let r: Result<u32, String> = b
-            .run("t", |e: &String| !e.contains("fatal"), |_| {
-                calls += 1;
-                async { Err("fatal".to_string()) }
-            })
+            .run(
+                "t",
+                |e: &String| !e.contains("fatal"),
+                |_| {
+                    calls += 1;
+                    async { Err("fatal".to_string()) }
+                },
+            )
             .await;
         assert_eq!((r.is_err(), calls), (true, 1));
 
         let mut calls = 0;
-        let r: Result<u32, String> = b.run("t", |_| true, |_| { calls += 1; async { Err("x".into()) } }).await;
+        let r: Result<u32, String> = b
+            .run(
+                "t",
+                |_| true,
+                |_| {
+                    calls += 1;
+                    async { Err("x".into()) }
+                },
+            )
+            .await;
         assert_eq!((r.is_err(), calls), (true, 4));
     }
 }

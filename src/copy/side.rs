@@ -89,7 +89,11 @@ impl std::fmt::Display for ChunkError {
 
 /// Makes one line of an object_store error (they carry response bodies over several lines).
 pub fn one_line(e: &dyn std::fmt::Display) -> String {
-    let s = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+    let s = e
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if s.len() > 400 {
         let mut cut = 400;
         while !s.is_char_boundary(cut) {
@@ -103,10 +107,12 @@ pub fn one_line(e: &dyn std::fmt::Display) -> String {
 
 fn classify(e: object_store::Error) -> ChunkError {
     match e {
-        object_store::Error::NotFound { .. } => ChunkError::Fatal("source object vanished during the copy".into()),
-        object_store::Error::Precondition { .. } => {
-            ChunkError::Fatal("source object changed during the copy (etag no longer matches); run again".into())
+        object_store::Error::NotFound { .. } => {
+            ChunkError::Fatal("source object vanished during the copy".into())
         }
+        object_store::Error::Precondition { .. } => ChunkError::Fatal(
+            "source object changed during the copy (etag no longer matches); run again".into(),
+        ),
         other => ChunkError::Retry(one_line(&other)),
     }
 }
@@ -163,7 +169,9 @@ async fn read_cloud(
     while let Some(item) = stream.next().await {
         let b = item.map_err(classify)?;
         if got + b.len() as u64 > want {
-            return Err(ChunkError::Fatal(format!("store sent more than the {want} bytes asked for")));
+            return Err(ChunkError::Fatal(format!(
+                "store sent more than the {want} bytes asked for"
+            )));
         }
         hasher.update(&b);
         match &sink {
@@ -176,7 +184,9 @@ async fn read_cloud(
         got += b.len() as u64;
     }
     if got != want {
-        return Err(ChunkError::Retry(format!("body ended after {got} of {want} bytes")));
+        return Err(ChunkError::Retry(format!(
+            "body ended after {got} of {want} bytes"
+        )));
     }
     let data = match sink {
         ChunkSink::Buffer if parts.len() == 1 => parts.pop(),
@@ -195,9 +205,15 @@ async fn read_cloud(
     })
 }
 
-fn read_local(path: &std::path::Path, range: Range<u64>, sink: ChunkSink) -> Result<ChunkOut, ChunkError> {
+fn read_local(
+    path: &std::path::Path,
+    range: Range<u64>,
+    sink: ChunkSink,
+) -> Result<ChunkOut, ChunkError> {
     let file = std::fs::File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ChunkError::Fatal("source file vanished during the copy".into()),
+        std::io::ErrorKind::NotFound => {
+            ChunkError::Fatal("source file vanished during the copy".into())
+        }
         _ => ChunkError::Fatal(format!("opening source: {e}")),
     })?;
     let want = (range.end - range.start) as usize;

@@ -107,7 +107,9 @@ async fn chunk_with_retry(
         })
         .await
         .inspect(|_| {
-            ctx.counters.bytes_done.fetch_add(range.end - range.start, Relaxed);
+            ctx.counters
+                .bytes_done
+                .fetch_add(range.end - range.start, Relaxed);
         })
 }
 
@@ -141,7 +143,12 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     store
         .copy_opts(&from, &to, Default::default())
         .await
-        .map_err(|e| obj_err(item, format!("server-side copy to {}: {}", item.dst, one_line(&e))))?;
+        .map_err(|e| {
+            obj_err(
+                item,
+                format!("server-side copy to {}: {}", item.dst, one_line(&e)),
+            )
+        })?;
     ctx.counters.bytes_done.fetch_add(item.size, Relaxed);
     ctx.counters.objects_server_side.fetch_add(1, Relaxed);
     if ctx.opts.verify {
@@ -150,12 +157,21 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
             .await
             .map_err(|e| obj_err(item, format!("verify: {}", one_line(&e))))?;
         if head.size != item.size {
-            return Err(obj_err(item, format!("verify: destination has {} bytes, source {}", head.size, item.size)));
+            return Err(obj_err(
+                item,
+                format!(
+                    "verify: destination has {} bytes, source {}",
+                    head.size, item.size
+                ),
+            ));
         }
         let a = hash_object(ctx, &ctx.src, &item.src, item.size).await?;
         let b = hash_object(ctx, &ctx.dst, &item.dst, item.size).await?;
         if a != b {
-            return Err(obj_err(item, format!("verify: content hash differs ({a} vs {b})")));
+            return Err(obj_err(
+                item,
+                format!("verify: content hash differs ({a} vs {b})"),
+            ));
         }
     }
     Ok(Outcome {
@@ -167,9 +183,12 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
 
 fn local_dest(ctx: &Ctx, item: &Item) -> Result<PathBuf, SlateError> {
     let path = safe_join(&ctx.dst_root, &item.dst)?;
-    ctx.dirs
-        .ensure_parent(&ctx.dst_root, &path)
-        .map_err(|e| obj_err(item, format!("creating folders for {}: {e}", path.display())))?;
+    ctx.dirs.ensure_parent(&ctx.dst_root, &path).map_err(|e| {
+        obj_err(
+            item,
+            format!("creating folders for {}: {e}", path.display()),
+        )
+    })?;
     Ok(path)
 }
 
@@ -184,9 +203,17 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         .map(|(i, r)| {
             let sink = ChunkSink::File(tmp.clone());
             async move {
-                chunk_with_retry(ctx, &ctx.src, &item.src, item.etag.as_deref(), r, whole, sink)
-                    .await
-                    .map(|o| (i, o))
+                chunk_with_retry(
+                    ctx,
+                    &ctx.src,
+                    &item.src,
+                    item.etag.as_deref(),
+                    r,
+                    whole,
+                    sink,
+                )
+                .await
+                .map(|o| (i, o))
             }
         })
         .buffer_unordered(ctx.opts.streams)
@@ -194,7 +221,8 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         .await
         .map_err(|e| obj_err(item, e.to_string()))?;
     let hash = assemble(results, item.size);
-    let tmp = Arc::try_unwrap(tmp).map_err(|_| obj_err(item, "internal: temp file still shared"))?;
+    let tmp =
+        Arc::try_unwrap(tmp).map_err(|_| obj_err(item, "internal: temp file still shared"))?;
     let (size, mtime, fsync) = (item.size, item.mtime, ctx.opts.fsync);
     tokio::task::spawn_blocking(move || tmp.commit(size, mtime, fsync))
         .await
@@ -213,17 +241,32 @@ fn assemble(mut results: Vec<(usize, ChunkOut)>, size: u64) -> ContentHash {
     ContentHash::from_blocks(&blocks, size)
 }
 
-async fn to_cloud_single(ctx: &Ctx, store: &Arc<dyn ObjectStore>, item: &Item) -> Result<Outcome, SlateError> {
+async fn to_cloud_single(
+    ctx: &Ctx,
+    store: &Arc<dyn ObjectStore>,
+    item: &Item,
+) -> Result<Outcome, SlateError> {
     let _permit = ctx.reserve(item.size).await?;
     let dst = store_path(&item.dst)?;
     let (hash, payload) = if item.size == 0 {
         (ContentHash::from_blocks(&[], 0), PutPayload::default())
     } else {
-        let out = chunk_with_retry(ctx, &ctx.src, &item.src, item.etag.as_deref(), 0..item.size, true, ChunkSink::Buffer)
-            .await
-            .map_err(|e| obj_err(item, e.to_string()))?;
+        let out = chunk_with_retry(
+            ctx,
+            &ctx.src,
+            &item.src,
+            item.etag.as_deref(),
+            0..item.size,
+            true,
+            ChunkSink::Buffer,
+        )
+        .await
+        .map_err(|e| obj_err(item, e.to_string()))?;
         let data = out.data.unwrap_or_default();
-        (ContentHash::from_blocks(&out.digests, item.size), PutPayload::from_bytes(data))
+        (
+            ContentHash::from_blocks(&out.digests, item.size),
+            PutPayload::from_bytes(data),
+        )
     };
     store
         .put_opts(&dst, payload, Default::default())
@@ -251,12 +294,21 @@ impl Drop for AbortGuard {
     }
 }
 
-async fn to_cloud_multipart(ctx: &Ctx, store: &Arc<dyn ObjectStore>, item: &Item) -> Result<Outcome, SlateError> {
+async fn to_cloud_multipart(
+    ctx: &Ctx,
+    store: &Arc<dyn ObjectStore>,
+    item: &Item,
+) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let upload = store
         .put_multipart_opts(&dst, Default::default())
         .await
-        .map_err(|e| obj_err(item, format!("starting upload of {}: {}", item.dst, one_line(&e))))?;
+        .map_err(|e| {
+            obj_err(
+                item,
+                format!("starting upload of {}: {}", item.dst, one_line(&e)),
+            )
+        })?;
     let mut guard = AbortGuard(Some(upload));
     let parts = chunks(item.size, ctx.opts.chunk_size);
     // Chunks are read `streams` at a time but handed to put_part in order (part numbers follow
@@ -264,9 +316,17 @@ async fn to_cloud_multipart(ctx: &Ctx, store: &Arc<dyn ObjectStore>, item: &Item
     let mut reads = futures::stream::iter(parts)
         .map(|r| async move {
             let permit = ctx.reserve(r.end - r.start).await?;
-            let out = chunk_with_retry(ctx, &ctx.src, &item.src, item.etag.as_deref(), r, false, ChunkSink::Buffer)
-                .await
-                .map_err(|e| obj_err(item, e.to_string()))?;
+            let out = chunk_with_retry(
+                ctx,
+                &ctx.src,
+                &item.src,
+                item.etag.as_deref(),
+                r,
+                false,
+                ChunkSink::Buffer,
+            )
+            .await
+            .map_err(|e| obj_err(item, e.to_string()))?;
             Ok::<_, SlateError>((out, permit))
         })
         .buffered(ctx.opts.streams);
@@ -287,17 +347,33 @@ async fn to_cloud_multipart(ctx: &Ctx, store: &Arc<dyn ObjectStore>, item: &Item
         });
         while uploads.len() >= ctx.opts.streams {
             if let Some(r) = uploads.next().await {
-                r.map_err(|e| obj_err(item, format!("uploading part of {}: {}", item.dst, one_line(&e))))?;
+                r.map_err(|e| {
+                    obj_err(
+                        item,
+                        format!("uploading part of {}: {}", item.dst, one_line(&e)),
+                    )
+                })?;
             }
         }
     }
     while let Some(r) = uploads.next().await {
-        r.map_err(|e| obj_err(item, format!("uploading part of {}: {}", item.dst, one_line(&e))))?;
+        r.map_err(|e| {
+            obj_err(
+                item,
+                format!("uploading part of {}: {}", item.dst, one_line(&e)),
+            )
+        })?;
     }
-    let mut up = guard.0.take().ok_or_else(|| obj_err(item, "internal: upload gone"))?;
+    let mut up = guard
+        .0
+        .take()
+        .ok_or_else(|| obj_err(item, "internal: upload gone"))?;
     if let Err(e) = up.complete().await {
         let _ = up.abort().await;
-        return Err(obj_err(item, format!("completing upload of {}: {}", item.dst, one_line(&e))));
+        return Err(obj_err(
+            item,
+            format!("completing upload of {}: {}", item.dst, one_line(&e)),
+        ));
     }
     Ok(Outcome {
         bytes: item.size,
@@ -307,7 +383,12 @@ async fn to_cloud_multipart(ctx: &Ctx, store: &Arc<dyn ObjectStore>, item: &Item
 }
 
 /// Reads a whole object and returns its content hash (for `--verify`).
-async fn hash_object(ctx: &Ctx, side: &Side, key: &str, size: u64) -> Result<ContentHash, SlateError> {
+async fn hash_object(
+    ctx: &Ctx,
+    side: &Side,
+    key: &str,
+    size: u64,
+) -> Result<ContentHash, SlateError> {
     let key = match side {
         Side::Local { .. } => safe_join(&ctx.dst_root, key)?.to_string_lossy().to_string(),
         Side::Cloud { .. } => key.to_string(),
@@ -321,7 +402,9 @@ async fn hash_object(ctx: &Ctx, side: &Side, key: &str, size: u64) -> Result<Con
     let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
         .map(|(i, r)| async move {
             Backoff::default()
-                .run(key_ref, retryable, |_| read_chunk(side, key_ref, None, r.clone(), whole, ChunkSink::Discard))
+                .run(key_ref, retryable, |_| {
+                    read_chunk(side, key_ref, None, r.clone(), whole, ChunkSink::Discard)
+                })
                 .await
                 .map(|o| (i, o))
         })
@@ -345,12 +428,18 @@ async fn verify(ctx: &Ctx, item: &Item, hash: Option<ContentHash>) -> Result<(),
         let p: &Path = &safe_join(&ctx.dst_root, &dst_key)?;
         let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(u64::MAX);
         if len != item.size {
-            return Err(obj_err(item, format!("verify: destination has {len} bytes, source {}", item.size)));
+            return Err(obj_err(
+                item,
+                format!("verify: destination has {len} bytes, source {}", item.size),
+            ));
         }
     }
     let got = hash_object(ctx, &ctx.dst, &dst_key, item.size).await?;
     if got != expected {
-        return Err(obj_err(item, format!("verify: destination hash {got} differs from the bytes sent ({expected})")));
+        return Err(obj_err(
+            item,
+            format!("verify: destination hash {got} differs from the bytes sent ({expected})"),
+        ));
     }
     Ok(())
 }

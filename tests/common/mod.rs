@@ -1,0 +1,290 @@
+//! Shared helpers for the integration tests: the real emulators (started by
+//! `scripts/test.sh`), stores built independently of slate's own `store.rs` for seeding and
+//! checking, a dataset with the awkward cases, and a way to run the `slate` binary.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload};
+
+pub const MIB: usize = 1 << 20;
+
+fn var(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+pub fn s3_endpoint() -> String {
+    var("SLATE_TEST_S3_ENDPOINT", "http://127.0.0.1:5000")
+}
+/// Azurite blob URL without the account path (what object_store's emulator mode wants).
+pub fn azurite_url() -> String {
+    let full = var(
+        "SLATE_TEST_AZURITE_BLOB",
+        "http://127.0.0.1:10000/devstoreaccount1",
+    );
+    full.trim_end_matches("/devstoreaccount1").to_string()
+}
+/// fake-gcs-server itself (reads, lists).
+pub fn gcs_endpoint() -> String {
+    var("SLATE_TEST_GCS_ENDPOINT", "http://127.0.0.1:4443")
+}
+/// The XML-API write shim in front of fake-gcs-server (see README, "GCS as a destination").
+pub fn gcs_write_endpoint() -> String {
+    var("SLATE_TEST_GCS_WRITE_ENDPOINT", "http://127.0.0.1:4444")
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A prefix no other test (or earlier run) uses.
+pub fn unique(name: &str) -> String {
+    let n = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{name}-{}-{n}", std::process::id())
+}
+
+pub fn s3(bucket: &str) -> Arc<dyn ObjectStore> {
+    Arc::new(
+        AmazonS3Builder::new()
+            .with_endpoint(s3_endpoint())
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id("testing")
+            .with_secret_access_key("testing")
+            .with_bucket_name(bucket)
+            .build()
+            .expect("s3 store"),
+    )
+}
+
+pub fn az(container: &str) -> Arc<dyn ObjectStore> {
+    // SAFETY of env: object_store reads AZURITE_BLOB_STORAGE_URL in emulator mode; all tests set
+    // the same value, so concurrent tests agree.
+    unsafe { std::env::set_var("AZURITE_BLOB_STORAGE_URL", azurite_url()) };
+    Arc::new(
+        MicrosoftAzureBuilder::new()
+            .with_use_emulator(true)
+            .with_container_name(container)
+            .build()
+            .expect("azure store"),
+    )
+}
+
+fn gcs_at(bucket: &str, url: &str) -> Arc<dyn ObjectStore> {
+    Arc::new(
+        GoogleCloudStorageBuilder::new()
+            .with_base_url(url)
+            .with_bearer_token("emulator")
+            .with_client_options(ClientOptions::new().with_allow_http(true))
+            .with_bucket_name(bucket)
+            .build()
+            .expect("gcs store"),
+    )
+}
+
+/// GCS for reading and checking: fake-gcs-server directly, no shim in the way.
+pub fn gcs(bucket: &str) -> Arc<dyn ObjectStore> {
+    gcs_at(bucket, &gcs_endpoint())
+}
+
+/// GCS for seeding (writes go through the shim).
+pub fn gcs_writer(bucket: &str) -> Arc<dyn ObjectStore> {
+    gcs_at(bucket, &gcs_write_endpoint())
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The awkward cases in one set: a multi-chunk object of odd size (chunk 5 MiB), one of
+/// exactly one chunk, zero-byte objects, unicode, spaces, `+`, `%`, a very long key, and
+/// `small` small objects in nested folders. Keys are relative.
+pub fn dataset(small: usize) -> BTreeMap<String, Vec<u8>> {
+    let mut d = BTreeMap::new();
+    d.insert("large/odd.bin".to_string(), bytes(1, 12 * MIB + 12_345));
+    d.insert("large/exact.bin".to_string(), bytes(2, 5 * MIB));
+    d.insert("zero.bin".to_string(), Vec::new());
+    d.insert("deep/a/b/c/zero-too".to_string(), Vec::new());
+    d.insert("unicode/ü 日本語 ✓.txt".to_string(), b"unicode".to_vec());
+    d.insert("space dir/a b.txt".to_string(), b"spaces".to_vec());
+    d.insert("chars/plus+and%percent%20x.bin".to_string(), bytes(3, 777));
+    let long = format!(
+        "{}/{}/{}/{}.bin",
+        "l".repeat(200),
+        "o".repeat(200),
+        "n".repeat(200),
+        "g".repeat(200)
+    );
+    d.insert(long, bytes(4, 99));
+    for i in 0..small {
+        d.insert(
+            format!("small/{:02}/obj-{i:04}.dat", i % 7),
+            bytes(100 + i as u64, (i * 131) % 20_000),
+        );
+    }
+    d
+}
+
+pub async fn seed(store: &Arc<dyn ObjectStore>, prefix: &str, data: &BTreeMap<String, Vec<u8>>) {
+    let puts = data.iter().map(|(k, v)| {
+        let store = store.clone();
+        let path = Path::parse(format!("{prefix}/{k}")).expect("key");
+        let v = v.clone();
+        async move { store.put(&path, PutPayload::from(v)).await.map(|_| ()) }
+    });
+    futures::stream::iter(puts)
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("seeding");
+}
+
+use futures::StreamExt;
+
+/// Everything under `prefix`, read back: relative key → bytes.
+pub async fn read_all(store: &Arc<dyn ObjectStore>, prefix: &str) -> BTreeMap<String, Vec<u8>> {
+    let p = Path::parse(prefix).expect("prefix");
+    let metas: Vec<_> = store.list(Some(&p)).try_collect().await.expect("listing");
+    let mut out = BTreeMap::new();
+    for m in metas {
+        let data = store
+            .get(&m.location)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("body");
+        let rel = m
+            .location
+            .as_ref()
+            .strip_prefix(&format!("{prefix}/"))
+            .expect("under prefix")
+            .to_string();
+        out.insert(rel, data.to_vec());
+    }
+    out
+}
+
+pub fn seed_local(root: &std::path::Path, data: &BTreeMap<String, Vec<u8>>) {
+    for (k, v) in data {
+        let p = root.join(k);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, v).expect("write");
+    }
+}
+
+/// Every file under `root` (hidden temp files included, so a leftover shows up).
+pub fn read_local(root: &std::path::Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd {
+            let e = e.expect("entry");
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p
+                    .strip_prefix(root)
+                    .expect("under root")
+                    .to_string_lossy()
+                    .to_string();
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+/// Compares two datasets and names the first difference (no 12 MiB dumps in the output).
+pub fn assert_same(got: &BTreeMap<String, Vec<u8>>, want: &BTreeMap<String, Vec<u8>>) {
+    let gk: Vec<_> = got.keys().collect();
+    let wk: Vec<_> = want.keys().collect();
+    assert_eq!(gk, wk, "destination keys differ from source keys");
+    for (k, v) in want {
+        let g = &got[k];
+        assert!(
+            g == v,
+            "content of {k} differs: {} bytes vs {} expected",
+            g.len(),
+            v.len()
+        );
+    }
+}
+
+/// The `slate` binary with every emulator's environment set, nothing else from the cloud.
+pub fn slate() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_slate"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_")
+            || k.starts_with("AZURE_")
+            || k.starts_with("GOOGLE_")
+            || k == "STORAGE_EMULATOR_HOST"
+        {
+            c.env_remove(k);
+        }
+    }
+    c.env("AWS_ENDPOINT_URL", s3_endpoint())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .env("AZURE_STORAGE_USE_EMULATOR", "true")
+        .env("AZURITE_BLOB_STORAGE_URL", azurite_url())
+        .env("STORAGE_EMULATOR_HOST", gcs_write_endpoint())
+        .env("XDG_CONFIG_HOME", "/nonexistent-slate-test-config")
+        .env("RUST_LOG", "warn");
+    c
+}
+
+pub fn run(mut c: Command) -> Output {
+    let out = c.output().expect("run slate");
+    if !out.status.success() {
+        eprintln!(
+            "slate exited {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+pub fn copy(src: &str, dst: &str, extra: &[&str]) -> Output {
+    let mut c = slate();
+    c.args(["copy", src, dst, "--chunk-size", "5MiB", "--streams", "3"])
+        .args(extra);
+    run(c)
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
