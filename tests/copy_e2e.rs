@@ -258,3 +258,80 @@ fn estimate_moves_nothing_and_counts_exactly() {
     );
     assert!(d.read().is_empty(), "estimate wrote to the destination");
 }
+
+#[test]
+fn estimate_prices_come_from_the_config_file() {
+    let data = dataset(3);
+    let s = Place::new(End::Az("slate-src"), "estcfg");
+    s.seed(&data);
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("slate.toml");
+    std::fs::write(&cfg, "[pricing]\negress_per_gib = { \"az->s3\" = 2.5 }\n").expect("cfg");
+    let cfg = cfg.display().to_string();
+    let out = copy(
+        &s.url(),
+        "s3://slate-dst/never-written",
+        &["--estimate", "--config", &cfg],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("(az->s3 at $2.5/GiB)"),
+        "{}",
+        stdout(&out)
+    );
+
+    std::fs::write(&cfg, "[pricing]\negres_per_gib = {}\n").expect("cfg");
+    let out = copy(
+        &s.url(),
+        "s3://slate-dst/never-written",
+        &["--estimate", "--config", &cfg],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("slate.toml") && err.contains("line 2") && err.contains("egres_per_gib"),
+        "{err}"
+    );
+}
+
+#[test]
+fn progress_lines_when_not_a_terminal() {
+    let data: BTreeMap<String, Vec<u8>> = [("p/big.bin".to_string(), bytes(5, 60 * MIB))].into();
+    let s = Place::new(End::S3("slate-src"), "prog");
+    let d = Place::new(End::Local, "prog");
+    s.seed(&data);
+    // one stream, so the copy lasts more than a second even on a fast machine
+    let mut c = slate();
+    c.args([
+        "copy",
+        &s.url(),
+        &d.url(),
+        "--progress-lines",
+        "1",
+        "--streams",
+        "1",
+        "--chunk-size",
+        "5MiB",
+    ]);
+    let out = run(c);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let last = err
+        .lines()
+        .rfind(|l| l.starts_with("progress: "))
+        .unwrap_or_else(|| panic!("no progress lines: {err}"));
+    assert!(
+        last.starts_with("progress: 1/1 objects, 60.00 MiB/60.00 MiB"),
+        "{last}"
+    );
+    assert!(
+        stdout(&out).contains("copied 1 objects, 60.00 MiB"),
+        "{}",
+        stdout(&out)
+    );
+    let q = copy(&s.url(), &d.url(), &["--quiet"]);
+    assert!(
+        q.status.success() && q.stdout.is_empty() && q.stderr.is_empty(),
+        "--quiet printed something"
+    );
+}

@@ -112,10 +112,10 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
     let start = Instant::now();
     let mut last = (Instant::now(), 0u64);
     loop {
-        tokio::select! {
-            _ = stop.notified() => break,
-            _ = tokio::time::sleep(every) => {}
-        }
+        let stopping = tokio::select! {
+            _ = stop.notified() => true,
+            _ = tokio::time::sleep(every) => false,
+        };
         let done = c.bytes_done.load(Relaxed);
         let total = c.bytes_listed.load(Relaxed);
         let rate = (done - last.1) as f64 / last.0.elapsed().as_secs_f64().max(1e-3);
@@ -125,6 +125,7 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
         } else {
             "?".into()
         };
+        // a last line at the end, so that a log always shows where the copy got to
         eprintln!(
             "progress: {}/{} objects, {}/{}, {}/s, ETA {eta}, {:.0}s elapsed",
             c.objects_done.load(Relaxed),
@@ -134,6 +135,9 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
             human_bytes(rate as u64),
             start.elapsed().as_secs_f64()
         );
+        if stopping {
+            break;
+        }
     }
 }
 
