@@ -102,7 +102,18 @@ pub fn build(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
     }
 }
 
-fn build_s3(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+/// How slate reaches S3 for one bucket: the builder plus what it was built from.
+pub struct S3Settings {
+    pub builder: AmazonS3Builder,
+    pub region: String,
+    /// Custom endpoint (S3-compatibles), without trailing `/`.
+    pub endpoint: Option<String>,
+    pub allow_http: bool,
+    pub virtual_hosted: bool,
+}
+
+/// Reads the S3 settings for `loc` from the environment.
+pub fn s3_settings(loc: &Location) -> Result<S3Settings> {
     let static_keys = env("AWS_ACCESS_KEY_ID").is_some() && env("AWS_SECRET_ACCESS_KEY").is_some();
     let other = env("AWS_WEB_IDENTITY_TOKEN_FILE").is_some()
         || env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
@@ -116,24 +127,42 @@ fn build_s3(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
              on EC2 set SLATE_USE_INSTANCE_METADATA=true)",
         ));
     }
-    let mut b = AmazonS3Builder::from_env().with_bucket_name(&loc.bucket);
-    if env("AWS_REGION").is_none() && env("AWS_DEFAULT_REGION").is_none() {
-        b = b.with_region("us-east-1");
-    } else if let (None, Some(r)) = (env("AWS_REGION"), env("AWS_DEFAULT_REGION")) {
-        b = b.with_region(r);
-    }
+    let region = env("AWS_REGION")
+        .or_else(|| env("AWS_DEFAULT_REGION"))
+        .unwrap_or_else(|| "us-east-1".to_string());
     let endpoint = env("AWS_ENDPOINT_URL_S3")
         .or_else(|| env("AWS_ENDPOINT_URL"))
-        .or_else(|| env("AWS_ENDPOINT"));
-    if let Some(ep) = &endpoint {
-        b = b.with_endpoint(ep.trim_end_matches('/'));
-    }
+        .or_else(|| env("AWS_ENDPOINT"))
+        .map(|e| e.trim_end_matches('/').to_string());
     let allow_http = env_true("AWS_ALLOW_HTTP")
         || endpoint
             .as_deref()
             .is_some_and(|e| e.starts_with("http://"));
-    b.with_client_options(client_options(allow_http))
-        .with_retry(retry_config())
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(&loc.bucket)
+        .with_region(&region)
+        .with_client_options(client_options(allow_http))
+        .with_retry(retry_config());
+    if let Some(ep) = &endpoint {
+        builder = builder.with_endpoint(ep);
+    }
+    Ok(S3Settings {
+        builder,
+        region,
+        endpoint,
+        allow_http,
+        virtual_hosted: env_true("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"),
+    })
+}
+
+/// The HTTP client options slate uses for every store (exposed for direct S3 calls).
+pub fn http_options(allow_http: bool) -> ClientOptions {
+    client_options(allow_http)
+}
+
+fn build_s3(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+    s3_settings(loc)?
+        .builder
         .build()
         .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
         .map_err(|e| store_err(loc, e))

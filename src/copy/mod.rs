@@ -8,6 +8,7 @@ pub mod hash;
 pub mod local;
 pub mod progress;
 pub mod retry;
+pub mod s3copy;
 pub mod side;
 pub mod transfer;
 
@@ -146,7 +147,17 @@ pub(crate) struct Plan {
     pub dst_root: PathBuf,
     /// Set when the source is one object: (its item, with the destination already decided).
     pub single: Option<Item>,
+    /// Both ends are one bucket (or container) of one store: copies are server-side.
     pub server_side: bool,
+    /// Two buckets of one S3 endpoint: copies up to 5 GiB are server-side (CopyObject).
+    pub cross: Option<Arc<s3copy::S3CrossBucket>>,
+}
+
+impl Plan {
+    /// Whether an object of `size` bytes is copied without passing through slate.
+    pub fn is_server_side(&self, size: u64) -> bool {
+        self.server_side || (self.cross.is_some() && size <= s3copy::MAX_COPY_OBJECT)
+    }
 }
 
 /// The `<Code>` and `<Message>` of an XML error body, when the store sent one.
@@ -219,16 +230,31 @@ pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan>
     }
     let single = match &src {
         Side::Cloud { store, loc } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
-            match store.head(&store_path(&loc.prefix)?).await {
-                Ok(meta) => Some(Item {
-                    src: loc.prefix.clone(),
-                    dst: String::new(),
-                    size: meta.size,
-                    etag: meta.e_tag,
-                    mtime: Some(meta.last_modified.into()),
-                }),
-                Err(object_store::Error::NotFound { .. }) => None,
-                Err(e) => return Err(classify_store_error(loc, &e)),
+            // A listing first: a prefix copy (the common case) then needs no HEAD, and servers
+            // that answer a HEAD on a "folder" with an error (s3s-fs: 500) do not matter.
+            let path = store_path(&loc.prefix)?;
+            let first = store
+                .list_with_delimiter(Some(&path))
+                .await
+                .map_err(|e| classify_store_error(loc, &e))?;
+            if !first.objects.is_empty() || !first.common_prefixes.is_empty() {
+                None
+            } else {
+                match store.head(&path).await {
+                    Ok(meta) => Some(Item {
+                        src: loc.prefix.clone(),
+                        dst: String::new(),
+                        size: meta.size,
+                        etag: meta.e_tag,
+                        mtime: Some(meta.last_modified.into()),
+                    }),
+                    Err(object_store::Error::NotFound { .. }) => {
+                        return Err(SlateError::SourceNotFound {
+                            url: loc.raw.clone(),
+                        })
+                    }
+                    Err(e) => return Err(classify_store_error(loc, &e)),
+                }
             }
         }
         Side::Local { loc } => match std::fs::metadata(loc.local_path()) {
@@ -290,12 +316,14 @@ pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan>
             });
         }
     }
+    let cross = s3copy::S3CrossBucket::for_pair(src_loc, dst_loc)?.map(Arc::new);
     Ok(Plan {
         src,
         dst,
         dst_root,
         single,
         server_side,
+        cross,
     })
 }
 
@@ -406,6 +434,7 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
         budget: Arc::new(Semaphore::new(budget_units)),
         dirs: Default::default(),
         server_side: plan.server_side,
+        cross: plan.cross.clone(),
     });
     let reporter = progress::Reporter::start(counters.clone(), opts.progress);
     let (tx, rx) = mpsc::channel::<Result<Item>>(8192);
@@ -500,8 +529,14 @@ pub async fn estimate(
     let plan = plan(src_loc, dst_loc).await?;
     let mut est = estimate::Estimate::default();
     let (s, d) = (src_loc.scheme, dst_loc.scheme);
-    match plan.single {
-        Some(item) => est.add(item.size, opts.chunk_size, plan.server_side, s, d),
+    match &plan.single {
+        Some(item) => est.add(
+            item.size,
+            opts.chunk_size,
+            plan.is_server_side(item.size),
+            s,
+            d,
+        ),
         None => {
             let (tx, mut rx) = mpsc::channel(8192);
             let lister = tokio::spawn(list_into(
@@ -512,7 +547,13 @@ pub async fn estimate(
             ));
             while let Some(item) = rx.recv().await {
                 let item = item?;
-                est.add(item.size, opts.chunk_size, plan.server_side, s, d);
+                est.add(
+                    item.size,
+                    opts.chunk_size,
+                    plan.is_server_side(item.size),
+                    s,
+                    d,
+                );
             }
             let listed = lister.await.map_err(|e| SlateError::List {
                 url: src_loc.to_string(),

@@ -15,6 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::hash::ContentHash;
 use super::local::{safe_join, DirMaker, TempFile};
 use super::retry::Backoff;
+use super::s3copy::{S3CrossBucket, MAX_COPY_OBJECT};
 use super::side::{one_line, read_chunk, store_path, ChunkError, ChunkOut, ChunkSink, Side};
 use super::{CopyOptions, Counters};
 use crate::error::SlateError;
@@ -51,7 +52,10 @@ pub struct Ctx {
     /// Memory budget for chunk buffers, in units of [`BUDGET_UNIT`] bytes.
     pub budget: Arc<Semaphore>,
     pub dirs: DirMaker,
+    /// Source and destination are one bucket of one store.
     pub server_side: bool,
+    /// Source and destination are two buckets of one S3 endpoint.
+    pub cross: Option<Arc<S3CrossBucket>>,
 }
 
 /// Granularity of the memory budget.
@@ -115,7 +119,7 @@ async fn chunk_with_retry(
 
 /// Copies one object from `ctx.src` to `ctx.dst`.
 pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
-    if ctx.server_side {
+    if ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT) {
         return server_side(ctx, item).await;
     }
     let out = match &ctx.dst {
@@ -135,20 +139,25 @@ pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
 }
 
 async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
-    let Side::Cloud { store, .. } = &ctx.src else {
+    let Side::Cloud { store, .. } = &ctx.dst else {
         return Err(obj_err(item, "server-side copy needs a cloud store"));
     };
-    let from = store_path(&item.src)?;
     let to = store_path(&item.dst)?;
-    store
-        .copy_opts(&from, &to, Default::default())
-        .await
-        .map_err(|e| {
-            obj_err(
-                item,
-                format!("server-side copy to {}: {}", item.dst, one_line(&e)),
-            )
-        })?;
+    match &ctx.cross {
+        Some(cross) => cross
+            .copy(&item.src, &item.dst)
+            .await
+            .map_err(|e| obj_err(item, format!("copy to {}: {e}", item.dst)))?,
+        None => store
+            .copy_opts(&store_path(&item.src)?, &to, Default::default())
+            .await
+            .map_err(|e| {
+                obj_err(
+                    item,
+                    format!("server-side copy to {}: {}", item.dst, one_line(&e)),
+                )
+            })?,
+    }
     ctx.counters.bytes_done.fetch_add(item.size, Relaxed);
     ctx.counters.objects_server_side.fetch_add(1, Relaxed);
     if ctx.opts.verify {
