@@ -136,6 +136,30 @@ fn across_clouds() {
 }
 
 #[test]
+fn across_clouds_the_other_way() {
+    // with `across_clouds`, every ordered pair of the three clouds
+    roundtrip(End::S3("slate-src"), End::Gs("slate-dst"), 10, &[]);
+    roundtrip(
+        End::Az("slate-src"),
+        End::S3("slate-dst"),
+        10,
+        &["--verify"],
+    );
+    roundtrip(
+        End::Gs("slate-src"),
+        End::Az("slate-dst"),
+        10,
+        &["--verify"],
+    );
+    roundtrip(
+        End::Gs("slate-src"),
+        End::Gs("slate-dst"),
+        10,
+        &["--verify"],
+    );
+}
+
+#[test]
 fn between_buckets_of_one_cloud() {
     // S3 copies across buckets of one endpoint server-side (CopyObject); keys with spaces,
     // `+`, `%` and unicode must survive the x-amz-copy-source encoding.
@@ -340,4 +364,47 @@ fn progress_lines_when_not_a_terminal() {
         q.status.success() && q.stdout.is_empty() && q.stderr.is_empty(),
         "--quiet printed something"
     );
+}
+
+#[test]
+fn folder_markers_become_folders_locally() {
+    // Consoles create zero-byte "folder/" keys; object_store lists them without the slash.
+    // fake-gcs-server's JSON upload stores any name, so the marker can be made there.
+    let prefix = unique("markers");
+    let http = reqwest::blocking::Client::new();
+    for (name, body) in [
+        (format!("{prefix}/a/"), ""),
+        (format!("{prefix}/a/x.txt"), "x"),
+        (format!("{prefix}/b/"), ""),
+        (format!("{prefix}/b/c/"), ""),
+        (format!("{prefix}/b/c/y.txt"), "y"),
+    ] {
+        let mut url = url::Url::parse(&format!(
+            "{}/upload/storage/v1/b/slate-src/o",
+            gcs_endpoint()
+        ))
+        .expect("url");
+        url.query_pairs_mut()
+            .append_pair("uploadType", "media")
+            .append_pair("name", &name);
+        let r = http.post(url).body(body).send().expect("upload");
+        assert!(r.status().is_success(), "{name}: {}", r.status());
+    }
+    for transfers in ["1", "16"] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = copy(
+            &format!("gs://slate-src/{prefix}"),
+            &dir.path().display().to_string(),
+            &["--transfers", transfers],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            std::fs::read(dir.path().join("a/x.txt")).expect("a/x.txt"),
+            b"x"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("b/c/y.txt")).expect("b/c/y.txt"),
+            b"y"
+        );
+    }
 }

@@ -139,10 +139,17 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         return Ok(());
     }
     let quiet = args.quiet;
-    let summary = tokio::select! {
-        r = copy::run(&src, &dst, opts) => r?,
-        _ = tokio::signal::ctrl_c() => return Err(SlateError::Interrupted),
+    let finished = tokio::select! {
+        r = copy::run(&src, &dst, opts) => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
     };
+    let Some(summary) = finished else {
+        // The copy future is dropped: its temp files are removed; give the uploads it cut short
+        // a moment to abort, so no orphaned parts stay billed at the store.
+        copy::transfer::wait_for_aborts(Duration::from_secs(5)).await;
+        return Err(SlateError::Interrupted);
+    };
+    let summary = summary?;
     if !quiet || summary.failed > 0 {
         println!("{}", summary.line());
     }

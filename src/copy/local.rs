@@ -118,9 +118,26 @@ pub fn walk(
 #[derive(Default)]
 pub struct DirMaker {
     known: Mutex<HashSet<PathBuf>>,
+    /// Zero-byte files this copy wrote. Stores list a folder marker (a zero-byte key ending in
+    /// `/`) without its slash, so such a file may turn out to be a folder: it is replaced by one.
+    empty: Mutex<HashSet<PathBuf>>,
 }
 
 impl DirMaker {
+    /// Records a zero-byte file written by this copy (see `empty`).
+    pub fn wrote_empty(&self, path: &Path) {
+        if let Ok(mut e) = self.empty.lock() {
+            e.insert(path.to_path_buf());
+        }
+    }
+
+    fn was_marker(&self, path: &Path) -> bool {
+        self.empty
+            .lock()
+            .map(|mut e| e.remove(path))
+            .unwrap_or(false)
+    }
+
     pub fn ensure_parent(&self, root: &Path, path: &Path) -> io::Result<()> {
         let Some(parent) = path.parent() else {
             return Ok(());
@@ -154,6 +171,10 @@ impl DirMaker {
                     ))
                 }
                 Ok(m) if m.is_dir() => {}
+                Ok(m) if m.len() == 0 && self.was_marker(&cur) => {
+                    std::fs::remove_file(&cur)?;
+                    std::fs::create_dir(&cur)?;
+                }
                 Ok(_) => {
                     return Err(io::Error::new(
                         io::ErrorKind::AlreadyExists,

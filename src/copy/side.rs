@@ -216,6 +216,14 @@ fn read_local(
         }
         _ => ChunkError::Fatal(format!("opening source: {e}")),
     })?;
+    if let ChunkSink::File(dst) = &sink {
+        // Local to local: the kernel copies (copy_file_range: no trip through user space, a
+        // reflink where the file system has them); the source range is then read back from the
+        // page cache to be hashed. Falls back to read + write where the kernel cannot.
+        if kernel_copy(&file, dst.file(), range.clone())? {
+            return hash_range(&file, range);
+        }
+    }
     let want = (range.end - range.start) as usize;
     let mut hasher = BlockHasher::new();
     let mut out = match sink {
@@ -254,5 +262,73 @@ fn read_local(
     Ok(ChunkOut {
         digests: hasher.finish(),
         data: matches!(sink, ChunkSink::Buffer).then(|| Bytes::from(out)),
+    })
+}
+
+/// Copies `range` from `src` to the same offsets of `dst` inside the kernel. Returns false
+/// (nothing copied) when the kernel cannot do it for these files.
+fn kernel_copy(
+    src: &std::fs::File,
+    dst: &std::fs::File,
+    range: Range<u64>,
+) -> Result<bool, ChunkError> {
+    use std::os::fd::AsRawFd;
+    let mut off_in = range.start as libc::loff_t;
+    let mut off_out = range.start as libc::loff_t;
+    let mut left = (range.end - range.start) as usize;
+    while left > 0 {
+        // SAFETY: both fds are open for the duration of the call; offsets are our own.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut off_in,
+                dst.as_raw_fd(),
+                &mut off_out,
+                left,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            let unsupported = matches!(
+                e.raw_os_error(),
+                Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EBADF)
+            );
+            if unsupported && off_in as u64 == range.start {
+                return Ok(false);
+            }
+            return Err(ChunkError::Fatal(format!("copying: {e}")));
+        }
+        if n == 0 {
+            return Err(ChunkError::Fatal(format!(
+                "source file shrank during the copy (ended after {off_in} bytes)"
+            )));
+        }
+        left -= n as usize;
+    }
+    Ok(true)
+}
+
+/// Hashes `range` of a local file.
+fn hash_range(file: &std::fs::File, range: Range<u64>) -> Result<ChunkOut, ChunkError> {
+    let mut hasher = BlockHasher::new();
+    let mut buf = vec![0u8; (BLOCK as usize).min((range.end - range.start).max(1) as usize)];
+    let mut pos = range.start;
+    while pos < range.end {
+        let want = buf.len().min((range.end - pos) as usize);
+        let n = file
+            .read_at(&mut buf[..want], pos)
+            .map_err(|e| ChunkError::Fatal(format!("reading source: {e}")))?;
+        if n == 0 {
+            return Err(ChunkError::Fatal(
+                "source file shrank during the copy".into(),
+            ));
+        }
+        hasher.update(&buf[..n]);
+        pos += n as u64;
+    }
+    Ok(ChunkOut {
+        digests: hasher.finish(),
+        data: None,
     })
 }

@@ -203,6 +203,15 @@ fn local_dest(ctx: &Ctx, item: &Item) -> Result<PathBuf, SlateError> {
 
 async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     let path = local_dest(ctx, item)?;
+    if item.size == 0 && path.is_dir() {
+        // A zero-byte "folder marker" (key ending in `/`, as consoles create them) whose folder
+        // exists: nothing to write.
+        return Ok(Outcome {
+            bytes: 0,
+            hash: Some(ContentHash::from_blocks(&[], 0)),
+            server_side: false,
+        });
+    }
     let tmp = TempFile::create(&path, item.size)
         .map_err(|e| obj_err(item, format!("creating {}: {e}", path.display())))?;
     let tmp = Arc::new(tmp);
@@ -232,11 +241,19 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     let hash = assemble(results, item.size);
     let tmp =
         Arc::try_unwrap(tmp).map_err(|_| obj_err(item, "internal: temp file still shared"))?;
+    if item.size == 0 {
+        ctx.dirs.wrote_empty(&path);
+    }
     let (size, mtime, fsync) = (item.size, item.mtime, ctx.opts.fsync);
-    tokio::task::spawn_blocking(move || tmp.commit(size, mtime, fsync))
+    let committed = tokio::task::spawn_blocking(move || tmp.commit(size, mtime, fsync))
         .await
-        .map_err(|e| obj_err(item, e.to_string()))?
-        .map_err(|e| obj_err(item, format!("finishing {}: {e}", path.display())))?;
+        .map_err(|e| obj_err(item, e.to_string()))?;
+    match committed {
+        Ok(()) => {}
+        // a folder marker whose folder another object created meanwhile
+        Err(_) if item.size == 0 && path.is_dir() => {}
+        Err(e) => return Err(obj_err(item, format!("finishing {}: {e}", path.display()))),
+    }
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),
@@ -288,6 +305,20 @@ async fn to_cloud_single(
     })
 }
 
+/// Aborts of multipart uploads cut short (error or interrupt), so that the CLI can wait for
+/// them before the process exits instead of leaving orphaned parts billed at the store.
+static ABORTS: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits (at most `limit`) for the aborts of uploads that were cut short.
+pub async fn wait_for_aborts(limit: std::time::Duration) {
+    let handles: Vec<_> = ABORTS
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default();
+    let _ = tokio::time::timeout(limit, futures::future::join_all(handles)).await;
+}
+
 /// Aborts a multipart upload that was neither completed nor aborted (error, cancel).
 struct AbortGuard(Option<Box<dyn MultipartUpload>>);
 
@@ -295,9 +326,13 @@ impl Drop for AbortGuard {
     fn drop(&mut self) {
         if let Some(mut up) = self.0.take() {
             if let Ok(h) = tokio::runtime::Handle::try_current() {
-                h.spawn(async move {
+                let task = h.spawn(async move {
                     let _ = up.abort().await;
                 });
+                if let Ok(mut v) = ABORTS.lock() {
+                    v.retain(|t| !t.is_finished());
+                    v.push(task);
+                }
             }
         }
     }
