@@ -46,6 +46,12 @@ pub enum SlateError {
     #[error("listing {url} failed: {detail}")]
     List { url: String, detail: String },
 
+    #[error("manifest {path}: {why}")]
+    Manifest { path: String, why: String },
+
+    #[error("refusing to delete {planned} objects (more than --max-delete {limit}); nothing was changed")]
+    TooManyDeletes { planned: u64, limit: String },
+
     #[error("interrupted")]
     Interrupted,
 }
@@ -61,7 +67,9 @@ impl SlateError {
             | SlateError::BucketNotFound { .. }
             | SlateError::SourceNotFound { .. }
             | SlateError::Store { .. }
-            | SlateError::Config { .. } => 2,
+            | SlateError::Config { .. }
+            | SlateError::Manifest { .. }
+            | SlateError::TooManyDeletes { .. } => 2,
             SlateError::Interrupted => 130,
             _ => 1,
         }

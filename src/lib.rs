@@ -15,6 +15,8 @@ pub mod config;
 pub mod copy;
 pub mod error;
 pub mod location;
+pub mod manifest;
+pub mod reconcile;
 pub mod store;
 
 pub use error::{Result, SlateError};

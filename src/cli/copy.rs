@@ -36,6 +36,16 @@ pub struct CopyArgs {
     pub src: String,
     /// Destination prefix (or object name, when the source is one object).
     pub dst: String,
+    #[command(flatten)]
+    pub tuning: TuningArgs,
+    /// List the source and print objects, bytes, requests and cost; copy nothing.
+    #[arg(long)]
+    pub estimate: bool,
+}
+
+/// How the copier runs: shared by `copy` and `sync`.
+#[derive(Debug, Args)]
+pub struct TuningArgs {
     /// Objects in flight at once [default: 16]
     #[arg(long)]
     pub transfers: Option<usize>,
@@ -54,9 +64,6 @@ pub struct CopyArgs {
     /// fsync local destination files before they become visible.
     #[arg(long)]
     pub fsync: bool,
-    /// List the source and print objects, bytes, requests and cost; copy nothing.
-    #[arg(long)]
-    pub estimate: bool,
     /// No progress and no summary; errors only.
     #[arg(short, long)]
     pub quiet: bool,
@@ -72,7 +79,8 @@ fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 
-fn options(args: &CopyArgs, cfg: &Config) -> CopyOptions {
+/// Copier options from flags, then the config file, then the defaults.
+pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
     let d = CopyOptions::default();
     CopyOptions {
         transfers: args.transfers.or(cfg.copy.transfers).unwrap_or(d.transfers),
@@ -96,10 +104,10 @@ fn options(args: &CopyArgs, cfg: &Config) -> CopyOptions {
 }
 
 async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
-    let cfg = Config::load(args.config.as_deref())?;
+    let cfg = Config::load(args.tuning.config.as_deref())?;
     let src = Location::parse(&args.src)?;
     let dst = Location::parse(&args.dst)?;
-    let opts = options(&args, &cfg);
+    let opts = options(&args.tuning, &cfg);
     if args.estimate {
         let est = copy::estimate(&src, &dst, &opts).await?;
         let server_side = src.same_store(&dst);
@@ -138,7 +146,7 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         );
         return Ok(());
     }
-    let quiet = args.quiet;
+    let quiet = args.tuning.quiet;
     let finished = tokio::select! {
         r = copy::run(&src, &dst, opts) => Some(r),
         _ = tokio::signal::ctrl_c() => None,

@@ -2,6 +2,9 @@
 //! [`run`]; the exit code comes from the result.
 
 pub mod copy;
+pub mod diff;
+pub mod pairs;
+pub mod sync;
 
 use clap::{Parser, Subcommand};
 
@@ -21,11 +24,20 @@ pub struct Cli {
 pub enum Command {
     /// Copy objects from SRC to DST (one object or a whole prefix, any store to any store).
     Copy(copy::CopyArgs),
+    /// Make DST equal to SRC, deletes included (`--once`: backfill / full reconcile).
+    Sync(sync::SyncArgs),
+    /// Report what differs between SRC and DST (exit 0 equal, 1 different, 2 error).
+    Diff(diff::DiffArgs),
+    /// The pairs the manifest knows, with object counts and last sync time.
+    Pairs(pairs::PairsArgs),
 }
 
 /// Runs the parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
     match cli.command {
         Command::Copy(args) => copy::run(args).await,
+        Command::Sync(args) => sync::run(args).await,
+        Command::Diff(args) => diff::run(args).await,
+        Command::Pairs(args) => pairs::run(args).await,
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod estimate;
 pub mod hash;
+pub mod list;
 pub mod local;
 pub mod progress;
 pub mod retry;
@@ -19,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 
 pub use progress::{Counters, ProgressMode};
 use side::{one_line, store_path, Side};
-use transfer::{copy_one, Ctx, Item, BUDGET_UNIT};
+use transfer::{copy_one, Ctx, Item};
 
 use crate::error::{Result, SlateError};
 use crate::location::{Location, Scheme};
@@ -141,7 +142,7 @@ impl CopySummary {
 }
 
 /// What the source resolved to.
-pub(crate) struct Plan {
+pub struct Plan {
     pub src: Side,
     pub dst: Side,
     pub dst_root: PathBuf,
@@ -175,7 +176,7 @@ fn xml_error(text: &str) -> Option<String> {
     }
 }
 
-fn classify_store_error(loc: &Location, e: &object_store::Error) -> SlateError {
+pub(crate) fn classify_store_error(loc: &Location, e: &object_store::Error) -> SlateError {
     let text = one_line(e);
     let short = xml_error(&text).unwrap_or_else(|| text.clone());
     let lower = text.to_ascii_lowercase();
@@ -212,7 +213,7 @@ fn classify_store_error(loc: &Location, e: &object_store::Error) -> SlateError {
 }
 
 /// Decides single object vs prefix, and checks that both ends can be reached.
-pub(crate) async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
+pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
     let src = Side::open(src_loc)?;
     let dst = Side::open(dst_loc)?;
     let server_side = src_loc.same_store(dst_loc);
@@ -334,87 +335,47 @@ async fn list_into(
     tx: mpsc::Sender<Result<Item>>,
     counters: Arc<Counters>,
 ) -> Result<u64> {
-    let mut n = 0u64;
-    match &src {
-        Side::Cloud { store, loc } => {
-            let prefix = if loc.prefix.is_empty() {
-                None
-            } else {
-                Some(store_path(&loc.prefix)?)
-            };
-            let strip = if loc.prefix.is_empty() {
-                String::new()
-            } else {
-                format!("{}/", loc.prefix)
-            };
-            let mut stream = store.list(prefix.as_ref());
-            while let Some(meta) = stream.next().await {
-                let meta = match meta {
-                    Ok(m) => m,
-                    Err(e) if n == 0 => return Err(classify_store_error(loc, &e)),
-                    Err(e) => {
-                        return Err(SlateError::List {
-                            url: loc.to_string(),
-                            detail: one_line(&e),
-                        })
-                    }
-                };
-                let key = meta.location.as_ref().to_string();
-                let rel = key.strip_prefix(&strip).unwrap_or(&key).to_string();
-                let dst = match dst_loc.scheme {
-                    Scheme::Local => rel,
-                    _ => dst_loc.key_for(&rel),
-                };
-                counters.objects_listed.fetch_add(1, Relaxed);
-                counters.bytes_listed.fetch_add(meta.size, Relaxed);
-                n += 1;
-                let item = Item {
-                    src: key,
-                    dst,
-                    size: meta.size,
-                    etag: meta.e_tag,
-                    mtime: Some(meta.last_modified.into()),
-                };
-                if tx.send(Ok(item)).await.is_err() {
-                    break;
-                }
-            }
-        }
-        Side::Local { loc } => {
-            let root = loc.local_path();
-            let (dst_loc, counters2) = (dst_loc.clone(), counters.clone());
-            let txb = tx.clone();
-            n = tokio::task::spawn_blocking(move || {
-                let mut n = 0u64;
-                let res = local::walk(&root, &mut |f| {
-                    let item = f.map(|f| {
-                        let dst = match dst_loc.scheme {
-                            Scheme::Local => f.rel.clone(),
-                            _ => dst_loc.key_for(&f.rel),
-                        };
-                        counters2.objects_listed.fetch_add(1, Relaxed);
-                        counters2.bytes_listed.fetch_add(f.size, Relaxed);
-                        Item {
-                            src: root.join(&f.rel).to_string_lossy().to_string(),
-                            dst,
-                            size: f.size,
-                            etag: None,
-                            mtime: f.mtime,
-                        }
-                    });
-                    n += 1;
-                    txb.blocking_send(item).is_ok()
-                });
-                res.map(|_| n)
-            })
-            .await
-            .map_err(|e| SlateError::List {
-                url: loc.to_string(),
-                detail: e.to_string(),
-            })??;
+    let (etx, mut erx) = mpsc::channel(8192);
+    let src2 = src.clone();
+    let lister =
+        tokio::spawn(async move { list::list_entries(&src2, etx, classify_store_error).await });
+    while let Some(e) = erx.recv().await {
+        let item = e.map(|e| {
+            counters.objects_listed.fetch_add(1, Relaxed);
+            counters.bytes_listed.fetch_add(e.size, Relaxed);
+            item_for(&src, &dst_loc, e)
+        });
+        if tx.send(item).await.is_err() {
+            break;
         }
     }
-    Ok(n)
+    lister.await.map_err(|e| SlateError::List {
+        url: src.location().to_string(),
+        detail: e.to_string(),
+    })?
+}
+
+/// The copy of one listed entry: full source key (or path) and destination key (or path
+/// relative to the destination root).
+pub(crate) fn item_for(src: &Side, dst_loc: &Location, e: list::Entry) -> Item {
+    let src_key = match src {
+        Side::Cloud { loc, .. } => loc.key_for(&e.rel),
+        Side::Local { loc } => loc.local_path().join(&e.rel).to_string_lossy().to_string(),
+    };
+    let dst = match dst_loc.scheme {
+        Scheme::Local => e.rel,
+        _ => dst_loc.key_for(&e.rel),
+    };
+    Item {
+        src: src_key,
+        dst,
+        size: e.size,
+        etag: match src {
+            Side::Cloud { .. } => e.etag,
+            Side::Local { .. } => None,
+        },
+        mtime: e.mtime,
+    }
 }
 
 /// Copies `src` to `dst`. Objects that fail are reported and counted; the copy goes on with
@@ -424,18 +385,7 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
     let start = Instant::now();
     let plan = plan(src_loc, dst_loc).await?;
     let counters = Arc::new(Counters::default());
-    let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
-    let ctx = Arc::new(Ctx {
-        src: plan.src.clone(),
-        dst: plan.dst.clone(),
-        dst_root: plan.dst_root.clone(),
-        opts: opts.clone(),
-        counters: counters.clone(),
-        budget: Arc::new(Semaphore::new(budget_units)),
-        dirs: Default::default(),
-        server_side: plan.server_side,
-        cross: plan.cross.clone(),
-    });
+    let ctx = Arc::new(Ctx::new(&plan, opts.clone(), counters.clone()));
     let reporter = progress::Reporter::start(counters.clone(), opts.progress);
     let (tx, rx) = mpsc::channel::<Result<Item>>(8192);
     let lister = match plan.single {

@@ -75,7 +75,11 @@ impl S3CrossBucket {
     }
 
     /// Copies `src_key` of the source bucket to `dst_key` of the destination bucket.
-    pub async fn copy(&self, src_key: &str, dst_key: &str) -> std::result::Result<(), String> {
+    pub async fn copy(
+        &self,
+        src_key: &str,
+        dst_key: &str,
+    ) -> std::result::Result<Option<String>, String> {
         Backoff::default()
             .run(
                 dst_key,
@@ -87,7 +91,11 @@ impl S3CrossBucket {
     }
 
     /// One attempt; the error says whether another attempt may help.
-    async fn try_copy(&self, src_key: &str, dst_key: &str) -> std::result::Result<(), ChunkError> {
+    async fn try_copy(
+        &self,
+        src_key: &str,
+        dst_key: &str,
+    ) -> std::result::Result<Option<String>, ChunkError> {
         let cred = self
             .s3
             .credentials()
@@ -119,7 +127,13 @@ impl S3CrossBucket {
         let text = String::from_utf8_lossy(&body);
         // S3 may answer 200 and still report an error in the body of a copy.
         if status.is_success() && !text.contains("<Error>") {
-            return Ok(());
+            // CopyObjectResult carries the new object's ETag
+            let etag = text
+                .split("<ETag>")
+                .nth(1)
+                .and_then(|r| r.split("</ETag>").next())
+                .map(|e| e.replace("&quot;", "\""));
+            return Ok(etag);
         }
         let retry = status.is_server_error()
             || status.as_u16() == 429

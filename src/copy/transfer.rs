@@ -33,12 +33,15 @@ pub struct Item {
 }
 
 /// What copying one object did.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Outcome {
     pub bytes: u64,
     /// None for server-side copies: no byte passed through slate.
     pub hash: Option<ContentHash>,
     pub server_side: bool,
+    /// The destination's change token after the write: the ETag the store returned, or for
+    /// local files the mtime/size token of `list::local_etag`. None when the store said none.
+    pub dst_etag: Option<String>,
 }
 
 /// Everything the transfers share.
@@ -62,6 +65,22 @@ pub struct Ctx {
 pub const BUDGET_UNIT: u64 = 64 * 1024;
 
 impl Ctx {
+    /// The shared state of one copy run over `plan`.
+    pub fn new(plan: &super::Plan, opts: CopyOptions, counters: Arc<Counters>) -> Ctx {
+        let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
+        Ctx {
+            src: plan.src.clone(),
+            dst: plan.dst.clone(),
+            dst_root: plan.dst_root.clone(),
+            opts,
+            counters,
+            budget: Arc::new(Semaphore::new(budget_units)),
+            dirs: Default::default(),
+            server_side: plan.server_side,
+            cross: plan.cross.clone(),
+        }
+    }
+
     async fn reserve(&self, bytes: u64) -> Result<OwnedSemaphorePermit, SlateError> {
         let units = bytes.div_ceil(BUDGET_UNIT).max(1) as u32;
         self.budget
@@ -143,7 +162,7 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         return Err(obj_err(item, "server-side copy needs a cloud store"));
     };
     let to = store_path(&item.dst)?;
-    match &ctx.cross {
+    let dst_etag = match &ctx.cross {
         Some(cross) => cross
             .copy(&item.src, &item.dst)
             .await
@@ -156,8 +175,9 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
                     item,
                     format!("server-side copy to {}: {}", item.dst, one_line(&e)),
                 )
-            })?,
-    }
+            })
+            .map(|_| None)?,
+    };
     ctx.counters.bytes_done.fetch_add(item.size, Relaxed);
     ctx.counters.objects_server_side.fetch_add(1, Relaxed);
     if ctx.opts.verify {
@@ -187,6 +207,7 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         bytes: item.size,
         hash: None,
         server_side: true,
+        dst_etag,
     })
 }
 
@@ -210,6 +231,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
             bytes: 0,
             hash: Some(ContentHash::from_blocks(&[], 0)),
             server_side: false,
+            dst_etag: None,
         });
     }
     let tmp = TempFile::create(&path, item.size)
@@ -254,10 +276,14 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         Err(_) if item.size == 0 && path.is_dir() => {}
         Err(e) => return Err(obj_err(item, format!("finishing {}: {e}", path.display()))),
     }
+    let dst_etag = std::fs::metadata(&path)
+        .ok()
+        .and_then(|m| super::list::local_etag(m.modified().ok(), m.len()));
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),
         server_side: false,
+        dst_etag,
     })
 }
 
@@ -294,7 +320,7 @@ async fn to_cloud_single(
             PutPayload::from_bytes(data),
         )
     };
-    store
+    let put = store
         .put_opts(&dst, payload, Default::default())
         .await
         .map_err(|e| obj_err(item, format!("writing {}: {}", item.dst, one_line(&e))))?;
@@ -302,6 +328,7 @@ async fn to_cloud_single(
         bytes: item.size,
         hash: Some(hash),
         server_side: false,
+        dst_etag: put.e_tag,
     })
 }
 
@@ -412,17 +439,21 @@ async fn to_cloud_multipart(
         .0
         .take()
         .ok_or_else(|| obj_err(item, "internal: upload gone"))?;
-    if let Err(e) = up.complete().await {
-        let _ = up.abort().await;
-        return Err(obj_err(
-            item,
-            format!("completing upload of {}: {}", item.dst, one_line(&e)),
-        ));
-    }
+    let put = match up.complete().await {
+        Ok(put) => put,
+        Err(e) => {
+            let _ = up.abort().await;
+            return Err(obj_err(
+                item,
+                format!("completing upload of {}: {}", item.dst, one_line(&e)),
+            ));
+        }
+    };
     Ok(Outcome {
         bytes: item.size,
         hash: Some(ContentHash::from_blocks(&digests, item.size)),
         server_side: false,
+        dst_etag: put.e_tag,
     })
 }
 

@@ -1,0 +1,201 @@
+//! `slate diff SRC DST`: what differs between a pair's two sides. Exit 0 equal, 1 different,
+//! 2 error. `--json` prints one JSON line per difference, then a summary line (a contract
+//! scripts rely on); `--from-manifest` answers from the manifest alone, with no request.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use serde_json::json;
+
+use super::sync::open_db;
+use crate::error::SlateError;
+use crate::location::Location;
+use crate::manifest::ScanRow;
+use crate::reconcile::filter::Filter;
+use crate::reconcile::plan::Action;
+use crate::reconcile::{self, Counts};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = crate::store::ENV_HELP)]
+pub struct DiffArgs {
+    /// Source prefix or folder.
+    pub src: Option<String>,
+    /// Destination prefix or folder.
+    pub dst: Option<String>,
+    /// JSON lines: one per difference, then one summary line.
+    #[arg(long)]
+    pub json: bool,
+    /// Answer from the manifest alone: zero requests to either store.
+    #[arg(long)]
+    pub from_manifest: bool,
+    /// List the pairs the manifest knows instead (same as `slate pairs`).
+    #[arg(long)]
+    pub list_pairs: bool,
+    /// How many differences the human output shows.
+    #[arg(long, default_value_t = 20)]
+    pub show: usize,
+    /// Only keys matching this glob; repeatable.
+    #[arg(long)]
+    pub include: Vec<String>,
+    /// Leave out keys matching this glob; repeatable.
+    #[arg(long)]
+    pub exclude: Vec<String>,
+    /// The manifest database [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB")]
+    pub db: Option<PathBuf>,
+}
+
+fn status(a: Action) -> &'static str {
+    match a {
+        Action::CopyMissing => "only_in_source",
+        Action::Delete | Action::KeepExtra => "only_in_destination",
+        _ => "changed",
+    }
+}
+
+fn ago(t: i64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let s = (now - t).max(0);
+    match s {
+        0..=119 => format!("{s} s ago"),
+        120..=7199 => format!("{} min ago", s / 60),
+        7200..=172_799 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86_400),
+    }
+}
+
+async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
+    let manifest = open_db(&args.db)?;
+    if args.list_pairs {
+        super::pairs::print(&manifest)?;
+        return Ok(0);
+    }
+    let missing = |what: &str| SlateError::BadOption {
+        option: what.into(),
+        why: "is required".into(),
+    };
+    let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?;
+    let dst = Location::parse(args.dst.as_deref().ok_or_else(|| missing("DST"))?)?;
+    let filter = Filter {
+        include: args.include.clone(),
+        exclude: args.exclude.clone(),
+        max_age: None,
+    };
+
+    let (pair_id, belief) = if args.from_manifest {
+        let (s, d) = (src.to_string(), dst.to_string());
+        let m = manifest.clone();
+        let pair = tokio::task::spawn_blocking(move || m.find_pair(&s, &d))
+            .await
+            .map_err(|e| SlateError::Manifest {
+                path: String::new(),
+                why: e.to_string(),
+            })??
+            .ok_or_else(|| SlateError::Manifest {
+                path: manifest.path().display().to_string(),
+                why: format!(
+                    "knows no pair {src} -> {dst}; run `slate sync --once {src} {dst}` first"
+                ),
+            })?;
+        let m = manifest.clone();
+        let id = pair.id;
+        tokio::task::spawn_blocking(move || {
+            m.scan_reset()?;
+            m.scan_from_manifest(id)
+        })
+        .await
+        .map_err(|e| SlateError::Manifest {
+            path: String::new(),
+            why: e.to_string(),
+        })??;
+        let belief = match pair.last_sync_at {
+            Some(t) => format!("from the manifest, as of the last full sync {}", ago(t)),
+            None => {
+                "from the manifest; this pair never finished a full sync, so the belief is partial"
+                    .into()
+            }
+        };
+        (id, Some(belief))
+    } else {
+        let scan = reconcile::scan(&manifest, &src, &dst, &filter, true).await?;
+        (scan.pair.id, None)
+    };
+
+    let json = args.json;
+    let show = args.show;
+    let mut shown = 0usize;
+    let counts: Counts =
+        reconcile::plan_all(&manifest, pair_id, true, &filter, |row: &ScanRow, a| {
+            if json {
+                let line = json!({
+                    "key": row.key,
+                    "status": status(a),
+                    "src_size": row.src.as_ref().map(|s| s.size),
+                    "dst_size": row.dst.as_ref().map(|s| s.size),
+                });
+                println!("{line}");
+            } else if shown < show {
+                shown += 1;
+                println!("{:<20} {}", status(a), row.key);
+            }
+        })
+        .await?;
+    if json {
+        println!(
+            "{}",
+            json!({"summary": {
+                "only_in_source": counts.only_in_source,
+                "only_in_destination": counts.only_in_destination + counts.kept,
+                "changed": counts.changed,
+                "equal": counts.equal,
+                "bytes_to_copy": counts.bytes_to_copy,
+            }})
+        );
+    } else {
+        let diffs = counts.differences();
+        if diffs as usize > shown {
+            println!("… and {} more", diffs as usize - shown);
+        }
+        println!(
+            "diff {src} -> {dst}{}",
+            belief
+                .as_deref()
+                .map(|b| format!(" ({b})"))
+                .unwrap_or_default()
+        );
+        println!("  only in source:      {}", counts.only_in_source);
+        println!(
+            "  only in destination: {}",
+            counts.only_in_destination + counts.kept
+        );
+        println!("  changed:             {}", counts.changed);
+        println!(
+            "  equal:               {}{}",
+            counts.equal,
+            if counts.equal_size_only > 0 {
+                format!(
+                    " ({} by size only: no comparable digest)",
+                    counts.equal_size_only
+                )
+            } else {
+                String::new()
+            }
+        );
+        println!("  bytes to copy:       {}", counts.bytes_to_copy);
+    }
+    Ok(if counts.differences() == 0 { 0 } else { 1 })
+}
+
+pub async fn run(args: DiffArgs) -> i32 {
+    match run_inner(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("slate: {e}");
+            2
+        }
+    }
+}

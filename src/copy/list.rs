@@ -1,0 +1,137 @@
+//! Listing one side recursively as a stream of [`Entry`] (key relative to the side's prefix,
+//! size, change token, mtime), sent through a bounded channel so that the consumer (the copier,
+//! or the manifest scan) runs while pages are still being fetched.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use object_store::ObjectStore;
+use tokio::sync::mpsc;
+
+use super::local;
+use super::side::{one_line, store_path, Side};
+use crate::error::{Result, SlateError};
+use crate::location::Location;
+
+/// One object found by a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Key relative to the listed prefix (`/`-separated).
+    pub rel: String,
+    pub size: u64,
+    /// The store's ETag; for local files a change token made of mtime and size.
+    pub etag: Option<String>,
+    pub mtime: Option<SystemTime>,
+}
+
+/// Change token of a local file: any rewrite changes its mtime (nanoseconds) or size.
+pub fn local_etag(mtime: Option<SystemTime>, size: u64) -> Option<String> {
+    let t = mtime?.duration_since(UNIX_EPOCH).ok()?;
+    Some(format!("{:x}.{:x}-{size:x}", t.as_secs(), t.subsec_nanos()))
+}
+
+/// Milliseconds since the epoch (what the manifest stores).
+pub fn millis(t: Option<SystemTime>) -> Option<i64> {
+    t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+}
+
+/// Lists everything under `side`'s prefix into `tx`; returns how many entries were sent.
+/// A failure of the first page is classified (missing bucket, access denied) by `classify`.
+pub async fn list_entries(
+    side: &Side,
+    tx: mpsc::Sender<Result<Entry>>,
+    classify: fn(&Location, &object_store::Error) -> SlateError,
+) -> Result<u64> {
+    match side {
+        Side::Cloud { store, loc } => list_cloud(store, loc, tx, classify).await,
+        Side::Local { loc } => {
+            let root = loc.local_path();
+            let url = loc.to_string();
+            if !root.exists() {
+                return Ok(0);
+            }
+            tokio::task::spawn_blocking(move || {
+                let mut n = 0u64;
+                local::walk(&root, &mut |f| {
+                    n += 1;
+                    let e = f.map(|f| Entry {
+                        etag: local_etag(f.mtime, f.size),
+                        rel: f.rel,
+                        size: f.size,
+                        mtime: f.mtime,
+                    });
+                    tx.blocking_send(e).is_ok()
+                })
+                .map(|_| n)
+            })
+            .await
+            .map_err(|e| SlateError::List {
+                url,
+                detail: e.to_string(),
+            })?
+        }
+    }
+}
+
+async fn list_cloud(
+    store: &Arc<dyn ObjectStore>,
+    loc: &Location,
+    tx: mpsc::Sender<Result<Entry>>,
+    classify: fn(&Location, &object_store::Error) -> SlateError,
+) -> Result<u64> {
+    let prefix = if loc.prefix.is_empty() {
+        None
+    } else {
+        Some(store_path(&loc.prefix)?)
+    };
+    let strip = if loc.prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", loc.prefix)
+    };
+    let mut stream = store.list(prefix.as_ref());
+    let mut n = 0u64;
+    while let Some(meta) = stream.next().await {
+        let meta = match meta {
+            Ok(m) => m,
+            Err(e) if n == 0 => return Err(classify(loc, &e)),
+            Err(e) => {
+                return Err(SlateError::List {
+                    url: loc.to_string(),
+                    detail: one_line(&e),
+                })
+            }
+        };
+        let key = meta.location.as_ref();
+        let rel = key.strip_prefix(&strip).unwrap_or(key).to_string();
+        n += 1;
+        let e = Entry {
+            rel,
+            size: meta.size,
+            etag: meta.e_tag,
+            mtime: Some(meta.last_modified.into()),
+        };
+        if tx.send(Ok(e)).await.is_err() {
+            break;
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn local_change_token_sees_mtime_and_size() {
+        let t = UNIX_EPOCH + Duration::new(1_700_000_000, 123);
+        let a = local_etag(Some(t), 10);
+        assert_eq!(a.as_deref(), Some("6553f100.7b-a"));
+        assert_ne!(a, local_etag(Some(t + Duration::from_nanos(1)), 10));
+        assert_ne!(a, local_etag(Some(t), 11));
+        assert_eq!(local_etag(None, 1), None);
+    }
+}

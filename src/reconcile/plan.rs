@@ -1,0 +1,322 @@
+//! The planner: pure. One key's listing rows and manifest rows in, one action out. Table-tested
+//! below; everything that decides whether slate copies, deletes or leaves a key alone is here.
+//!
+//! When are two objects equal (DESIGN.md)? ETags are compared only with themselves over time:
+//! equal when the source is what the manifest recorded when slate last copied it, and the
+//! destination is what slate's write left there. Without manifest rows: sizes equal and a digest
+//! both sides expose (an S3-style single-part MD5 ETag) equal; else sizes alone, counted and
+//! reported as such.
+
+use crate::manifest::{ScanRow, State};
+
+/// What to do with one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Equal by the manifest (both sides unchanged since slate last synced them).
+    EqualRecorded = 0,
+    /// Equal by a content digest both sides expose.
+    EqualDigest = 1,
+    /// Same size, and nothing better to compare: taken as equal, reported as such.
+    EqualSizeOnly = 2,
+    /// Only in the source: copy.
+    CopyMissing = 3,
+    /// In both, different: copy over.
+    CopyChanged = 4,
+    /// Only in the destination: delete.
+    Delete = 5,
+    /// Only in the destination, but deletes are off: keep.
+    KeepExtra = 6,
+}
+
+impl Action {
+    pub fn from_u8(v: u8) -> Option<Action> {
+        use Action::*;
+        [
+            EqualRecorded,
+            EqualDigest,
+            EqualSizeOnly,
+            CopyMissing,
+            CopyChanged,
+            Delete,
+            KeepExtra,
+        ]
+        .into_iter()
+        .find(|a| *a as u8 == v)
+    }
+
+    pub fn is_copy(self) -> bool {
+        matches!(self, Action::CopyMissing | Action::CopyChanged)
+    }
+
+    pub fn is_equal(self) -> bool {
+        matches!(
+            self,
+            Action::EqualRecorded | Action::EqualDigest | Action::EqualSizeOnly
+        )
+    }
+}
+
+/// An S3-style single-part ETag is the MD5 of the content: 32 hex digits (quotes stripped).
+fn md5_etag(etag: &Option<String>) -> Option<String> {
+    let e = etag.as_deref()?.trim_matches('"');
+    (e.len() == 32 && e.bytes().all(|b| b.is_ascii_hexdigit())).then(|| e.to_ascii_lowercase())
+}
+
+/// Same object as the manifest recorded: same size, and the same ETag when both have one.
+fn same_as_recorded(now: &State, recorded: &Option<State>) -> bool {
+    match recorded {
+        Some(r) => {
+            r.size == now.size && (r.etag.is_none() || now.etag.is_none() || r.etag == now.etag)
+        }
+        None => false,
+    }
+}
+
+/// Decides one key. `deletes` is false with `--no-delete`.
+pub fn plan(row: &ScanRow, deletes: bool) -> Action {
+    match (&row.src, &row.dst) {
+        (None, None) => Action::EqualRecorded,
+        (Some(_), None) => Action::CopyMissing,
+        (None, Some(_)) if deletes => Action::Delete,
+        (None, Some(_)) => Action::KeepExtra,
+        (Some(s), Some(d)) => {
+            if s.size != d.size {
+                return Action::CopyChanged;
+            }
+            let src_known = row.m_src.is_some();
+            let dst_known = row.m_dst.is_some();
+            let src_same = same_as_recorded(s, &row.m_src);
+            let dst_same = same_as_recorded(d, &row.m_dst);
+            if src_known && dst_known {
+                // slate synced this key before: any change on either side since means copy
+                return if src_same && dst_same {
+                    Action::EqualRecorded
+                } else {
+                    Action::CopyChanged
+                };
+            }
+            if src_known && !src_same {
+                return Action::CopyChanged;
+            }
+            match (md5_etag(&s.etag), md5_etag(&d.etag)) {
+                (Some(a), Some(b)) if a == b => Action::EqualDigest,
+                (Some(_), Some(_)) => Action::CopyChanged,
+                _ => Action::EqualSizeOnly,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Action::*;
+
+    fn s(size: u64, etag: &str) -> Option<State> {
+        Some(State {
+            size,
+            etag: (!etag.is_empty()).then(|| etag.to_string()),
+            mtime_ms: None,
+        })
+    }
+
+    const MD5A: &str = "\"0123456789abcdef0123456789abcdef\"";
+    const MD5B: &str = "\"fedcba9876543210fedcba9876543210\"";
+
+    /// (name, source, destination, manifest source, manifest destination, deletes, action)
+    type Case = (
+        &'static str,
+        Option<State>,
+        Option<State>,
+        Option<State>,
+        Option<State>,
+        bool,
+        Action,
+    );
+
+    #[test]
+    fn plans_every_case() {
+        // (source, destination, manifest source, manifest destination, deletes) -> action
+        let cases: Vec<Case> = vec![
+            (
+                "only in source",
+                s(5, "a"),
+                None,
+                None,
+                None,
+                true,
+                CopyMissing,
+            ),
+            (
+                "only in source, manifest remembers a copy gone missing",
+                s(5, "a"),
+                None,
+                s(5, "a"),
+                s(5, "d"),
+                true,
+                CopyMissing,
+            ),
+            (
+                "only in destination",
+                None,
+                s(5, "d"),
+                None,
+                None,
+                true,
+                Delete,
+            ),
+            (
+                "only in destination, deletes off",
+                None,
+                s(5, "d"),
+                None,
+                None,
+                false,
+                KeepExtra,
+            ),
+            (
+                "only in destination, source deleted since sync",
+                None,
+                s(5, "d"),
+                s(5, "a"),
+                s(5, "d"),
+                true,
+                Delete,
+            ),
+            (
+                "synced, unchanged",
+                s(5, "a"),
+                s(5, "d"),
+                s(5, "a"),
+                s(5, "d"),
+                true,
+                EqualRecorded,
+            ),
+            (
+                "synced, source overwritten same size",
+                s(5, "a2"),
+                s(5, "d"),
+                s(5, "a"),
+                s(5, "d"),
+                true,
+                CopyChanged,
+            ),
+            (
+                "synced, source overwritten other size",
+                s(6, "a2"),
+                s(5, "d"),
+                s(5, "a"),
+                s(5, "d"),
+                true,
+                CopyChanged,
+            ),
+            (
+                "synced, destination changed behind our back",
+                s(5, "a"),
+                s(5, "x"),
+                s(5, "a"),
+                s(5, "d"),
+                true,
+                CopyChanged,
+            ),
+            (
+                "sizes differ, no manifest",
+                s(5, ""),
+                s(6, ""),
+                None,
+                None,
+                true,
+                CopyChanged,
+            ),
+            (
+                "no manifest, equal MD5 etags",
+                s(5, MD5A),
+                s(5, MD5A),
+                None,
+                None,
+                true,
+                EqualDigest,
+            ),
+            (
+                "no manifest, different MD5 etags",
+                s(5, MD5A),
+                s(5, MD5B),
+                None,
+                None,
+                true,
+                CopyChanged,
+            ),
+            (
+                "no manifest, opaque etags (Azure)",
+                s(5, "0x8D1"),
+                s(5, MD5A),
+                None,
+                None,
+                true,
+                EqualSizeOnly,
+            ),
+            (
+                "no manifest, local change tokens",
+                s(5, "1.2-5"),
+                s(5, "3.4-5"),
+                None,
+                None,
+                true,
+                EqualSizeOnly,
+            ),
+            (
+                "source recorded and changed, destination unknown",
+                s(5, "a2"),
+                s(5, "d"),
+                s(5, "a"),
+                None,
+                true,
+                CopyChanged,
+            ),
+            (
+                "source recorded unchanged, destination unknown, sizes equal",
+                s(5, "a"),
+                s(5, "0x1"),
+                s(5, "a"),
+                None,
+                true,
+                EqualSizeOnly,
+            ),
+            (
+                "recorded without etag (server-side copy)",
+                s(5, "a"),
+                s(5, "d"),
+                s(5, "a"),
+                s(5, ""),
+                true,
+                EqualRecorded,
+            ),
+        ];
+        for (name, src, dst, m_src, m_dst, deletes, want) in cases {
+            let row = ScanRow {
+                key: "k".into(),
+                src,
+                dst,
+                m_src,
+                m_dst,
+            };
+            assert_eq!(plan(&row, deletes), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn actions_round_trip_through_u8() {
+        for a in [
+            EqualRecorded,
+            EqualDigest,
+            EqualSizeOnly,
+            CopyMissing,
+            CopyChanged,
+            Delete,
+            KeepExtra,
+        ] {
+            assert_eq!(Action::from_u8(a as u8), Some(a));
+        }
+        assert_eq!(Action::from_u8(99), None);
+    }
+}
