@@ -5,76 +5,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use common::*;
-
-/// One end of a test copy.
-#[derive(Clone, Copy, Debug)]
-enum End {
-    Local,
-    S3(&'static str),
-    Az(&'static str),
-    Gs(&'static str),
-}
-
-struct Place {
-    end: End,
-    prefix: String,
-    _dir: Option<tempfile::TempDir>,
-    root: PathBuf,
-}
-
-impl Place {
-    fn new(end: End, name: &str) -> Place {
-        let prefix = unique(name);
-        match end {
-            End::Local => {
-                let dir = tempfile::tempdir().expect("tempdir");
-                let root = dir.path().join(&prefix);
-                Place {
-                    end,
-                    prefix,
-                    root,
-                    _dir: Some(dir),
-                }
-            }
-            _ => Place {
-                end,
-                prefix,
-                root: PathBuf::new(),
-                _dir: None,
-            },
-        }
-    }
-
-    fn url(&self) -> String {
-        match self.end {
-            End::Local => self.root.display().to_string(),
-            End::S3(b) => format!("s3://{b}/{}", self.prefix),
-            End::Az(c) => format!("az://{c}/{}", self.prefix),
-            End::Gs(b) => format!("gs://{b}/{}", self.prefix),
-        }
-    }
-
-    fn seed(&self, data: &BTreeMap<String, Vec<u8>>) {
-        match self.end {
-            End::Local => seed_local(&self.root, data),
-            End::S3(b) => rt().block_on(seed(&s3(b), &self.prefix, data)),
-            End::Az(c) => rt().block_on(seed(&az(c), &self.prefix, data)),
-            End::Gs(b) => rt().block_on(seed(&gcs_writer(b), &self.prefix, data)),
-        }
-    }
-
-    fn read(&self) -> BTreeMap<String, Vec<u8>> {
-        match self.end {
-            End::Local => read_local(&self.root),
-            End::S3(b) => rt().block_on(read_all(&s3(b), &self.prefix)),
-            End::Az(c) => rt().block_on(read_all(&az(c), &self.prefix)),
-            End::Gs(b) => rt().block_on(read_all(&gcs(b), &self.prefix)),
-        }
-    }
-}
 
 /// Seeds `src`, copies it to `dst` with `extra` flags, and checks the destination equals the
 /// source exactly (no missing, extra, or different object; no temp file left behind).

@@ -332,6 +332,7 @@ pub async fn plan_all(
                 continue;
             }
             let a = plan::plan(row, deletes);
+            tracing::debug!(?row, ?a, "planned");
             counts.add(a, row);
             if !a.is_equal() {
                 each(row, a);

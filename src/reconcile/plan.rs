@@ -62,11 +62,19 @@ fn md5_etag(etag: &Option<String>) -> Option<String> {
     (e.len() == 32 && e.bytes().all(|b| b.is_ascii_hexdigit())).then(|| e.to_ascii_lowercase())
 }
 
+/// An ETag without the quoting that differs between a store's write responses and its
+/// listings (Azure quotes one and not the other; weak tags carry `W/`).
+fn norm(etag: &Option<String>) -> Option<&str> {
+    etag.as_deref()
+        .map(|e| e.trim_start_matches("W/").trim_matches('"'))
+}
+
 /// Same object as the manifest recorded: same size, and the same ETag when both have one.
 fn same_as_recorded(now: &State, recorded: &Option<State>) -> bool {
     match recorded {
         Some(r) => {
-            r.size == now.size && (r.etag.is_none() || now.etag.is_none() || r.etag == now.etag)
+            r.size == now.size
+                && (r.etag.is_none() || now.etag.is_none() || norm(&r.etag) == norm(&now.etag))
         }
         None => false,
     }
@@ -281,6 +289,15 @@ mod tests {
                 None,
                 true,
                 EqualSizeOnly,
+            ),
+            (
+                "recorded etag quoted, listed unquoted (Azure)",
+                s(5, "a"),
+                s(5, "0x8D"),
+                s(5, "a"),
+                s(5, "\"0x8D\""),
+                true,
+                EqualRecorded,
             ),
             (
                 "recorded without etag (server-side copy)",

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -287,4 +288,101 @@ pub fn stderr(o: &Output) -> String {
 }
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// One end of a test copy.
+#[derive(Clone, Copy, Debug)]
+pub enum End {
+    Local,
+    S3(&'static str),
+    Az(&'static str),
+    Gs(&'static str),
+}
+
+pub struct Place {
+    pub end: End,
+    pub prefix: String,
+    _dir: Option<tempfile::TempDir>,
+    pub root: PathBuf,
+}
+
+impl Place {
+    pub fn new(end: End, name: &str) -> Place {
+        let prefix = unique(name);
+        match end {
+            End::Local => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let root = dir.path().join(&prefix);
+                Place {
+                    end,
+                    prefix,
+                    root,
+                    _dir: Some(dir),
+                }
+            }
+            _ => Place {
+                end,
+                prefix,
+                root: PathBuf::new(),
+                _dir: None,
+            },
+        }
+    }
+
+    pub fn url(&self) -> String {
+        match self.end {
+            End::Local => self.root.display().to_string(),
+            End::S3(b) => format!("s3://{b}/{}", self.prefix),
+            End::Az(c) => format!("az://{c}/{}", self.prefix),
+            End::Gs(b) => format!("gs://{b}/{}", self.prefix),
+        }
+    }
+
+    pub fn seed(&self, data: &BTreeMap<String, Vec<u8>>) {
+        match self.end {
+            End::Local => seed_local(&self.root, data),
+            End::S3(b) => rt().block_on(seed(&s3(b), &self.prefix, data)),
+            End::Az(c) => rt().block_on(seed(&az(c), &self.prefix, data)),
+            End::Gs(b) => rt().block_on(seed(&gcs_writer(b), &self.prefix, data)),
+        }
+    }
+
+    pub fn read(&self) -> BTreeMap<String, Vec<u8>> {
+        match self.end {
+            End::Local => read_local(&self.root),
+            End::S3(b) => rt().block_on(read_all(&s3(b), &self.prefix)),
+            End::Az(c) => rt().block_on(read_all(&az(c), &self.prefix)),
+            End::Gs(b) => rt().block_on(read_all(&gcs(b), &self.prefix)),
+        }
+    }
+}
+
+impl Place {
+    /// Deletes keys (relative) at this place.
+    pub fn remove(&self, keys: &[&str]) {
+        let store = match self.end {
+            End::Local => {
+                for k in keys {
+                    std::fs::remove_file(self.root.join(k)).expect("remove");
+                }
+                return;
+            }
+            End::S3(b) => s3(b),
+            End::Az(c) => az(c),
+            End::Gs(b) => gcs(b),
+        };
+        rt().block_on(async {
+            for k in keys {
+                let p = Path::parse(format!("{}/{k}", self.prefix)).expect("key");
+                store.delete(&p).await.expect("delete");
+            }
+        });
+    }
+}
+
+/// `slate` with a manifest database of the test's own.
+pub fn slate_db(db: &std::path::Path) -> Command {
+    let mut c = slate();
+    c.env("SLATE_DB", db);
+    c
 }
