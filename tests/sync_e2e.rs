@@ -141,6 +141,20 @@ fn lifecycle(src_end: End, dst_end: End, n: usize) {
     let out = diff(&db, &su, &du, &["--from-manifest", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{ctx}: {}", stdout(&out));
     assert_eq!(json_summary(&out)["equal"], (n + 2) as u64, "{ctx}"); // n - 3 deleted + 5 new
+
+    // --from-manifest makes no request: with every store pointed at a closed port it still answers
+    let mut c = slate_db(&db);
+    c.env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AZURITE_BLOB_STORAGE_URL", "http://127.0.0.1:9")
+        .env("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+        .args(["diff", &su, &du, "--from-manifest"]);
+    let out = c.output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{ctx}: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("from the manifest, as of the last full sync"),
+        "{ctx}: {}",
+        stdout(&out)
+    );
 }
 
 #[test]

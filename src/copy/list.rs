@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use object_store::ObjectStore;
+
 use tokio::sync::mpsc;
 
 use super::local;
@@ -75,6 +76,12 @@ pub async fn list_entries(
     }
 }
 
+/// Prefixes listed at once when the source fans out into "folders".
+const LIST_FANOUT: usize = 8;
+
+/// Lists a cloud prefix. When it holds several common prefixes ("folders"), they are listed
+/// in parallel (up to [`LIST_FANOUT`] at once): a listing's pages are sequential, so one
+/// listing per folder is what makes a large bucket list faster.
 async fn list_cloud(
     store: &Arc<dyn ObjectStore>,
     loc: &Location,
@@ -91,6 +98,52 @@ async fn list_cloud(
     } else {
         format!("{}/", loc.prefix)
     };
+    let top = store
+        .list_with_delimiter(prefix.as_ref())
+        .await
+        .map_err(|e| classify(loc, &e))?;
+    if top.common_prefixes.len() < 2 {
+        return list_one(store, loc, prefix, &strip, tx, classify).await;
+    }
+    let mut n = 0u64;
+    for meta in top.objects {
+        n += 1;
+        if tx.send(Ok(entry(meta, &strip))).await.is_err() {
+            return Ok(n);
+        }
+    }
+    let mut subs = futures::stream::iter(top.common_prefixes)
+        .map(|p| {
+            let tx = tx.clone();
+            let strip = strip.clone();
+            async move { list_one(store, loc, Some(p), &strip, tx, classify).await }
+        })
+        .buffer_unordered(LIST_FANOUT);
+    while let Some(r) = subs.next().await {
+        n += r?;
+    }
+    Ok(n)
+}
+
+fn entry(meta: object_store::ObjectMeta, strip: &str) -> Entry {
+    let key = meta.location.as_ref();
+    Entry {
+        rel: key.strip_prefix(strip).unwrap_or(key).to_string(),
+        size: meta.size,
+        etag: meta.e_tag,
+        mtime: Some(meta.last_modified.into()),
+    }
+}
+
+/// One recursive listing, page after page.
+async fn list_one(
+    store: &Arc<dyn ObjectStore>,
+    loc: &Location,
+    prefix: Option<object_store::path::Path>,
+    strip: &str,
+    tx: mpsc::Sender<Result<Entry>>,
+    classify: fn(&Location, &object_store::Error) -> SlateError,
+) -> Result<u64> {
     let mut stream = store.list(prefix.as_ref());
     let mut n = 0u64;
     while let Some(meta) = stream.next().await {
@@ -104,16 +157,8 @@ async fn list_cloud(
                 })
             }
         };
-        let key = meta.location.as_ref();
-        let rel = key.strip_prefix(&strip).unwrap_or(key).to_string();
         n += 1;
-        let e = Entry {
-            rel,
-            size: meta.size,
-            etag: meta.e_tag,
-            mtime: Some(meta.last_modified.into()),
-        };
-        if tx.send(Ok(e)).await.is_err() {
+        if tx.send(Ok(entry(meta, strip))).await.is_err() {
             break;
         }
     }

@@ -332,7 +332,6 @@ pub async fn plan_all(
                 continue;
             }
             let a = plan::plan(row, deletes);
-            tracing::debug!(?row, ?a, "planned");
             counts.add(a, row);
             if !a.is_equal() {
                 each(row, a);
@@ -428,7 +427,12 @@ pub async fn sync_once(
     counters.bytes_listed.store(counts.bytes_to_copy, Relaxed);
     counters.listing_done.store(true, Relaxed);
     let ctx = Arc::new(Ctx::new(&scan.plan, opts.copy.clone(), counters.clone()));
-    let reporter = progress::Reporter::start(counters.clone(), opts.copy.progress);
+    let show = if counts.only_in_source + counts.changed > 0 {
+        opts.copy.progress
+    } else {
+        copy::ProgressMode::Quiet
+    };
+    let reporter = progress::Reporter::start(counters.clone(), show);
     let result = apply(&manifest, &scan, &ctx, &mut report).await;
     reporter.finish().await;
     result?;
