@@ -167,15 +167,26 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
                 .map(|b| format!(" ({b})"))
                 .unwrap_or_default()
         );
-        println!("  only in source:      {}", counts.only_in_source);
+        let b = crate::copy::progress::human_bytes;
         println!(
-            "  only in destination: {}",
-            counts.only_in_destination + counts.kept
+            "  only in source:      {} ({})",
+            counts.only_in_source,
+            b(counts.bytes_only_in_source)
         );
-        println!("  changed:             {}", counts.changed);
         println!(
-            "  equal:               {}{}",
+            "  only in destination: {} ({})",
+            counts.only_in_destination + counts.kept,
+            b(counts.bytes_only_in_destination)
+        );
+        println!(
+            "  changed:             {} ({})",
+            counts.changed,
+            b(counts.bytes_changed)
+        );
+        println!(
+            "  equal:               {} ({}){}",
             counts.equal,
+            b(counts.bytes_equal),
             if counts.equal_size_only > 0 {
                 format!(
                     " ({} by size only: no comparable digest)",

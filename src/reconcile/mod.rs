@@ -97,6 +97,11 @@ pub struct Counts {
     pub bytes_to_copy: u64,
     /// Destination extras kept because of `--no-delete`.
     pub kept: u64,
+    /// Bytes per category (source sizes, destination sizes for destination-only keys).
+    pub bytes_only_in_source: u64,
+    pub bytes_only_in_destination: u64,
+    pub bytes_changed: u64,
+    pub bytes_equal: u64,
 }
 
 impl Counts {
@@ -112,8 +117,16 @@ impl Counts {
             Action::Delete => self.only_in_destination += 1,
             Action::KeepExtra => self.kept += 1,
         }
+        let src = row.src.as_ref().map(|s| s.size).unwrap_or(0);
+        let dst = row.dst.as_ref().map(|s| s.size).unwrap_or(0);
+        match a {
+            Action::CopyMissing => self.bytes_only_in_source += src,
+            Action::CopyChanged => self.bytes_changed += src,
+            Action::Delete | Action::KeepExtra => self.bytes_only_in_destination += dst,
+            _ => self.bytes_equal += src,
+        }
         if a.is_copy() {
-            self.bytes_to_copy += row.src.as_ref().map(|s| s.size).unwrap_or(0);
+            self.bytes_to_copy += src;
         }
     }
 
