@@ -14,6 +14,8 @@ pub mod cli;
 pub mod config;
 pub mod copy;
 pub mod error;
+pub mod events;
+pub mod inbox;
 pub mod location;
 pub mod manifest;
 pub mod reconcile;

@@ -16,7 +16,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::error::{Result, SlateError};
 
 /// Migrations, applied in order; `PRAGMA user_version` is the number of the last one applied.
-const MIGRATIONS: &[&str] = &[include_str!("../schema/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../schema/0001_init.sql"),
+    include_str!("../schema/0002_inbox.sql"),
+];
 
 /// Which side of a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +159,10 @@ impl Manifest {
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
+    pub(crate) fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> Result<T> {
         let mut conn = self
             .conn
             .lock()
@@ -413,6 +419,32 @@ impl Manifest {
                 params![pair_id, side as i64],
             )
             .map(|n| n as u64)
+        })
+    }
+
+    /// One key's recorded state on one side.
+    pub fn get(&self, pair_id: i64, side: Side, key: &str) -> Result<Option<State>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
+                params![pair_id, side as i64, key],
+                |r| Ok(state(r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map(Option::flatten)
+        })
+    }
+
+    /// Keys recorded on one side under `prefix/` (a folder renamed or removed as a whole).
+    pub fn keys_under(&self, pair_id: i64, side: Side, prefix: &str) -> Result<Vec<String>> {
+        let lo = format!("{prefix}/");
+        let hi = format!("{prefix}0"); // '0' follows '/' in byte order
+        self.with(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key >= ?3 AND key < ?4",
+            )?;
+            let rows = st.query_map(params![pair_id, side as i64, lo, hi], |r| r.get(0))?;
+            rows.collect()
         })
     }
 

@@ -297,10 +297,10 @@ fn bad_input_is_one_line_and_exit_2() {
     let db = dir.path().join("slate.db");
     let d = dir.path().display().to_string();
     let mut c = slate_db(&db);
-    c.args(["sync", &d, "/tmp/x"]);
+    c.args(["sync", "s3://slate-src/x", "/tmp/x"]);
     let out = c.output().expect("run");
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--once"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--events"), "{}", stderr(&out));
     let out = diff(&db, "s3://no-such-bucket-slate/x", &d, &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

@@ -37,9 +37,13 @@ pub struct SyncArgs {
     pub src: String,
     /// Destination prefix or folder.
     pub dst: String,
-    /// Reconcile once and exit (backfill / full reconcile).
+    /// Reconcile once and exit (backfill / full reconcile). Without it: the daemon, following
+    /// change events (local folders: inotify).
     #[arg(long)]
     pub once: bool,
+    /// Daemon: run a full compare every N seconds and repair drift (0: never).
+    #[arg(long, default_value_t = 86_400)]
+    pub drift_check_secs: u64,
     /// Print the plan (one line per copy or delete) and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -75,12 +79,6 @@ pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
 }
 
 async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
-    if !args.once {
-        return Err(SlateError::BadOption {
-            option: "--once".into(),
-            why: "the event-driven daemon is not part of this build yet; run with --once (backfill / full reconcile)".into(),
-        });
-    }
     let cfg = Config::load(args.tuning.config.as_deref())?;
     let src = Location::parse(&args.src)?;
     let dst = Location::parse(&args.dst)?;
@@ -98,6 +96,26 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         copy: options(&args.tuning, &cfg),
     };
     let quiet = args.tuning.quiet;
+    if !args.once {
+        let dopts = crate::reconcile::daemon::DaemonOptions {
+            sync: opts,
+            drift_interval: std::time::Duration::from_secs(args.drift_check_secs),
+            batch: 1000,
+            shutdown_grace: std::time::Duration::from_secs(30),
+        };
+        let stats =
+            crate::reconcile::daemon::run(manifest, &src, &dst, dopts, shutdown_signal()).await?;
+        use std::sync::atomic::Ordering::Relaxed;
+        eprintln!(
+            "slate: stopped; {} keys applied ({} copied, {} deleted, {} unchanged), {} failed",
+            stats.applied.load(Relaxed),
+            stats.copied.load(Relaxed),
+            stats.deleted.load(Relaxed),
+            stats.unchanged.load(Relaxed),
+            stats.failed.load(Relaxed)
+        );
+        return Ok(0);
+    }
     let finished = tokio::select! {
         r = reconcile::sync_once(manifest, &src, &dst, &opts) => Some(r),
         _ = tokio::signal::ctrl_c() => None,
@@ -118,6 +136,22 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         });
     }
     Ok(0)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 pub async fn run(args: SyncArgs) -> i32 {

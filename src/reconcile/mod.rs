@@ -6,6 +6,7 @@
 //! deletes what the source no longer has (only after asking the source again), and records
 //! everything in the manifest.
 
+pub mod daemon;
 pub mod filter;
 pub mod plan;
 
@@ -214,7 +215,9 @@ fn to_state(e: &Entry) -> State {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| SlateError::Manifest {

@@ -1,0 +1,134 @@
+//! Local folders as an event source (inotify through the notify crate): create, modify,
+//! close-write, rename and delete become keys for the inbox, debounced. Only receives and
+//! normalises; the daemon reconciles.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{Event, EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+use crate::copy::local::TMP_PREFIX;
+use crate::error::SlateError;
+
+/// What a burst of file events touched: keys relative to the watched root (`/`-separated).
+/// A path that is a folder (or was one) is reported as is; the daemon expands it.
+pub type Keys = BTreeSet<String>;
+
+/// Keeps the watcher alive; dropping it stops watching.
+pub struct WatchHandle {
+    _watcher: notify::RecommendedWatcher,
+}
+
+/// The key of `path` under `root`, if it is one slate should look at.
+pub fn key_of(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let name = rel.file_name()?.to_str()?;
+    if name.starts_with(TMP_PREFIX) {
+        return None;
+    }
+    let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+    Some(parts?.join("/"))
+}
+
+/// Starts watching `root` recursively; every `debounce`, the keys touched are sent on `tx`.
+pub fn watch(
+    root: PathBuf,
+    debounce: Duration,
+    tx: mpsc::Sender<Keys>,
+) -> Result<WatchHandle, SlateError> {
+    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<Event>();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| match res {
+        Ok(ev) => {
+            let _ = raw_tx.send(ev);
+        }
+        Err(e) => tracing::warn!(error = %e, "file watch error"),
+    })
+    .map_err(|e| watch_err(&root, e))?;
+    watcher
+        .watch(&root, RecursiveMode::Recursive)
+        .map_err(|e| watch_err(&root, e))?;
+    tokio::spawn(async move {
+        let mut pending = Keys::new();
+        loop {
+            let ev = if pending.is_empty() {
+                raw_rx.recv().await
+            } else {
+                match tokio::time::timeout(debounce, raw_rx.recv()).await {
+                    Ok(ev) => ev,
+                    Err(_) => {
+                        if tx.send(std::mem::take(&mut pending)).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            };
+            let Some(ev) = ev else { return };
+            if matches!(ev.kind, EventKind::Access(_)) {
+                continue;
+            }
+            for p in &ev.paths {
+                if let Some(k) = key_of(&root, p) {
+                    pending.insert(k);
+                }
+            }
+        }
+    });
+    Ok(WatchHandle { _watcher: watcher })
+}
+
+fn watch_err(root: &Path, e: notify::Error) -> SlateError {
+    let hint =
+        if e.to_string().contains("No space left") || e.to_string().contains("max_user_watches") {
+            " (the inotify watch limit is reached: raise fs.inotify.max_user_watches)"
+        } else {
+            ""
+        };
+    SlateError::Store {
+        url: root.display().to_string(),
+        detail: format!("cannot watch: {e}{hint}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_relative_and_skip_temp_files() {
+        let root = Path::new("/data");
+        assert_eq!(
+            key_of(root, Path::new("/data/a/b c.txt")).as_deref(),
+            Some("a/b c.txt")
+        );
+        assert_eq!(key_of(root, Path::new("/data/.slate-tmp-1-2")), None);
+        assert_eq!(key_of(root, Path::new("/elsewhere/x")), None);
+        assert_eq!(key_of(root, Path::new("/data")), None);
+    }
+
+    #[tokio::test]
+    async fn sees_creates_writes_renames_and_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        // (a folder created after the watch starts is reported itself: files written into it
+        // before its own watch is in place are found by expanding it, in the daemon)
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let _h = watch(root.clone(), Duration::from_millis(100), tx).unwrap();
+        std::fs::write(root.join("sub/a.txt"), b"1").unwrap();
+        std::fs::write(root.join("b.txt"), b"2").unwrap();
+        std::fs::rename(root.join("b.txt"), root.join("c.txt")).unwrap();
+        std::fs::remove_file(root.join("sub/a.txt")).unwrap();
+        let mut seen = Keys::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !(seen.contains("sub/a.txt") && seen.contains("b.txt") && seen.contains("c.txt")) {
+            let keys = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .expect("events in time")
+                .unwrap();
+            seen.extend(keys);
+        }
+    }
+}

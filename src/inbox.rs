@@ -1,0 +1,227 @@
+//! The durable event inbox (SQLite, in the manifest's database). Event sources push here and
+//! only then acknowledge their cloud message (DESIGN.md rule 2); the daemon takes pending keys,
+//! reconciles each, and marks it done. Events for one key coalesce into one row, so duplicates
+//! collapse and a burst on one key costs one reconcile. Unparseable messages go to a
+//! dead-letter table with the raw text and the reason.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::params;
+
+use crate::error::Result;
+use crate::manifest::Manifest;
+
+/// What an event said happened (the reconciler checks the source anyway).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Upsert = 0,
+    Delete = 1,
+}
+
+/// One key's pending work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub key: String,
+    pub kind: Kind,
+    pub token: Option<String>,
+    pub events: u64,
+    /// When the first coalesced event arrived (unix ms): for the lag metric.
+    pub first_seen: i64,
+    pub attempts: u32,
+}
+
+/// Counts for health lines and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub pending: u64,
+    pub dead_letters: u64,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The inbox of one database.
+pub struct Inbox<'a> {
+    m: &'a Manifest,
+}
+
+impl<'a> Inbox<'a> {
+    pub fn new(m: &'a Manifest) -> Self {
+        Inbox { m }
+    }
+
+    /// Stores events durably (one transaction). Returns how many rows were new keys.
+    pub fn push(&self, pair_id: i64, events: &[(String, Kind, Option<String>)]) -> Result<u64> {
+        let t = now_ms();
+        self.m.with(|c| {
+            let tx = c.transaction()?;
+            let mut new = 0;
+            {
+                let mut st = tx.prepare_cached(
+                    "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
+                     VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
+                     ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
+                        token = COALESCE(excluded.token, inbox.token), events = inbox.events + 1,
+                        last_seen = excluded.last_seen, not_before = 0",
+                )?;
+                let mut exists =
+                    tx.prepare_cached("SELECT 1 FROM inbox WHERE pair_id = ?1 AND key = ?2")?;
+                for (key, kind, token) in events {
+                    if !exists.exists(params![pair_id, key])? {
+                        new += 1;
+                    }
+                    st.execute(params![pair_id, key, *kind as i64, token, t])?;
+                }
+            }
+            tx.commit()?;
+            Ok(new)
+        })
+    }
+
+    /// Up to `limit` keys ready to reconcile, oldest first.
+    pub fn take(&self, pair_id: i64, limit: usize) -> Result<Vec<Pending>> {
+        let t = now_ms();
+        self.m.with(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT key, kind, token, events, first_seen, attempts FROM inbox
+                 WHERE pair_id = ?1 AND not_before <= ?2 ORDER BY first_seen, key LIMIT ?3",
+            )?;
+            let rows = st.query_map(params![pair_id, t, limit as i64], |r| {
+                Ok(Pending {
+                    key: r.get(0)?,
+                    kind: if r.get::<_, i64>(1)? == 1 {
+                        Kind::Delete
+                    } else {
+                        Kind::Upsert
+                    },
+                    token: r.get(2)?,
+                    events: r.get::<_, i64>(3)? as u64,
+                    first_seen: r.get(4)?,
+                    attempts: r.get::<_, i64>(5)? as u32,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Removes a reconciled key, unless an event arrived for it after `taken` (then it stays,
+    /// to be reconciled again: that event may describe a newer state).
+    pub fn done(&self, pair_id: i64, key: &str, taken_at_ms: i64) -> Result<()> {
+        self.m.with(|c| {
+            c.execute(
+                "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND last_seen <= ?3",
+                params![pair_id, key, taken_at_ms],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Puts a key back with a backoff after a failed reconcile.
+    pub fn retry_later(&self, pair_id: i64, key: &str, delay_ms: i64) -> Result<()> {
+        let t = now_ms();
+        self.m.with(|c| {
+            c.execute(
+                "UPDATE inbox SET attempts = attempts + 1, not_before = ?3 WHERE pair_id = ?1 AND key = ?2",
+                params![pair_id, key, t + delay_ms],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Keeps an unparseable message with the reason.
+    pub fn dead_letter(
+        &self,
+        pair_id: Option<i64>,
+        source: &str,
+        raw: &[u8],
+        reason: &str,
+    ) -> Result<()> {
+        self.m.with(|c| {
+            c.execute(
+                "INSERT INTO dead_letters (pair_id, source, raw, reason, received_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![pair_id, source, raw, reason, now_ms()],
+            )
+            .map(|_| ())
+        })
+    }
+
+    pub fn stats(&self, pair_id: i64) -> Result<Stats> {
+        self.m.with(|c| {
+            Ok(Stats {
+                pending: c.query_row(
+                    "SELECT COUNT(*) FROM inbox WHERE pair_id = ?1",
+                    params![pair_id],
+                    |r| r.get::<_, i64>(0),
+                )? as u64,
+                dead_letters: c.query_row(
+                    "SELECT COUNT(*) FROM dead_letters WHERE pair_id = ?1 OR pair_id IS NULL",
+                    params![pair_id],
+                    |r| r.get::<_, i64>(0),
+                )? as u64,
+            })
+        })
+    }
+}
+
+/// Milliseconds now (what `done` compares with).
+pub fn now() -> i64 {
+    now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_coalesce_per_key_and_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let m = Manifest::open(&path).unwrap();
+        let p = m.pair("a", "b").unwrap().id;
+        let ib = Inbox::new(&m);
+        let new = ib
+            .push(
+                p,
+                &[
+                    ("k1".into(), Kind::Upsert, Some("01".into())),
+                    ("k1".into(), Kind::Upsert, None),
+                    ("k2".into(), Kind::Delete, None),
+                    ("k1".into(), Kind::Delete, Some("02".into())),
+                ],
+            )
+            .unwrap();
+        assert_eq!(new, 2);
+        drop(m);
+        let m = Manifest::open(&path).unwrap();
+        let ib = Inbox::new(&m);
+        let got = ib.take(p, 10).unwrap();
+        assert_eq!(got.len(), 2);
+        let k1 = got.iter().find(|x| x.key == "k1").unwrap();
+        assert_eq!(
+            (k1.kind, k1.token.as_deref(), k1.events),
+            (Kind::Delete, Some("02"), 3)
+        );
+        let taken = now();
+        ib.done(p, "k2", taken).unwrap();
+        // an event after `taken` keeps k1 pending
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        ib.push(p, &[("k1".into(), Kind::Upsert, None)]).unwrap();
+        ib.done(p, "k1", taken).unwrap();
+        assert_eq!(ib.take(p, 10).unwrap().len(), 1);
+        ib.retry_later(p, "k1", 60_000).unwrap();
+        assert!(ib.take(p, 10).unwrap().is_empty(), "backoff hides the key");
+        ib.dead_letter(Some(p), "sqs", b"{not json", "malformed JSON")
+            .unwrap();
+        assert_eq!(
+            ib.stats(p).unwrap(),
+            Stats {
+                pending: 1,
+                dead_letters: 1
+            }
+        );
+    }
+}

@@ -1,0 +1,393 @@
+//! The daemon for one pair: events → inbox → level-triggered reconcile of each key.
+//!
+//! Start-up: the event source starts first (its events land in the inbox), then, if the
+//! manifest has never finished a reconcile of the pair, the backfill runs (`--once` path), so
+//! nothing that changes during the backfill is missed. Then the loop takes pending keys,
+//! reads each key's current state at the source, and copies or deletes (delete only when the
+//! source says "not found" now), records the manifest, and marks the key done. Keys run in
+//! parallel; one key is never in two reconciles at once (the inbox holds one row per key and a
+//! batch is finished before the next is taken). A drift check (full `--once`) runs on a schedule.
+
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use tokio::sync::mpsc;
+
+use super::{blocking, sync_once, SyncOptions};
+use crate::copy::list::{self, Entry};
+use crate::copy::side::{one_line, store_path, Side};
+use crate::copy::transfer::{copy_one, Ctx};
+use crate::copy::{self, Counters};
+use crate::error::{Result, SlateError};
+use crate::events::watch;
+use crate::inbox::{self, Inbox, Kind};
+use crate::location::{Location, Scheme};
+use crate::manifest::{self, Manifest, Record, State};
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub sync: SyncOptions,
+    /// Full compare on this schedule (zero: never).
+    pub drift_interval: Duration,
+    /// Keys taken from the inbox at once.
+    pub batch: usize,
+    /// How long in-flight work may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+}
+
+/// Counters of the daemon (the per-minute health line; metrics later).
+#[derive(Debug, Default)]
+pub struct DaemonStats {
+    pub received: std::sync::atomic::AtomicU64,
+    pub applied: std::sync::atomic::AtomicU64,
+    pub copied: std::sync::atomic::AtomicU64,
+    pub deleted: std::sync::atomic::AtomicU64,
+    pub unchanged: std::sync::atomic::AtomicU64,
+    pub failed: std::sync::atomic::AtomicU64,
+    pub drift_repaired: std::sync::atomic::AtomicU64,
+    pub lag_ms_max: std::sync::atomic::AtomicU64,
+}
+
+/// What reconciling one key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Copied,
+    Deleted,
+    /// Source and destination already agree (a duplicate or stale event).
+    Unchanged,
+}
+
+/// The source's current state of `key`, or None when it does not exist (404 now).
+async fn source_state(src: &Side, key: &str) -> Result<Option<Entry>> {
+    match src {
+        Side::Cloud { store, loc } => match store.head(&store_path(&loc.key_for(key))?).await {
+            Ok(meta) => Ok(Some(Entry {
+                rel: key.to_string(),
+                size: meta.size,
+                etag: meta.e_tag,
+                mtime: Some(meta.last_modified.into()),
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(SlateError::Object {
+                key: key.to_string(),
+                detail: format!("reading the source: {}", one_line(&e)),
+            }),
+        },
+        Side::Local { loc } => match std::fs::metadata(loc.local_path().join(key)) {
+            Ok(m) if m.is_file() => {
+                let mtime = m.modified().ok();
+                Ok(Some(Entry {
+                    rel: key.to_string(),
+                    size: m.len(),
+                    etag: list::local_etag(mtime, m.len()),
+                    mtime,
+                }))
+            }
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(SlateError::Object {
+                key: key.to_string(),
+                detail: format!("reading the source: {e}"),
+            }),
+        },
+    }
+}
+
+/// Reconciles one key: level-triggered, from the source's state now.
+pub async fn apply_key(
+    manifest: &Arc<Manifest>,
+    pair_id: i64,
+    ctx: &Ctx,
+    dst_loc: &Location,
+    key: &str,
+) -> Result<Applied> {
+    let now = source_state(&ctx.src, key).await?;
+    let (m, k) = (manifest.clone(), key.to_string());
+    let (m_src, m_dst) = blocking(move || {
+        Ok((
+            m.get(pair_id, manifest::Side::Src, &k)?,
+            m.get(pair_id, manifest::Side::Dst, &k)?,
+        ))
+    })
+    .await?;
+    match now {
+        Some(e) => {
+            let state = State {
+                size: e.size,
+                etag: e.etag.clone(),
+                mtime_ms: list::millis(e.mtime),
+            };
+            if m_dst.is_some()
+                && m_src
+                    .as_ref()
+                    .is_some_and(|r| r.size == state.size && r.etag == state.etag)
+            {
+                return Ok(Applied::Unchanged);
+            }
+            let item = copy::item_for(&ctx.src, dst_loc, e);
+            let out = copy_one(ctx, &item).await?;
+            let hash = out.hash.map(|h| h.to_string());
+            let recs = vec![
+                Record {
+                    side: manifest::Side::Src,
+                    key: key.to_string(),
+                    state,
+                    hash: hash.clone(),
+                },
+                Record {
+                    side: manifest::Side::Dst,
+                    key: key.to_string(),
+                    state: State {
+                        size: out.bytes,
+                        etag: out.dst_etag,
+                        mtime_ms: list::millis(Some(SystemTime::now())),
+                    },
+                    hash,
+                },
+            ];
+            let m = manifest.clone();
+            blocking(move || m.record(pair_id, &recs)).await?;
+            Ok(Applied::Copied)
+        }
+        None => {
+            let existed = delete_at_destination(ctx, dst_loc, key).await?;
+            let (m, k) = (manifest.clone(), key.to_string());
+            blocking(move || m.forget(pair_id, &[k])).await?;
+            Ok(if existed || m_dst.is_some() {
+                Applied::Deleted
+            } else {
+                Applied::Unchanged
+            })
+        }
+    }
+}
+
+/// Deletes `key` at the destination; false when it was not there.
+async fn delete_at_destination(ctx: &Ctx, dst_loc: &Location, key: &str) -> Result<bool> {
+    let err = |detail: String| SlateError::Object {
+        key: key.to_string(),
+        detail,
+    };
+    match &ctx.dst {
+        Side::Cloud { store, .. } => {
+            match store.delete(&store_path(&dst_loc.key_for(key))?).await {
+                Ok(()) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(err(format!("deleting: {}", one_line(&e)))),
+            }
+        }
+        Side::Local { .. } => {
+            let path = copy::local::safe_join(&ctx.dst_root, key)?;
+            match std::fs::remove_file(&path) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(err(format!("deleting {}: {e}", path.display()))),
+            }
+        }
+    }
+}
+
+/// Feeds a local folder's file events into the inbox. Folders are expanded: the files under a
+/// folder that appeared, and the recorded keys under a folder that went away.
+async fn pump_watch(
+    manifest: Arc<Manifest>,
+    pair_id: i64,
+    root: std::path::PathBuf,
+    mut rx: mpsc::Receiver<watch::Keys>,
+    stats: Arc<DaemonStats>,
+) {
+    while let Some(keys) = rx.recv().await {
+        let (m, root2) = (manifest.clone(), root.clone());
+        let res = blocking(move || {
+            let mut events = Vec::new();
+            for k in keys {
+                let p = root2.join(&k);
+                if p.is_dir() {
+                    copy::local::walk(&p, &mut |f| {
+                        if let Ok(f) = f {
+                            events.push((format!("{k}/{}", f.rel), Kind::Upsert, None));
+                        }
+                        true
+                    })?;
+                } else if p.exists() {
+                    events.push((k, Kind::Upsert, None));
+                } else {
+                    for under in m.keys_under(pair_id, manifest::Side::Src, &k)? {
+                        events.push((under, Kind::Delete, None));
+                    }
+                    events.push((k, Kind::Delete, None));
+                }
+            }
+            let n = events.len() as u64;
+            Inbox::new(&m).push(pair_id, &events)?;
+            Ok(n)
+        })
+        .await;
+        match res {
+            Ok(n) => {
+                stats.received.fetch_add(n, Relaxed);
+            }
+            Err(e) => tracing::error!(error = %e, "could not store file events"),
+        }
+    }
+}
+
+/// Runs the daemon for one pair until `shutdown` resolves.
+pub async fn run(
+    manifest: Arc<Manifest>,
+    src: &Location,
+    dst: &Location,
+    opts: DaemonOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Arc<DaemonStats>> {
+    let stats = Arc::new(DaemonStats::default());
+    if src.scheme != Scheme::Local {
+        return Err(SlateError::BadOption {
+            option: "--events".into(),
+            why: format!(
+                "{src} is not a local folder; cloud event sources (SQS, Event Grid, Pub/Sub) are not part of this build yet (use --once)"
+            ),
+        });
+    }
+    let plan = copy::plan(src, dst).await?;
+    let (s, d) = (src.to_string(), dst.to_string());
+    let m = manifest.clone();
+    let pair = blocking(move || m.pair(&s, &d)).await?;
+    let pair_id = pair.id;
+
+    // 1. events first, so that nothing changing during the backfill is missed
+    let _watch = match src.scheme {
+        Scheme::Local => {
+            let (tx, rx) = mpsc::channel(64);
+            let h = watch::watch(src.local_path(), Duration::from_millis(200), tx)?;
+            tokio::spawn(pump_watch(
+                manifest.clone(),
+                pair_id,
+                src.local_path(),
+                rx,
+                stats.clone(),
+            ));
+            Some(h)
+        }
+        _ => None,
+    };
+
+    // 2. backfill when the pair was never reconciled; a local folder keeps no record of what
+    //    changed while slate was down (inotify is not a queue), so it is reconciled at every start
+    if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
+        let report = sync_once(manifest.clone(), src, dst, &opts.sync).await?;
+        tracing::info!("backfill: {}", report.line());
+        eprintln!("{}", report.line());
+    }
+    eprintln!("slate: following changes of {src} -> {dst}");
+
+    let counters = Arc::new(Counters::default());
+    let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters));
+    let mut last_drift = Instant::now();
+    let mut last_health = Instant::now();
+    tokio::pin!(shutdown);
+    loop {
+        let (m, batch) = (manifest.clone(), opts.batch);
+        let taken_at = inbox::now();
+        let pending = blocking(move || Inbox::new(&m).take(pair_id, batch)).await?;
+        if pending.is_empty() {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        } else {
+            let work = futures::stream::iter(pending)
+                .map(|p| {
+                    let (ctx, manifest, stats) = (ctx.clone(), manifest.clone(), stats.clone());
+                    async move {
+                        let r = apply_key(&manifest, pair_id, &ctx, dst, &p.key).await;
+                        let lag = (inbox::now() - p.first_seen).max(0) as u64;
+                        stats.lag_ms_max.fetch_max(lag, Relaxed);
+                        let m = manifest.clone();
+                        let key = p.key.clone();
+                        match r {
+                            Ok(a) => {
+                                stats.applied.fetch_add(1, Relaxed);
+                                match a {
+                                    Applied::Copied => stats.copied.fetch_add(1, Relaxed),
+                                    Applied::Deleted => stats.deleted.fetch_add(1, Relaxed),
+                                    Applied::Unchanged => stats.unchanged.fetch_add(1, Relaxed),
+                                };
+                                tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
+                                blocking(move || Inbox::new(&m).done(pair_id, &key, taken_at)).await
+                            }
+                            Err(e) => {
+                                stats.failed.fetch_add(1, Relaxed);
+                                tracing::warn!(key = %key, error = %e, attempt = p.attempts + 1, "reconcile failed; will retry");
+                                let delay = (1_000i64 << p.attempts.min(8)).min(300_000);
+                                blocking(move || Inbox::new(&m).retry_later(pair_id, &key, delay)).await
+                            }
+                        }
+                    }
+                })
+                .buffer_unordered(opts.sync.copy.transfers);
+            // A batch is finished before the next is taken: one key is never reconciled twice at
+            // once. Shutdown lets the batch finish, bounded by the grace period.
+            let mut work = std::pin::pin!(work);
+            let drain = async {
+                while let Some(r) = work.next().await {
+                    r?;
+                }
+                Ok::<(), SlateError>(())
+            };
+            let mut drain = std::pin::pin!(drain);
+            let mut stopping = false;
+            tokio::select! {
+                r = &mut drain => r?,
+                _ = &mut shutdown => {
+                    stopping = true;
+                    tracing::info!("shutting down: finishing the work in flight");
+                    match tokio::time::timeout(opts.shutdown_grace, &mut drain).await {
+                        Ok(r) => r?,
+                        Err(_) => tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox"),
+                    }
+                }
+            }
+            if stopping {
+                // keys not finished stay in the inbox (not marked done): reconciled after a restart
+                break;
+            }
+        }
+        if last_health.elapsed() >= Duration::from_secs(60) {
+            last_health = Instant::now();
+            let m = manifest.clone();
+            let st = blocking(move || Inbox::new(&m).stats(pair_id)).await?;
+            tracing::info!(
+                received = stats.received.load(Relaxed),
+                applied = stats.applied.load(Relaxed),
+                copied = stats.copied.load(Relaxed),
+                deleted = stats.deleted.load(Relaxed),
+                unchanged = stats.unchanged.load(Relaxed),
+                failed = stats.failed.load(Relaxed),
+                backlog = st.pending,
+                dead_letters = st.dead_letters,
+                lag_ms_max = stats.lag_ms_max.swap(0, Relaxed),
+                "health"
+            );
+        }
+        if !opts.drift_interval.is_zero() && last_drift.elapsed() >= opts.drift_interval {
+            last_drift = Instant::now();
+            let mut o = opts.sync.clone();
+            o.full = true;
+            match sync_once(manifest.clone(), src, dst, &o).await {
+                Ok(r) => {
+                    let repaired = r.copied + r.deleted;
+                    stats.drift_repaired.fetch_add(repaired, Relaxed);
+                    tracing::info!(repaired, "drift check: {}", r.line());
+                }
+                Err(e) => tracing::warn!(error = %e, "drift check failed"),
+            }
+        }
+    }
+    Ok(stats)
+}
