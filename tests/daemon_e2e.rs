@@ -10,6 +10,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use object_store::ObjectStoreExt;
 
 /// Starts the daemon and waits until it follows changes. The caller stops it with `stop`.
 #[allow(clippy::zombie_processes)]
@@ -126,5 +127,153 @@ fn local_folder_daemon_follows_every_kind_of_change() {
     let daemon = start(&db, &su, &du, &log);
     wait_equal(&db, &su, &du);
     assert_same(&d.read(), &local_files(&s.root));
+    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+}
+
+#[test]
+fn s3_events_through_sqs_reach_a_local_folder() {
+    // moto delivers real S3 event notifications for put, copy and delete into a real SQS queue.
+    let bucket = format!("slate-sqs-{}", std::process::id());
+    let queue = unique("slate-q");
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}"), "");
+    assert!(
+        st == 200 || body.contains("BucketAlreadyOwnedByYou"),
+        "create bucket: {st} {body}"
+    );
+    let arn = rt().block_on(async {
+        let c = sqs_client().await;
+        let url = c
+            .create_queue()
+            .queue_name(&queue)
+            .send()
+            .await
+            .expect("queue")
+            .queue_url
+            .expect("url");
+        let attrs = c
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("attrs");
+        attrs
+            .attributes
+            .and_then(|a| {
+                a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                    .cloned()
+            })
+            .expect("arn")
+    });
+    let conf = format!(
+        "<NotificationConfiguration><QueueConfiguration><Id>slate</Id><Queue>{arn}</Queue>\
+         <Event>s3:ObjectCreated:*</Event><Event>s3:ObjectRemoved:*</Event></QueueConfiguration></NotificationConfiguration>"
+    );
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}?notification"), &conf);
+    assert_eq!(st, 200, "notification config: {body}");
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let log = dir.path().join("daemon.log");
+    let dst = dir.path().join("replica");
+    let store = s3(&bucket);
+    let initial: BTreeMap<String, Vec<u8>> = (0..20)
+        .map(|i| (format!("f{i}.bin"), bytes(i, 300)))
+        .collect();
+    rt().block_on(seed(&store, "data", &initial));
+    let su = format!("s3://{bucket}/data");
+    let du = dst.display().to_string();
+    let mut c = slate_db(&db);
+    let err = std::fs::File::create(&log).expect("log");
+    c.args([
+        "sync",
+        &su,
+        &du,
+        "--events",
+        &format!("sqs://{queue}"),
+        "--drift-check-secs",
+        "0",
+        "--quiet",
+    ])
+    .stdout(Stdio::null())
+    .stderr(err);
+    let mut daemon = c.spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("following changes")
+    {
+        if Instant::now() > deadline {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!(
+                "daemon did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // creates (awkward keys too), overwrites, deletes, and a burst on one key
+    let mut changes: BTreeMap<String, Vec<u8>> = (0..10)
+        .map(|i| (format!("new/n {i}+x.bin"), bytes(50 + i, 100)))
+        .collect();
+    changes.insert("f1.bin".into(), bytes(77, 300));
+    changes.insert("f2.bin".into(), bytes(78, 1234));
+    rt().block_on(seed(&store, "data", &changes));
+    for i in 0..20u64 {
+        rt().block_on(seed(
+            &store,
+            "data",
+            &[("f3.bin".to_string(), bytes(1000 + i, 64))].into(),
+        ));
+    }
+    rt().block_on(async {
+        for k in ["data/f4.bin", "data/f5.bin"] {
+            store.delete(&object_store::path::Path::parse(k).expect("key")).await.expect("delete");
+        }
+        // hostile and foreign messages: dead-lettered, the daemon goes on
+        let c = sqs_client().await;
+        let url = c.get_queue_url().queue_name(&queue).send().await.expect("url").queue_url.expect("url");
+        c.send_message().queue_url(&url).message_body("{ this is not json").send().await.expect("send");
+        let foreign = r#"{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"some-other-bucket"},"object":{"key":"x","size":1}}}]}"#;
+        c.send_message().queue_url(&url).message_body(foreign).send().await.expect("send");
+        // a duplicate of a real event, delivered again
+        let dup = format!(r#"{{"Records":[{{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{{"bucket":{{"name":"{bucket}"}},"object":{{"key":"data/f1.bin","size":300}}}}}}]}}"#);
+        for _ in 0..5 {
+            c.send_message().queue_url(&url).message_body(&dup).send().await.expect("send");
+        }
+    });
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = slate_db(&db);
+        c.args(["diff", &su, &du]);
+        let out = c.output().expect("diff");
+        if out.status.code() == Some(0) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!(
+                "not equal in time: {}\n{}",
+                stdout(&out),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let want = rt().block_on(read_all(&store, "data"));
+    assert_same(&read_local(&dst), &want);
+    assert!(want.contains_key("new/n 3+x.bin") && !want.contains_key("f4.bin"));
+    let conn = rusqlite::Connection::open(&db).expect("db");
+    let dead: i64 = conn
+        .query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(
+        dead, 2,
+        "the malformed and the foreign message are dead letters"
+    );
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }

@@ -41,6 +41,10 @@ pub struct SyncArgs {
     /// change events (local folders: inotify).
     #[arg(long)]
     pub once: bool,
+    /// Daemon: where change events come from, for a cloud source: `sqs://QUEUE_NAME` or
+    /// `sqs://https://…` (S3 bucket notifications). Local folders need none (inotify).
+    #[arg(long)]
+    pub events: Option<String>,
     /// Daemon: run a full compare every N seconds and repair drift (0: never).
     #[arg(long, default_value_t = 86_400)]
     pub drift_check_secs: u64,
@@ -102,6 +106,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
             drift_interval: std::time::Duration::from_secs(args.drift_check_secs),
             batch: 1000,
             shutdown_grace: std::time::Duration::from_secs(30),
+            events: args.events.clone(),
         };
         let stats =
             crate::reconcile::daemon::run(manifest, &src, &dst, dopts, shutdown_signal()).await?;

@@ -18,6 +18,7 @@
 pub mod eventgrid;
 pub mod gcs;
 pub mod s3;
+pub mod sqs;
 pub mod watch;
 
 mod text;

@@ -38,6 +38,8 @@ pub struct DaemonOptions {
     pub batch: usize,
     /// How long in-flight work may take to finish at shutdown.
     pub shutdown_grace: Duration,
+    /// The event source for a cloud source (`sqs://QUEUE`); local folders need none.
+    pub events: Option<String>,
 }
 
 /// Counters of the daemon (the per-minute health line; metrics later).
@@ -246,14 +248,24 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Arc<DaemonStats>> {
     let stats = Arc::new(DaemonStats::default());
-    if src.scheme != Scheme::Local {
-        return Err(SlateError::BadOption {
-            option: "--events".into(),
-            why: format!(
-                "{src} is not a local folder; cloud event sources (SQS, Event Grid, Pub/Sub) are not part of this build yet (use --once)"
-            ),
-        });
-    }
+    let sqs = match (src.scheme, opts.events.as_deref()) {
+        (Scheme::Local, None) => None,
+        (Scheme::S3, Some(spec)) if spec.starts_with("sqs://") => Some(spec.to_string()),
+        (_, Some(spec)) => {
+            return Err(SlateError::BadOption {
+                option: "--events".into(),
+                why: format!(
+                    "'{spec}' cannot feed {src}: this build follows S3 through sqs://QUEUE and local folders through inotify (Event Grid and Pub/Sub are not wired yet; use --once)"
+                ),
+            })
+        }
+        (_, None) => {
+            return Err(SlateError::BadOption {
+                option: "--events".into(),
+                why: format!("{src} is not a local folder: name its event source (sqs://QUEUE), or use --once"),
+            })
+        }
+    };
     let plan = copy::plan(src, dst).await?;
     let (s, d) = (src.to_string(), dst.to_string());
     let m = manifest.clone();
@@ -261,6 +273,17 @@ pub async fn run(
     let pair_id = pair.id;
 
     // 1. events first, so that nothing changing during the backfill is missed
+    let mut pumps = Vec::new();
+    if let Some(spec) = &sqs {
+        let source = crate::events::sqs::SqsSource::connect(spec).await?;
+        let st = Arc::new(crate::events::sqs::SqsStats::default());
+        pumps.push(tokio::spawn(source.pump(
+            manifest.clone(),
+            pair_id,
+            src.clone(),
+            st,
+        )));
+    }
     let _watch = match src.scheme {
         Scheme::Local => {
             let (tx, rx) = mpsc::channel(64);
@@ -388,6 +411,9 @@ pub async fn run(
                 Err(e) => tracing::warn!(error = %e, "drift check failed"),
             }
         }
+    }
+    for p in pumps {
+        p.abort();
     }
     Ok(stats)
 }

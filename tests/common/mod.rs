@@ -386,3 +386,47 @@ pub fn slate_db(db: &std::path::Path) -> Command {
     c.env("SLATE_DB", db);
     c
 }
+
+/// A signed request to moto's S3 API (for what object_store cannot do: buckets, notification
+/// configuration). Returns the status and the body.
+pub fn s3_raw(method: &str, path_and_query: &str, body: &str) -> (u16, String) {
+    use object_store::aws::{AwsAuthorizer, AwsCredential};
+    use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
+    let cred = AwsCredential {
+        key_id: "testing".into(),
+        secret_key: "testing".into(),
+        token: None,
+    };
+    let url = format!("{}{path_and_query}", s3_endpoint());
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(&url)
+        .body(HttpRequestBody::from(body.as_bytes().to_vec()))
+        .expect("request");
+    AwsAuthorizer::new(&cred, "s3", "us-east-1")
+        .try_authorize(&mut req, None)
+        .expect("sign");
+    let client = ReqwestConnector::default()
+        .connect(&ClientOptions::new().with_allow_http(true))
+        .expect("client");
+    rt().block_on(async move {
+        let resp = client.execute(req).await.expect("send");
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().bytes().await.unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes).to_string();
+        (status, text)
+    })
+}
+
+/// An SQS client for moto.
+pub async fn sqs_client() -> aws_sdk_sqs::Client {
+    let conf = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .endpoint_url(s3_endpoint())
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .build();
+    aws_sdk_sqs::Client::from_conf(conf)
+}

@@ -1,0 +1,232 @@
+//! S3 change events from an SQS queue (aws-sdk-sqs): long-poll batch receive, parse with
+//! [`super::parse_s3`], store in the inbox, and only then delete the messages (ack after
+//! commit, DESIGN.md rule 2). Because a message is deleted as soon as its events are durable,
+//! not after the copy, no visibility extension is needed however long a copy takes.
+//! Unparseable messages and events for another bucket or prefix become dead letters.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use aws_sdk_sqs::Client;
+
+use super::{EventKind, Parsed, Token};
+use crate::error::{Result, SlateError};
+use crate::inbox::{Inbox, Kind};
+use crate::location::Location;
+use crate::manifest::Manifest;
+
+/// A queue to receive from.
+pub struct SqsSource {
+    client: Client,
+    queue_url: String,
+    /// Long-poll wait per receive.
+    pub wait: Duration,
+}
+
+/// What the pump did, for health lines.
+#[derive(Debug, Default)]
+pub struct SqsStats {
+    pub messages: std::sync::atomic::AtomicU64,
+    pub events: std::sync::atomic::AtomicU64,
+    pub ignored: std::sync::atomic::AtomicU64,
+    pub dead_lettered: std::sync::atomic::AtomicU64,
+}
+
+fn sqs_err(spec: &str, e: impl std::fmt::Display) -> SlateError {
+    SlateError::Store {
+        url: spec.to_string(),
+        detail: crate::copy::side::one_line(&e),
+    }
+}
+
+impl SqsSource {
+    /// Connects to `sqs://QUEUE_NAME` or `sqs://https://…` (a queue URL; a plain queue URL is
+    /// accepted too). Region, credentials and endpoint come from the AWS SDK's usual
+    /// environment (`AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, …).
+    pub async fn connect(spec: &str) -> Result<SqsSource> {
+        let rest = spec.strip_prefix("sqs://").unwrap_or(spec);
+        if rest.is_empty() {
+            return Err(SlateError::BadUrl {
+                url: spec.to_string(),
+                why: "missing queue name or URL".into(),
+            });
+        }
+        let region =
+            aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1");
+        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(region)
+            .load()
+            .await;
+        let client = Client::new(&conf);
+        let queue_url = if rest.starts_with("http://") || rest.starts_with("https://") {
+            rest.to_string()
+        } else {
+            client
+                .get_queue_url()
+                .queue_name(rest)
+                .send()
+                .await
+                .map_err(|e| sqs_err(spec, aws_sdk_sqs::error::DisplayErrorContext(e)))?
+                .queue_url
+                .ok_or_else(|| sqs_err(spec, "the queue has no URL"))?
+        };
+        Ok(SqsSource {
+            client,
+            queue_url,
+            wait: Duration::from_secs(5),
+        })
+    }
+
+    /// Receives until the task is dropped: every batch is stored in the inbox of `pair_id`
+    /// (keys relative to `src`), then deleted from the queue.
+    pub async fn pump(
+        self,
+        manifest: Arc<Manifest>,
+        pair_id: i64,
+        src: Location,
+        stats: Arc<SqsStats>,
+    ) {
+        let mut failures = 0u32;
+        loop {
+            let out = self
+                .client
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(self.wait.as_secs() as i32)
+                .send()
+                .await;
+            let msgs = match out {
+                Ok(o) => {
+                    failures = 0;
+                    o.messages.unwrap_or_default()
+                }
+                Err(e) => {
+                    failures += 1;
+                    let delay = Duration::from_millis((200u64 << failures.min(7)).min(30_000));
+                    tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), delay_ms = delay.as_millis() as u64, "SQS receive failed");
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+            };
+            if msgs.is_empty() {
+                continue;
+            }
+            stats.messages.fetch_add(msgs.len() as u64, Relaxed);
+            let mut events = Vec::new();
+            let mut dead: Vec<(Vec<u8>, String)> = Vec::new();
+            let mut acks = Vec::new();
+            for (i, m) in msgs.into_iter().enumerate() {
+                let body = m.body.unwrap_or_default();
+                match super::parse_s3(&body) {
+                    Ok(parsed) => route(parsed, &src, &body, &mut events, &mut dead, &stats),
+                    Err(e) => dead.push((body.into_bytes(), e.to_string())),
+                }
+                if let Some(h) = m.receipt_handle {
+                    acks.push(
+                        DeleteMessageBatchRequestEntry::builder()
+                            .id(i.to_string())
+                            .receipt_handle(h)
+                            .build(),
+                    );
+                }
+            }
+            stats.events.fetch_add(events.len() as u64, Relaxed);
+            stats.dead_lettered.fetch_add(dead.len() as u64, Relaxed);
+            let m = manifest.clone();
+            let stored = tokio::task::spawn_blocking(move || -> Result<()> {
+                let ib = Inbox::new(&m);
+                ib.push(pair_id, &events)?;
+                for (raw, why) in dead {
+                    ib.dead_letter(Some(pair_id), "sqs", &raw, &why)?;
+                }
+                Ok(())
+            })
+            .await;
+            match stored {
+                Ok(Ok(())) => {}
+                // not stored: not acknowledged, so SQS delivers the messages again
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
+                    continue;
+                }
+            }
+            let acks = acks.into_iter().flatten().collect::<Vec<_>>();
+            if acks.is_empty() {
+                continue;
+            }
+            if let Err(e) = self
+                .client
+                .delete_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(acks))
+                .send()
+                .await
+            {
+                // stored already: a redelivery only repeats a harmless, coalesced event
+                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "SQS delete failed");
+            }
+        }
+    }
+}
+
+/// Sorts the events of one message: keys of this pair go to the inbox (relative to the pair's
+/// prefix), anything else is a dead letter naming what it was.
+fn route(
+    parsed: Parsed,
+    src: &Location,
+    body: &str,
+    events: &mut Vec<(String, Kind, Option<String>)>,
+    dead: &mut Vec<(Vec<u8>, String)>,
+    stats: &SqsStats,
+) {
+    match parsed {
+        Parsed::Events(evs) => {
+            for ev in evs {
+                let rel = if src.prefix.is_empty() {
+                    Some(ev.key.as_str())
+                } else {
+                    ev.key.strip_prefix(&format!("{}/", src.prefix))
+                };
+                match rel {
+                    Some(rel) if ev.bucket == src.bucket && !rel.is_empty() => {
+                        let kind = match ev.kind {
+                            EventKind::Upsert => Kind::Upsert,
+                            EventKind::Delete => Kind::Delete,
+                        };
+                        let token = match ev.sequencer {
+                            Some(Token::S3(s)) => Some(s),
+                            _ => None,
+                        };
+                        events.push((rel.to_string(), kind, token));
+                    }
+                    _ => dead.push((
+                        body.as_bytes().to_vec(),
+                        format!(
+                            "event for s3://{}/{} is outside the pair {src}",
+                            ev.bucket, ev.key
+                        ),
+                    )),
+                }
+            }
+        }
+        Parsed::Batch(items) => {
+            for p in items {
+                route(p, src, body, events, dead, stats);
+            }
+        }
+        Parsed::Ignore(_) | Parsed::Handshake { .. } => {
+            stats.ignored.fetch_add(1, Relaxed);
+        }
+        Parsed::PrefixReconcile { .. } => dead.push((
+            body.as_bytes().to_vec(),
+            "prefix events are not expected from S3".into(),
+        )),
+    }
+}
