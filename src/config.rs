@@ -19,6 +19,81 @@ pub struct Config {
     /// Prices used by `--estimate`.
     #[serde(default)]
     pub pricing: Prices,
+    /// How `slate sync --config` runs.
+    #[serde(default)]
+    pub daemon: DaemonConfig,
+    /// The pairs `slate sync --config` keeps equal, all in one process.
+    #[serde(default)]
+    pub pairs: Vec<PairConfig>,
+}
+
+/// Settings of the daemon.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// The manifest database (default: ~/.local/share/slate/slate.db; `--db` wins).
+    pub db: Option<String>,
+    /// Full compare and repair of every pair on this schedule, e.g. "24h"; "0" disables.
+    pub drift_check_interval: Option<String>,
+}
+
+/// One pair: a source kept equal to a destination.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairConfig {
+    /// A name for logs.
+    pub name: Option<String>,
+    /// Source URL (s3://, az://, gs://, a local path).
+    pub src: String,
+    /// Destination URL.
+    pub dst: String,
+    /// Where change events come from: `sqs://QUEUE` for S3; none for local folders.
+    pub events: Option<String>,
+    /// Only keys matching these globs.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Leave out keys matching these globs.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Delete at the destination what the source no longer has (default true).
+    pub delete: Option<bool>,
+    /// Refuse a reconcile that would delete more than this: a count or "N%".
+    pub max_delete: Option<String>,
+}
+
+impl Config {
+    /// Checks what serde cannot: pair URLs, delete limits, the drift interval. Errors name the
+    /// pair (by number and name) and the field.
+    pub fn validate(&self, origin: &str) -> Result<()> {
+        let bad = |why: String| SlateError::Config {
+            path: origin.to_string(),
+            why,
+        };
+        for (i, p) in self.pairs.iter().enumerate() {
+            let which = format!(
+                "pairs[{i}]{}",
+                p.name
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            );
+            crate::location::Location::parse(&p.src)
+                .map_err(|e| bad(format!("{which}.src: {e}")))?;
+            crate::location::Location::parse(&p.dst)
+                .map_err(|e| bad(format!("{which}.dst: {e}")))?;
+            if let Some(m) = &p.max_delete {
+                crate::reconcile::MaxDelete::parse(m)
+                    .map_err(|e| bad(format!("{which}.max_delete: {e}")))?;
+            }
+        }
+        if let Some(d) = &self.daemon.drift_check_interval {
+            if d.trim() != "0" {
+                crate::reconcile::filter::parse_age(d)
+                    .map_err(|e| bad(format!("daemon.drift_check_interval: {e}")))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Copier defaults.
@@ -118,7 +193,10 @@ impl Config {
             path: path.display().to_string(),
             why: e.to_string(),
         })?;
-        Config::parse(&text, &path.display().to_string())
+        let origin = path.display().to_string();
+        let c = Config::parse(&text, &origin)?;
+        c.validate(&origin)?;
+        Ok(c)
     }
 }
 
@@ -149,8 +227,38 @@ mod tests {
     fn the_example_config_parses() {
         let text = include_str!("../config.example.toml");
         let c = Config::parse(text, "config.example.toml").unwrap();
+        c.validate("config.example.toml").unwrap();
         assert_eq!(c.copy.chunk_size, Some(64 << 20));
+        assert!(c.pairs.len() >= 2, "the example documents pairs");
         assert!(c.pricing.egress_per_gib.contains_key("s3->s3"));
+    }
+
+    #[test]
+    fn pairs_are_validated_naming_the_pair_and_field() {
+        let c = Config::parse(
+            "[[pairs]]\nname = \"x\"\nsrc = \"ftp://a\"\ndst = \"/tmp/b\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        let e = c.validate("c.toml").unwrap_err().to_string();
+        assert!(e.contains("pairs[0] (x).src") && e.contains("ftp"), "{e}");
+        let c = Config::parse(
+            "[[pairs]]\nsrc = \"/a\"\ndst = \"/b\"\nmax_delete = \"lots\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert!(c
+            .validate("c.toml")
+            .unwrap_err()
+            .to_string()
+            .contains("pairs[0].max_delete"));
+        let e = Config::parse(
+            "[[pairs]]\nsrc = \"/a\"\ndst = \"/b\"\nevnts = \"x\"\n",
+            "c.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 4") && e.contains("evnts"), "{e}");
     }
 
     #[test]

@@ -277,3 +277,91 @@ fn s3_events_through_sqs_reach_a_local_folder() {
     );
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }
+
+#[test]
+fn one_process_keeps_every_pair_of_the_config() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let log = dir.path().join("daemon.log");
+    let a = Place::new(End::Local, "cfg-a");
+    let b = Place::new(End::Local, "cfg-b");
+    let a2 = Place::new(End::Local, "cfg-a2");
+    let b2 = Place::new(End::S3("slate-dst"), "cfg-b2");
+    a.seed(&[("x.txt".to_string(), b"a".to_vec())].into());
+    b.seed(
+        &[
+            ("y.txt".to_string(), b"b".to_vec()),
+            ("skip.tmp".to_string(), b"t".to_vec()),
+        ]
+        .into(),
+    );
+    let cfg = dir.path().join("slate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\ndrift_check_interval = \"0\"\n\n[[pairs]]\nname = \"first\"\nsrc = \"{}\"\ndst = \"{}\"\n\n\
+             [[pairs]]\nname = \"second\"\nsrc = \"{}\"\ndst = \"{}\"\nexclude = [\"*.tmp\"]\n",
+            a.url(),
+            a2.url(),
+            b.url(),
+            b2.url()
+        ),
+    )
+    .expect("config");
+    let cfgs = cfg.display().to_string();
+
+    // --once over every pair
+    let mut c = slate_db(&db);
+    c.args(["sync", "--once", "--config", &cfgs]);
+    let out = c.output().expect("run");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out)
+            .lines()
+            .filter(|l| l.starts_with("sync: "))
+            .count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(a2.read().keys().collect::<Vec<_>>(), vec!["x.txt"]);
+    assert_eq!(
+        b2.read().keys().collect::<Vec<_>>(),
+        vec!["y.txt"],
+        "the pair's exclude applies"
+    );
+
+    // the daemon follows both pairs in one process
+    let mut c = slate_db(&db);
+    let err = std::fs::File::create(&log).expect("log");
+    c.args(["sync", "--config", &cfgs, "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(err);
+    let mut daemon = c.spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .matches("following changes")
+        .count()
+        < 2
+    {
+        if Instant::now() > deadline {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!(
+                "daemon did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(a.root.join("new-a.txt"), b"1").expect("write");
+    std::fs::write(b.root.join("new-b.txt"), b"2").expect("write");
+    wait_equal(&db, &a.url(), &a2.url());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !b2.read().contains_key("new-b.txt") {
+        assert!(Instant::now() < deadline, "second pair did not follow");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+}

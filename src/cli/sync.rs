@@ -33,10 +33,10 @@ Exit codes: 0 done, 1 some objects failed (each named), 2 bad input, setup, or a
 #[derive(Debug, Args)]
 #[command(after_long_help = format!("{AFTER_HELP}\n{}", crate::store::ENV_HELP))]
 pub struct SyncArgs {
-    /// Source prefix or folder.
-    pub src: String,
+    /// Source prefix or folder (omit both SRC and DST to run every pair of --config).
+    pub src: Option<String>,
     /// Destination prefix or folder.
-    pub dst: String,
+    pub dst: Option<String>,
     /// Reconcile once and exit (backfill / full reconcile). Without it: the daemon, following
     /// change events (local folders: inotify).
     #[arg(long)]
@@ -46,8 +46,9 @@ pub struct SyncArgs {
     #[arg(long)]
     pub events: Option<String>,
     /// Daemon: run a full compare every N seconds and repair drift (0: never).
-    #[arg(long, default_value_t = 86_400)]
-    pub drift_check_secs: u64,
+    /// [default: the config's daemon.drift_check_interval, else 86400]
+    #[arg(long)]
+    pub drift_check_secs: Option<u64>,
     /// Print the plan (one line per copy or delete) and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -82,65 +83,169 @@ pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
     Manifest::open(&path).map(Arc::new)
 }
 
-async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
-    let cfg = Config::load(args.tuning.config.as_deref())?;
-    let src = Location::parse(&args.src)?;
-    let dst = Location::parse(&args.dst)?;
-    let manifest = open_db(&args.db)?;
-    let opts = SyncOptions {
+/// One pair to run, with its options.
+struct Job {
+    name: String,
+    src: Location,
+    dst: Location,
+    opts: SyncOptions,
+    events: Option<String>,
+}
+
+fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
+    let copy = options(&args.tuning, cfg);
+    let filter = Filter {
+        include: args.include.clone(),
+        exclude: args.exclude.clone(),
+        max_age: args.max_age,
+    };
+    let base = SyncOptions {
         dry_run: args.dry_run,
         no_delete: args.no_delete,
         max_delete: args.max_delete,
-        filter: Filter {
-            include: args.include.clone(),
-            exclude: args.exclude.clone(),
-            max_age: args.max_age,
-        },
+        filter,
         full: args.full,
-        copy: options(&args.tuning, &cfg),
+        copy,
     };
+    match (&args.src, &args.dst) {
+        (Some(s), Some(d)) => Ok(vec![Job {
+            name: format!("{s} -> {d}"),
+            src: Location::parse(s)?,
+            dst: Location::parse(d)?,
+            opts: base,
+            events: args.events.clone(),
+        }]),
+        (None, None) if !cfg.pairs.is_empty() => cfg
+            .pairs
+            .iter()
+            .map(|p| {
+                let mut opts = base.clone();
+                opts.filter.include.extend(p.include.iter().cloned());
+                opts.filter.exclude.extend(p.exclude.iter().cloned());
+                opts.no_delete |= p.delete == Some(false);
+                if let Some(m) = &p.max_delete {
+                    opts.max_delete =
+                        Some(MaxDelete::parse(m).map_err(|why| SlateError::BadOption {
+                            option: "max_delete".into(),
+                            why,
+                        })?);
+                }
+                Ok(Job {
+                    name: p
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("{} -> {}", p.src, p.dst)),
+                    src: Location::parse(&p.src)?,
+                    dst: Location::parse(&p.dst)?,
+                    opts,
+                    events: p.events.clone(),
+                })
+            })
+            .collect(),
+        _ => Err(SlateError::BadOption {
+            option: "SRC DST".into(),
+            why: "give both SRC and DST, or --config FILE with [[pairs]]".into(),
+        }),
+    }
+}
+
+async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
+    let cfg = Config::load(args.tuning.config.as_deref())?;
+    let jobs = jobs(&args, &cfg)?;
+    let db = args
+        .db
+        .clone()
+        .or_else(|| cfg.daemon.db.clone().map(PathBuf::from));
+    let manifest = open_db(&db)?;
     let quiet = args.tuning.quiet;
     if !args.once {
-        let dopts = crate::reconcile::daemon::DaemonOptions {
-            sync: opts,
-            drift_interval: std::time::Duration::from_secs(args.drift_check_secs),
-            batch: 1000,
-            shutdown_grace: std::time::Duration::from_secs(30),
-            events: args.events.clone(),
+        let drift = match (
+            args.drift_check_secs,
+            cfg.daemon.drift_check_interval.as_deref(),
+        ) {
+            (Some(s), _) => std::time::Duration::from_secs(s),
+            (None, Some(d)) if d.trim() == "0" => std::time::Duration::ZERO,
+            (None, Some(d)) => parse_age(d).map_err(|why| SlateError::BadOption {
+                option: "daemon.drift_check_interval".into(),
+                why,
+            })?,
+            (None, None) => std::time::Duration::from_secs(86_400),
         };
-        let stats =
-            crate::reconcile::daemon::run(manifest, &src, &dst, dopts, shutdown_signal()).await?;
-        use std::sync::atomic::Ordering::Relaxed;
-        eprintln!(
-            "slate: stopped; {} keys applied ({} copied, {} deleted, {} unchanged), {} failed",
-            stats.applied.load(Relaxed),
-            stats.copied.load(Relaxed),
-            stats.deleted.load(Relaxed),
-            stats.unchanged.load(Relaxed),
-            stats.failed.load(Relaxed)
-        );
-        return Ok(0);
-    }
-    let finished = tokio::select! {
-        r = reconcile::sync_once(manifest, &src, &dst, &opts) => Some(r),
-        _ = tokio::signal::ctrl_c() => None,
-    };
-    let Some(report) = finished else {
-        crate::copy::transfer::wait_for_aborts(std::time::Duration::from_secs(5)).await;
-        return Err(SlateError::Interrupted);
-    };
-    let report = report?;
-    if !quiet || report.failed > 0 {
-        println!("{}", report.line());
-    }
-    if report.failed > 0 {
-        return Err(SlateError::Partial {
-            failed: report.failed,
-            total: report.failed + report.copied + report.deleted,
-            first: report.first_error.unwrap_or_default(),
+        // one shutdown for every pair
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
         });
+        let mut tasks = Vec::new();
+        for job in jobs {
+            let dopts = crate::reconcile::daemon::DaemonOptions {
+                sync: job.opts,
+                drift_interval: drift,
+                batch: 1000,
+                shutdown_grace: std::time::Duration::from_secs(30),
+                events: job.events,
+            };
+            let (m, mut rx) = (manifest.clone(), stop_rx.clone());
+            tasks.push(tokio::spawn(async move {
+                let stop = async move {
+                    let _ = rx.wait_for(|v| *v).await;
+                };
+                let r = crate::reconcile::daemon::run(m, &job.src, &job.dst, dopts, stop).await;
+                (job.name, r)
+            }));
+        }
+        let mut code = 0;
+        for t in tasks {
+            match t.await {
+                Ok((name, Ok(stats))) => {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    eprintln!(
+                        "slate: {name}: stopped; {} keys applied ({} copied, {} deleted, {} unchanged), {} failed",
+                        stats.applied.load(Relaxed),
+                        stats.copied.load(Relaxed),
+                        stats.deleted.load(Relaxed),
+                        stats.unchanged.load(Relaxed),
+                        stats.failed.load(Relaxed)
+                    );
+                }
+                Ok((name, Err(e))) => {
+                    eprintln!("slate: {name}: {e}");
+                    code = code.max(e.exit_code());
+                }
+                Err(e) => {
+                    eprintln!("slate: {e}");
+                    code = code.max(1);
+                }
+            }
+        }
+        return Ok(code);
     }
-    Ok(0)
+    let mut code = 0;
+    for job in jobs {
+        let finished = tokio::select! {
+            r = reconcile::sync_once(manifest.clone(), &job.src, &job.dst, &job.opts) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        let Some(report) = finished else {
+            crate::copy::transfer::wait_for_aborts(std::time::Duration::from_secs(5)).await;
+            return Err(SlateError::Interrupted);
+        };
+        let report = report?;
+        if !quiet || report.failed > 0 {
+            println!("{}", report.line());
+        }
+        if report.failed > 0 {
+            let e = SlateError::Partial {
+                failed: report.failed,
+                total: report.failed + report.copied + report.deleted,
+                first: report.first_error.unwrap_or_default(),
+            };
+            eprintln!("slate: {}: {e}", job.name);
+            code = code.max(e.exit_code());
+        }
+    }
+    Ok(code)
 }
 
 /// Resolves on SIGTERM or SIGINT.
