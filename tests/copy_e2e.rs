@@ -303,7 +303,6 @@ fn folder_markers_become_folders_locally() {
     // Consoles create zero-byte "folder/" keys; object_store lists them without the slash.
     // fake-gcs-server's JSON upload stores any name, so the marker can be made there.
     let prefix = unique("markers");
-    let http = reqwest::blocking::Client::new();
     for (name, body) in [
         (format!("{prefix}/a/"), ""),
         (format!("{prefix}/a/x.txt"), "x"),
@@ -311,16 +310,7 @@ fn folder_markers_become_folders_locally() {
         (format!("{prefix}/b/c/"), ""),
         (format!("{prefix}/b/c/y.txt"), "y"),
     ] {
-        let mut url = url::Url::parse(&format!(
-            "{}/upload/storage/v1/b/slate-src/o",
-            gcs_endpoint()
-        ))
-        .expect("url");
-        url.query_pairs_mut()
-            .append_pair("uploadType", "media")
-            .append_pair("name", &name);
-        let r = http.post(url).body(body).send().expect("upload");
-        assert!(r.status().is_success(), "{name}: {}", r.status());
+        gcs_upload_any_name("slate-src", &name, body);
     }
     for transfers in ["1", "16"] {
         let dir = tempfile::tempdir().expect("tmp");

@@ -12,14 +12,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use object_store::ObjectStoreExt;
 
-/// Starts the daemon and waits until it follows changes. The caller stops it with `stop`.
+/// Spawns the daemon and waits until `pairs` pairs follow changes. The caller stops it.
 #[allow(clippy::zombie_processes)]
-fn start(db: &std::path::Path, src: &str, dst: &str, log: &std::path::Path) -> Child {
-    let mut c = slate_db(db);
-    let err = std::fs::File::create(log).expect("log");
-    c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(err);
+fn spawn_and_wait(mut c: std::process::Command, log: &std::path::Path, pairs: usize) -> Child {
     let mut child = c.spawn().expect("spawn daemon");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -27,7 +22,7 @@ fn start(db: &std::path::Path, src: &str, dst: &str, log: &std::path::Path) -> C
         if let Ok(mut f) = std::fs::File::open(log) {
             let _ = f.read_to_string(&mut text);
         }
-        if text.contains("following changes") {
+        if text.matches("following changes").count() >= pairs {
             return child;
         }
         if Instant::now() > deadline {
@@ -37,6 +32,16 @@ fn start(db: &std::path::Path, src: &str, dst: &str, log: &std::path::Path) -> C
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Starts the daemon on one pair and waits until it follows changes.
+fn start(db: &std::path::Path, src: &str, dst: &str, log: &std::path::Path) -> Child {
+    let mut c = slate_db(db);
+    let err = std::fs::File::create(log).expect("log");
+    c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(err);
+    spawn_and_wait(c, log, 1)
 }
 
 fn wait_equal(db: &std::path::Path, src: &str, dst: &str) {
@@ -197,22 +202,7 @@ fn s3_events_through_sqs_reach_a_local_folder() {
     ])
     .stdout(Stdio::null())
     .stderr(err);
-    let mut daemon = c.spawn().expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("following changes")
-    {
-        if Instant::now() > deadline {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-            panic!(
-                "daemon did not start: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut daemon = spawn_and_wait(c, &log, 1);
 
     // creates (awkward keys too), overwrites, deletes, and a burst on one key
     let mut changes: BTreeMap<String, Vec<u8>> = (0..10)
@@ -337,24 +327,7 @@ fn one_process_keeps_every_pair_of_the_config() {
     c.args(["sync", "--config", &cfgs, "--quiet"])
         .stdout(Stdio::null())
         .stderr(err);
-    let mut daemon = c.spawn().expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .matches("following changes")
-        .count()
-        < 2
-    {
-        if Instant::now() > deadline {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-            panic!(
-                "daemon did not start: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let daemon = spawn_and_wait(c, &log, 2);
     std::fs::write(a.root.join("new-a.txt"), b"1").expect("write");
     std::fs::write(b.root.join("new-b.txt"), b"2").expect("write");
     wait_equal(&db, &a.url(), &a2.url());

@@ -125,9 +125,12 @@ pub async fn apply_key(
                 mtime_ms: list::millis(e.mtime),
             };
             if m_dst.is_some()
-                && m_src
-                    .as_ref()
-                    .is_some_and(|r| r.size == state.size && r.etag == state.etag)
+                && m_src.as_ref().is_some_and(|r| {
+                    // without ETags (some S3-compatibles) the last-modified time decides
+                    r.size == state.size
+                        && r.etag == state.etag
+                        && (r.etag.is_some() || r.mtime_ms == state.mtime_ms)
+                })
             {
                 return Ok(Applied::Unchanged);
             }

@@ -70,13 +70,21 @@ fn norm(etag: &Option<String>) -> Option<&str> {
 }
 
 /// Same object as the manifest recorded: same size, and the same ETag when both have one.
-fn same_as_recorded(now: &State, recorded: &Option<State>) -> bool {
-    match recorded {
-        Some(r) => {
-            r.size == now.size
-                && (r.etag.is_none() || now.etag.is_none() || norm(&r.etag) == norm(&now.etag))
-        }
-        None => false,
+/// Without ETags (some S3-compatible servers list none), a source's last-modified time is
+/// compared instead, so a same-size overwrite is still seen. `mtime` is false for destination
+/// rows, whose recorded time is when slate wrote, not what the store lists.
+fn same_as_recorded(now: &State, recorded: &Option<State>, mtime: bool) -> bool {
+    let Some(r) = recorded else { return false };
+    if r.size != now.size {
+        return false;
+    }
+    match (norm(&r.etag), norm(&now.etag)) {
+        (Some(a), Some(b)) => a == b,
+        _ if mtime => match (r.mtime_ms, now.mtime_ms) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        },
+        _ => true,
     }
 }
 
@@ -93,8 +101,8 @@ pub fn plan(row: &ScanRow, deletes: bool) -> Action {
             }
             let src_known = row.m_src.is_some();
             let dst_known = row.m_dst.is_some();
-            let src_same = same_as_recorded(s, &row.m_src);
-            let dst_same = same_as_recorded(d, &row.m_dst);
+            let src_same = same_as_recorded(s, &row.m_src, true);
+            let dst_same = same_as_recorded(d, &row.m_dst, false);
             if src_known && dst_known {
                 // slate synced this key before: any change on either side since means copy
                 return if src_same && dst_same {
@@ -119,6 +127,14 @@ pub fn plan(row: &ScanRow, deletes: bool) -> Action {
 mod tests {
     use super::*;
     use Action::*;
+
+    fn t(size: u64, mtime: i64) -> Option<State> {
+        Some(State {
+            size,
+            etag: None,
+            mtime_ms: Some(mtime),
+        })
+    }
 
     fn s(size: u64, etag: &str) -> Option<State> {
         Some(State {
@@ -296,6 +312,24 @@ mod tests {
                 s(5, "0x8D"),
                 s(5, "a"),
                 s(5, "\"0x8D\""),
+                true,
+                EqualRecorded,
+            ),
+            (
+                "no etags listed (s3s-fs), source overwritten same size: newer mtime",
+                t(5, 2000),
+                s(5, ""),
+                t(5, 1000),
+                s(5, ""),
+                true,
+                CopyChanged,
+            ),
+            (
+                "no etags listed, unchanged mtime",
+                t(5, 1000),
+                t(5, 7777),
+                t(5, 1000),
+                t(5, 3),
                 true,
                 EqualRecorded,
             ),

@@ -430,3 +430,22 @@ pub async fn sqs_client() -> aws_sdk_sqs::Client {
         .build();
     aws_sdk_sqs::Client::from_conf(conf)
 }
+
+/// Stores an object in fake-gcs-server under any name at all (its JSON upload API takes the
+/// name as a query parameter, so names with `..` or a trailing `/` can be made).
+pub fn gcs_upload_any_name(bucket: &str, name: &str, body: &str) {
+    let mut url = url::Url::parse(&format!(
+        "{}/upload/storage/v1/b/{bucket}/o",
+        gcs_endpoint()
+    ))
+    .expect("url");
+    url.query_pairs_mut()
+        .append_pair("uploadType", "media")
+        .append_pair("name", name);
+    let r = reqwest::blocking::Client::new()
+        .post(url)
+        .body(body.to_string())
+        .send()
+        .expect("upload");
+    assert!(r.status().is_success(), "{name}: {}", r.status());
+}
