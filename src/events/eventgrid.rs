@@ -668,7 +668,7 @@ mod tests {
     fn queue_message_decoding() {
         let one: Vec<Value> = serde_json::from_str(EG_CREATED).unwrap();
         let json = one[0].to_string();
-        let b64 = encode_b64(json.as_bytes());
+        let b64 = crate::events::text::base64_encode(json.as_bytes());
         // Base64 as Event Grid writes it, plain JSON, and surrounding whitespace.
         for text in [b64.clone(), json.clone(), format!("\n {b64} \n")] {
             let decoded = decode_queue_message(&text).unwrap();
@@ -699,26 +699,6 @@ mod tests {
             .starts_with("queue message: 307200 bytes"));
     }
 
-    /// Test-only encoder (standard alphabet, padded).
-    fn encode_b64(bytes: &[u8]) -> String {
-        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
-
     #[test]
     fn mutated_messages_never_panic() {
         for fixture in [
@@ -733,7 +713,7 @@ mod tests {
                 let _ = parse_eventgrid(&text);
                 let _ = decode_queue_message(&text).map(|t| parse_eventgrid(&t));
             }
-            let b64 = encode_b64(fixture.as_bytes());
+            let b64 = crate::events::text::base64_encode(fixture.as_bytes());
             for m in crate::events::mutants(b64.as_bytes(), 500) {
                 let _ =
                     decode_queue_message(&String::from_utf8_lossy(&m)).map(|t| parse_eventgrid(&t));

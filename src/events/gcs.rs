@@ -295,7 +295,7 @@ mod tests {
         let body = serde_json::json!({
             "message": {
                 "attributes": a,
-                "data": encode_b64(d.as_bytes()),
+                "data": crate::events::text::base64_encode(d.as_bytes()),
                 "messageId": "2070443601311540",
                 "message_id": "2070443601311540",
                 "publishTime": "2024-05-01T12:00:00.5Z",
@@ -313,30 +313,10 @@ mod tests {
         // The overwritten half of the pair, pushed.
         let (a, d) = delete_gen1_overwritten();
         let body =
-            serde_json::json!({"message": {"attributes": a, "data": encode_b64(d.as_bytes()),
+            serde_json::json!({"message": {"attributes": a, "data": crate::events::text::base64_encode(d.as_bytes()),
             "messageId": "2"}, "subscription": "s"})
             .to_string();
         assert_eq!(parse_gcs_push(&body), Ok(Parsed::Ignore("overwritten")));
-    }
-
-    /// Test-only encoder (standard alphabet, padded).
-    fn encode_b64(bytes: &[u8]) -> String {
-        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
     }
 
     #[test]
@@ -353,7 +333,7 @@ mod tests {
                 }
             }
             let body =
-                serde_json::json!({"message": {"attributes": a, "data": encode_b64(d.as_bytes()),
+                serde_json::json!({"message": {"attributes": a, "data": crate::events::text::base64_encode(d.as_bytes()),
                 "messageId": "1"}, "subscription": "s"})
                 .to_string();
             for m in crate::events::mutants(body.as_bytes(), 2000) {
