@@ -23,7 +23,7 @@ set -euo pipefail
 # the defaults below fill them in).
 BENCH_CMD=""
 for v in SLATE_BIN SLATE_TEST_HOME SLATE_S3S_PORT BENCH_DIR BENCH_LARGE_MB BENCH_LARGE_N \
-         BENCH_SMALL_N BENCH_SMALL_KB BENCH_LOCAL_MB BENCH_SCENARIOS BENCH_DIFF_N BENCH_MILLION_N \
+         BENCH_SMALL_N BENCH_SMALL_KB BENCH_LOCAL_MB BENCH_SCENARIOS BENCH_DIFF_N BENCH_DIFF_FOLDER BENCH_MILLION_N \
          BENCH_RUNS BENCH_REPORT BENCH_STRICT; do
     if [[ -n "${!v+x}" ]]; then BENCH_CMD+="$v=$(printf '%q' "${!v}") "; fi
 done
@@ -41,6 +41,7 @@ SMALL_N="${BENCH_SMALL_N:-20000}"    # number of small objects
 SMALL_KB="${BENCH_SMALL_KB:-16}"     # size of each small object, KiB
 LOCAL_MB="${BENCH_LOCAL_MB:-2048}"   # size of the local → local file, MiB
 DIFF_N="${BENCH_DIFF_N:-100000}"     # objects per side for diff / resync
+DIFF_FOLDER="${BENCH_DIFF_FOLDER:-1000}" # objects per "folder" (sync/dNNN/) for diff / resync
 MILLION_N="${BENCH_MILLION_N:-1000000}"  # local files for the idle sync
 ALL_SCENARIOS="large small local diff resync million"
 SCENARIOS="${BENCH_SCENARIOS:-$ALL_SCENARIOS}"   # which scenarios run (space-separated)
@@ -65,7 +66,7 @@ if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
 fi
 [[ $# -eq 0 ]] || die "no arguments expected (configure with BENCH_* environment variables)"
 
-for v in PORT LARGE_MB LARGE_N SMALL_N SMALL_KB LOCAL_MB DIFF_N MILLION_N RUNS; do
+for v in PORT LARGE_MB LARGE_N SMALL_N SMALL_KB LOCAL_MB DIFF_N DIFF_FOLDER MILLION_N RUNS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
 read -ra _picked <<<"$SCENARIOS"
@@ -498,6 +499,11 @@ fi
 # identical copy at s3://bench-dst/sync/, then the same 100 changes at the source: 50
 # overwritten, 30 new, 20 deleted.
 #
+# Layout: BENCH_DIFF_FOLDER objects per folder (sync/d000/obj-000000 …), the way datasets are
+# sharded in practice, as in the million scenario. It also keeps the server out of the result:
+# s3s-fs walks the whole bucket and stats every key under the prefix for each list page, so a
+# flat 100,000-key prefix costs it ~2 s a page (hours per run for either tool).
+#
 # s3s-fs lists no ETags, so a same-size overwrite is invisible to any compare that trusts a
 # listing there (slate's, by design: size + a digest the listing exposes; real S3 lists the
 # MD5), while rclone check HEADs every object for its MD5. So the overwrites change the
@@ -514,10 +520,10 @@ SYNC_DIGITS=$(( ${#DIFF_N} > 6 ? ${#DIFF_N} : 6 ))
 STEP=$((DIFF_N / 100))
 # Changed keys (relative to sync/): seeded object j*STEP is overwritten for j < 50, deleted
 # for 50 ≤ j < 70; the new ones are new-000000 … new-000029.
-seeded_key() { printf 'obj-%0*d' "$SYNC_DIGITS" "$1"; }
+seeded_key() { printf 'd%03d/obj-%0*d' $(($1 / DIFF_FOLDER)) "$SYNC_DIGITS" "$1"; }
 OVR_KEYS=("$(seeded_key 0)" "$(seeded_key $(((CHG_OVERWRITE - 1) * STEP)))")
 DEL_KEYS=("$(seeded_key $((CHG_OVERWRITE * STEP)))" "$(seeded_key $(((CHG_OVERWRITE + CHG_DELETE - 1) * STEP)))")
-NEW_KEYS=(new-000000 "$(printf 'new-%06d' $((CHG_NEW - 1)))")
+NEW_KEYS=(d000/new-000000 "$(printf 'd000/new-%06d' $((CHG_NEW - 1)))")
 PRISTINE_SYNC="$WORK/s3data.pristine-sync"
 DB_DIR="$WORK/db"
 SYNC_SRC="s3://$SRC_BUCKET/sync/" SYNC_DST="s3://$DST_BUCKET/sync/"
@@ -540,15 +546,15 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 endpoint, bucket = sys.argv[1], sys.argv[2]
-n, digits, step, n_over, n_new, n_del, obj_bytes, ovr_bytes = map(int, sys.argv[3:11])
+n, digits, step, n_over, n_new, n_del, obj_bytes, ovr_bytes, per_folder = map(int, sys.argv[3:12])
 s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
                   aws_secret_access_key="testing", region_name="us-east-1",
                   config=Config(s3={"addressing_style": "path"},
                                 retries={"mode": "standard", "max_attempts": 5}))
-key = lambda i: "sync/obj-%0*d" % (digits, i)
+key = lambda i: "sync/d%03d/obj-%0*d" % (i // per_folder, digits, i)
 over = [key(j * step) for j in range(n_over)]
 dele = [key(j * step) for j in range(n_over, n_over + n_del)]
-new = ["sync/new-%06d" % j for j in range(n_new)]
+new = ["sync/d000/new-%06d" % j for j in range(n_new)]
 for k in over:
     s3.put_object(Bucket=bucket, Key=k, Body=os.urandom(ovr_bytes))
 for k in new:
@@ -575,7 +581,7 @@ apply_changes() {
         AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_REQUEST_CHECKSUM_CALCULATION=when_required \
         AWS_RESPONSE_CHECKSUM_VALIDATION=when_required \
         python3 "$WORK/changes.py" "$ENDPOINT" "$SRC_BUCKET" "$DIFF_N" "$SYNC_DIGITS" "$STEP" \
-        "$CHG_OVERWRITE" "$CHG_NEW" "$CHG_DELETE" "$OBJ_BYTES" "$OVR_BYTES" >&2 \
+        "$CHG_OVERWRITE" "$CHG_NEW" "$CHG_DELETE" "$OBJ_BYTES" "$OVR_BYTES" "$DIFF_FOLDER" >&2 \
         || die "applying the changes at s3://$SRC_BUCKET/sync/ failed"
 }
 
@@ -609,6 +615,15 @@ if want diff || want resync; then
     mkdir -p "$SEED/sync"
     head -c $((DIFF_N * OBJ_BYTES)) /dev/urandom |
         (cd "$SEED/sync" && split -b "$OBJ_BYTES" -a "$SYNC_DIGITS" -d - obj-)
+    # into folders of BENCH_DIFF_FOLDER: obj-000123 → d000/obj-000123
+    python3 - "$SEED/sync" "$DIFF_FOLDER" <<'PY' || die "sorting the seed into folders failed"
+import os, sys
+root, per = sys.argv[1], int(sys.argv[2])
+for name in os.listdir(root):
+    d = os.path.join(root, "d%03d" % (int(name[4:]) // per))
+    os.makedirs(d, exist_ok=True)
+    os.rename(os.path.join(root, name), os.path.join(d, name))
+PY
     for b in "$SRC_BUCKET" "$DST_BUCKET"; do
         rcl copy "$SEED/sync" "s3remote:$b/sync/" --no-check-dest --transfers 32 --checkers 32 >&2
     done
@@ -840,9 +855,9 @@ want million && commands+=("\`slate sync --once SRC DST --db DB\` (the second ru
         $((LARGE_N * LARGE_BYTES)) ratio:1.2 rss:0.5
     want small && row "small: $SMALL_N × $SMALL_KB KiB, S3 → S3 (peer: rclone)" small obj/s "$SMALL_N" ratio:2
     want local && row "local: 1 × $LOCAL_MB MiB file, local → local (peer: cp)" local MB/s "$LOCAL_BYTES" ratio:0.8
-    want diff && row "diff: $DIFF_N × 1 KiB, S3 ↔ S3, 100 differences (peer: rclone check)" diff obj/s \
+    want diff && row "diff: $DIFF_N × 1 KiB in folders of $DIFF_FOLDER, S3 ↔ S3, 100 differences (peer: rclone check)" diff obj/s \
         "$DIFF_N" ratio:3
-    want resync && row "resync: 2nd \`sync --once\` after 100 changes in $DIFF_N, S3 → S3 (peer: rclone sync)" \
+    want resync && row "resync: 2nd \`sync --once\` after 100 changes in $DIFF_N (folders of $DIFF_FOLDER), S3 → S3 (peer: rclone sync)" \
         resync obj/s "$DIFF_N"
     want resync && row "from-manifest: \`diff --from-manifest\` of $SRC_AFTER_N keys, no request (no peer)" \
         manifest keys/s "$SRC_AFTER_N" wall_s:1
