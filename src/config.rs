@@ -35,6 +35,8 @@ pub struct DaemonConfig {
     pub db: Option<String>,
     /// Full compare and repair of every pair on this schedule, e.g. "24h"; "0" disables.
     pub drift_check_interval: Option<String>,
+    /// Address of the listener (webhook deliveries), e.g. "127.0.0.1:3030"; `--listen` wins.
+    pub listen: Option<String>,
 }
 
 /// One pair: a source kept equal to a destination.
@@ -47,7 +49,8 @@ pub struct PairConfig {
     pub src: String,
     /// Destination URL.
     pub dst: String,
-    /// Where change events come from: `sqs://QUEUE` for S3; none for local folders.
+    /// Where change events come from: `sqs://QUEUE` for S3, `azqueue://ACCOUNT/QUEUE` or
+    /// `webhook` for Azure, `webhook` for GCS; none for local folders.
     pub events: Option<String>,
     /// Only keys matching these globs.
     #[serde(default)]

@@ -175,6 +175,7 @@ pub struct ConnectionString {
     pub key: Option<String>,
     pub sas: Option<String>,
     pub blob_endpoint: Option<String>,
+    pub queue_endpoint: Option<String>,
     pub dev_storage: bool,
 }
 
@@ -191,6 +192,7 @@ impl ConnectionString {
                 "accountkey" => out.key = Some(v.to_string()),
                 "sharedaccesssignature" => out.sas = Some(v.trim_start_matches('?').to_string()),
                 "blobendpoint" => out.blob_endpoint = Some(v.trim_end_matches('/').to_string()),
+                "queueendpoint" => out.queue_endpoint = Some(v.trim_end_matches('/').to_string()),
                 "usedevelopmentstorage" => out.dev_storage = v.eq_ignore_ascii_case("true"),
                 _ => {}
             }

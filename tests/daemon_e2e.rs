@@ -346,3 +346,465 @@ fn one_process_keeps_every_pair_of_the_config() {
     }
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }
+
+/// An Azure Blob event in the Event Grid schema, or in CloudEvents 1.0.
+fn blob_event(
+    container: &str,
+    key: &str,
+    kind: &str,
+    size: usize,
+    seq: u64,
+    cloud: bool,
+) -> String {
+    let topic = "/subscriptions/0/resourceGroups/rg/providers/Microsoft.Storage/storageAccounts/devstoreaccount1";
+    let subject = format!("/blobServices/default/containers/{container}/blobs/{key}");
+    let data = serde_json::json!({
+        "api": if kind == "BlobCreated" { "PutBlob" } else { "DeleteBlob" },
+        "contentLength": size,
+        "blobType": "BlockBlob",
+        "url": format!("http://127.0.0.1:10000/devstoreaccount1/{container}/{key}"),
+        "sequencer": format!("{seq:032X}"),
+    });
+    let v = if cloud {
+        serde_json::json!({"specversion": "1.0", "type": format!("Microsoft.Storage.{kind}"),
+            "source": topic, "subject": subject, "id": unique("ev"),
+            "time": "2026-11-30T10:00:00Z", "data": data})
+    } else {
+        serde_json::json!({"topic": topic, "subject": subject,
+            "eventType": format!("Microsoft.Storage.{kind}"), "id": unique("ev"),
+            "eventTime": "2026-11-30T10:00:00Z", "data": data, "dataVersion": "",
+            "metadataVersion": "1"})
+    };
+    v.to_string()
+}
+
+fn b64(s: &str) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in s.as_bytes().chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                A[((n >> (18 - 6 * i)) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+fn dead_letters(db: &std::path::Path) -> i64 {
+    let conn = rusqlite::Connection::open(db).expect("db");
+    conn.query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get(0))
+        .expect("count")
+}
+
+/// Waits until the local folder holds exactly what the cloud prefix holds.
+fn wait_same(
+    daemon: &mut Child,
+    log: &std::path::Path,
+    read: &dyn Fn() -> BTreeMap<String, Vec<u8>>,
+    dst: &std::path::Path,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let want = read();
+        if read_local(dst) == want {
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            let got: Vec<_> = read_local(dst).into_keys().collect();
+            let want: Vec<_> = want.into_keys().collect();
+            panic!(
+                "not equal in time: have {got:?}, want {want:?}\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn azure_events_through_a_storage_queue_reach_a_local_folder() {
+    // No Event Grid emulator exists: the test writes each blob to Azurite and then puts the
+    // event Event Grid would deliver (base64 JSON) on a real Azurite queue.
+    let container = "slate-src";
+    let prefix = unique("azq");
+    let queue = unique("slate-q").to_ascii_lowercase();
+    let spec = format!("azqueue://devstoreaccount1/{queue}");
+    // SAFETY of env: the test's own process reads these to reach Azurite's queue.
+    unsafe {
+        std::env::set_var("AZURE_STORAGE_USE_EMULATOR", "true");
+        std::env::set_var("AZURITE_QUEUE_STORAGE_URL", azurite_queue_url());
+    }
+    let q = slate::events::azqueue::AzQueueSource::open(&spec).expect("queue");
+    rt().block_on(q.create()).expect("create queue");
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log, dst) = (
+        dir.path().join("s.db"),
+        dir.path().join("d.log"),
+        dir.path().join("replica"),
+    );
+    let store = az(container);
+    let initial: BTreeMap<String, Vec<u8>> = (0..6)
+        .map(|i| (format!("dir/f{i}.bin"), bytes(300 + i, 500)))
+        .chain((0..4).map(|i| (format!("top{i}.bin"), bytes(400 + i, 700))))
+        .collect();
+    rt().block_on(seed(&store, &prefix, &initial));
+    let su = format!("az://{container}/{prefix}");
+    let mut c = slate_db(&db);
+    c.args([
+        "sync",
+        &su,
+        &dst.display().to_string(),
+        "--events",
+        &spec,
+        "--drift-check-secs",
+        "0",
+        "--quiet",
+    ])
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).expect("log"));
+    let mut daemon = spawn_and_wait(c, &log, 1);
+    assert_same(&read_local(&dst), &initial);
+
+    let key = |k: &str| format!("{prefix}/{k}");
+    let changes: BTreeMap<String, Vec<u8>> = [
+        ("new/a b+ü.bin".to_string(), bytes(1, 333)),
+        ("top0.bin".to_string(), bytes(2, 700)), // same size, new content
+        ("top1.bin".to_string(), bytes(3, 1)),
+    ]
+    .into();
+    rt().block_on(seed(&store, &prefix, &changes));
+    rt().block_on(async {
+        for k in [
+            "top2.bin",
+            "dir/f0.bin",
+            "dir/f1.bin",
+            "dir/f2.bin",
+            "dir/f3.bin",
+            "dir/f4.bin",
+            "dir/f5.bin",
+        ] {
+            store
+                .delete(&object_store::path::Path::parse(key(k)).expect("key"))
+                .await
+                .expect("delete");
+        }
+        let mut seq = 100;
+        for (k, v) in &changes {
+            seq += 1;
+            // Event Grid schema and CloudEvents, both as Event Grid writes them: base64
+            let cloud = seq % 2 == 0;
+            q.send(&b64(&blob_event(
+                container,
+                &key(k),
+                "BlobCreated",
+                v.len(),
+                seq,
+                cloud,
+            )))
+            .await
+            .expect("send");
+        }
+        q.send(&b64(&blob_event(
+            container,
+            &key("top2.bin"),
+            "BlobDeleted",
+            0,
+            200,
+            false,
+        )))
+        .await
+        .expect("send");
+        // the directory went as a whole (ADLS Gen2): one event, a prefix reconcile
+        let dir_deleted = blob_event(container, &key("dir"), "DirectoryDeleted", 0, 201, false);
+        q.send(&b64(&dir_deleted)).await.expect("send");
+        // a duplicate, plain JSON (a queue fed by hand), a malformed one and a stranger
+        q.send(&blob_event(
+            container,
+            &key("top1.bin"),
+            "BlobCreated",
+            1,
+            103,
+            false,
+        ))
+        .await
+        .expect("send");
+        q.send("bm90IGpzb24gYXQgYWxs").await.expect("send");
+        q.send(&b64(&blob_event(
+            "another-container",
+            "x.bin",
+            "BlobCreated",
+            1,
+            1,
+            false,
+        )))
+        .await
+        .expect("send");
+    });
+    wait_same(
+        &mut daemon,
+        &log,
+        &|| rt().block_on(read_all(&store, &prefix)),
+        &dst,
+    );
+    let got = read_local(&dst);
+    assert!(got.contains_key("new/a b+ü.bin") && !got.contains_key("top2.bin"));
+    assert!(
+        !got.keys().any(|k| k.starts_with("dir/")),
+        "{:?}",
+        got.keys()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dead_letters(&db) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        dead_letters(&db),
+        2,
+        "the malformed and the foreign message"
+    );
+    // every message was acknowledged (deleted) after it was stored
+    std::thread::sleep(Duration::from_millis(500));
+    let left = rt().block_on(q.receive()).expect("receive");
+    assert!(left.is_empty(), "messages left on the queue: {left:?}");
+    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+}
+
+#[test]
+fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
+    // Azure: the test writes blobs and POSTs the Event Grid deliveries (no emulator exists).
+    // GCS: fully real: fake-gcs-server publishes to the Pub/Sub emulator, whose push
+    // subscription delivers to slate's listener.
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let (dst_a, dst_g) = (dir.path().join("a"), dir.path().join("g"));
+    let (pa, pg) = (unique("wha"), unique("whg"));
+    let (az_store, gs_read, gs_write) =
+        (az("slate-src"), gcs("slate-src"), gcs_writer("slate-src"));
+    let seed_a: BTreeMap<String, Vec<u8>> = (0..3)
+        .map(|i| (format!("a{i}.bin"), bytes(i, 100)))
+        .collect();
+    rt().block_on(seed(&az_store, &pa, &seed_a));
+    rt().block_on(seed(&gs_write, &pg, &seed_a));
+    let token = "tok-3f9a-secret";
+    let conf = dir.path().join("slate.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[daemon]\nlisten = \"127.0.0.1:0\"\ndrift_check_interval = \"0\"\n\n\
+             [[pairs]]\nname = \"azure\"\nsrc = \"az://slate-src/{pa}\"\ndst = \"{}\"\nevents = \"webhook\"\n\n\
+             [[pairs]]\nname = \"gcs\"\nsrc = \"gs://slate-src/{pg}\"\ndst = \"{}\"\nevents = \"webhook\"\n",
+            dst_a.display(),
+            dst_g.display()
+        ),
+    )
+    .expect("config");
+    let mut c = slate_db(&db);
+    c.args(["sync", "--config", &conf.display().to_string(), "--quiet"])
+        .env("SLATE_API_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let mut daemon = spawn_and_wait(c, &log, 2);
+    let text = std::fs::read_to_string(&log).expect("log");
+    let addr = text
+        .lines()
+        .find_map(|l| l.strip_prefix("slate: listening on http://"))
+        .expect("listening line")
+        .trim()
+        .to_string();
+    assert!(!text.contains(token), "the token must not be logged");
+    assert_same(&read_local(&dst_a), &seed_a);
+    assert_same(&read_local(&dst_g), &seed_a);
+
+    // the push subscription: the emulator POSTs every GCS notification to slate
+    let sub = unique("slate-push");
+    let http = reqwest::blocking::Client::new();
+    let r = http
+        .put(format!("{}/v1/projects/test-project/subscriptions/{sub}", pubsub_url()))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({
+            "topic": "projects/test-project/topics/gcs-events",
+            "pushConfig": {"pushEndpoint": format!("http://{addr}/events/pubsub?token={token}")},
+            "ackDeadlineSeconds": 10,
+        }).to_string())
+        .send()
+        .expect("subscription");
+    assert!(r.status().is_success(), "push subscription: {}", r.status());
+
+    let eg = format!("http://{addr}/events/eventgrid");
+    // no token, wrong token: 401 and nothing stored
+    let r = http.post(&eg).body("[]").send().expect("post");
+    assert_eq!(r.status().as_u16(), 401);
+    let r = http
+        .post(format!("{eg}?token=wrong"))
+        .body("[]")
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 401);
+    // Event Grid's handshake, and CloudEvents' OPTIONS validation
+    let hs = r#"[{"id":"1","topic":"t","subject":"","eventType":"Microsoft.EventGrid.SubscriptionValidationEvent","eventTime":"2026-11-30T10:00:00Z","data":{"validationCode":"CODE-123"},"dataVersion":"1","metadataVersion":"1"}]"#;
+    let r = http
+        .post(format!("{eg}?token={token}"))
+        .body(hs)
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.text().expect("body"),
+        r#"{"validationResponse":"CODE-123"}"#
+    );
+    let r = http
+        .request(reqwest::Method::OPTIONS, &eg)
+        .bearer_auth(token)
+        .header("WebHook-Request-Origin", "eventgrid.azure.net")
+        .send()
+        .expect("options");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.headers()
+            .get("webhook-allowed-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("eventgrid.azure.net")
+    );
+
+    // Azure changes, delivered as one Event Grid batch and one CloudEvent
+    let new_a: BTreeMap<String, Vec<u8>> = [
+        ("n 1.bin".to_string(), bytes(9, 77)),
+        ("a0.bin".to_string(), bytes(10, 100)),
+    ]
+    .into();
+    rt().block_on(seed(&az_store, &pa, &new_a));
+    rt().block_on(
+        az_store.delete(&object_store::path::Path::parse(format!("{pa}/a1.bin")).expect("key")),
+    )
+    .expect("delete");
+    let batch = format!(
+        "[{},{}]",
+        blob_event(
+            "slate-src",
+            &format!("{pa}/n 1.bin"),
+            "BlobCreated",
+            77,
+            5,
+            false
+        ),
+        blob_event(
+            "slate-src",
+            &format!("{pa}/a1.bin"),
+            "BlobDeleted",
+            0,
+            6,
+            false
+        )
+    );
+    let r = http
+        .post(&eg)
+        .bearer_auth(token)
+        .body(batch)
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 200);
+    let ce = blob_event(
+        "slate-src",
+        &format!("{pa}/a0.bin"),
+        "BlobCreated",
+        100,
+        7,
+        true,
+    );
+    let r = http
+        .post(&eg)
+        .bearer_auth(token)
+        .header("content-type", "application/cloudevents+json")
+        .body(ce)
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 200);
+    let r = http
+        .post(&eg)
+        .bearer_auth(token)
+        .body("{broken")
+        .send()
+        .expect("post");
+    assert_eq!(
+        r.status().as_u16(),
+        200,
+        "a malformed delivery is kept as a dead letter, not retried"
+    );
+
+    // GCS changes: the notifications come through the emulator's push
+    let new_g: BTreeMap<String, Vec<u8>> = [
+        ("sub/x y.bin".to_string(), bytes(11, 50)),
+        ("a2.bin".to_string(), bytes(12, 3)),
+    ]
+    .into();
+    rt().block_on(seed(&gs_write, &pg, &new_g));
+    rt().block_on(
+        gs_read.delete(&object_store::path::Path::parse(format!("{pg}/a0.bin")).expect("key")),
+    )
+    .expect("delete");
+
+    wait_same(
+        &mut daemon,
+        &log,
+        &|| rt().block_on(read_all(&az_store, &pa)),
+        &dst_a,
+    );
+    wait_same(
+        &mut daemon,
+        &log,
+        &|| rt().block_on(read_all(&gs_read, &pg)),
+        &dst_g,
+    );
+    assert!(
+        read_local(&dst_g).contains_key("sub/x y.bin")
+            && !read_local(&dst_g).contains_key("a0.bin")
+    );
+    assert!(
+        read_local(&dst_a).contains_key("n 1.bin") && !read_local(&dst_a).contains_key("a1.bin")
+    );
+    assert!(
+        dead_letters(&db) >= 1,
+        "the malformed delivery is a dead letter"
+    );
+    let _ = http
+        .delete(format!(
+            "{}/v1/projects/test-project/subscriptions/{sub}",
+            pubsub_url()
+        ))
+        .send();
+    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+}
+
+#[test]
+fn a_public_listener_needs_a_token() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut c = slate_db(&dir.path().join("s.db"));
+    c.args([
+        "sync",
+        "az://slate-src/x",
+        &dir.path().join("d").display().to_string(),
+        "--events",
+        "webhook",
+        "--listen",
+        "0.0.0.0:0",
+    ])
+    .env_remove("SLATE_API_TOKEN");
+    let out = c.output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("0.0.0.0:0") && err.contains("SLATE_API_TOKEN"),
+        "{err}"
+    );
+}

@@ -41,10 +41,20 @@ pub struct SyncArgs {
     /// change events (local folders: inotify).
     #[arg(long)]
     pub once: bool,
-    /// Daemon: where change events come from, for a cloud source: `sqs://QUEUE_NAME` or
-    /// `sqs://https://…` (S3 bucket notifications). Local folders need none (inotify).
+    /// Daemon: where change events come from, for a cloud source: S3 `sqs://QUEUE_NAME` or
+    /// `sqs://https://…`; Azure `azqueue://ACCOUNT/QUEUE` (Event Grid → Storage Queue) or
+    /// `webhook`; GCS `webhook` (Pub/Sub push). Local folders need none (inotify).
     #[arg(long)]
     pub events: Option<String>,
+    /// Daemon: serve webhook deliveries (`--events webhook`: Event Grid at
+    /// /events/eventgrid, Pub/Sub push at /events/pubsub) on this address.
+    /// [default: the config's daemon.listen, else 127.0.0.1:3030]
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// A file holding the bearer token the listener requires (else SLATE_API_TOKEN); needed
+    /// for any non-loopback --listen address.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
     /// Daemon: run a full compare every N seconds and repair drift (0: never).
     /// [default: the config's daemon.drift_check_interval, else 86400]
     #[arg(long)]
@@ -81,6 +91,31 @@ pub struct SyncArgs {
 pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
     let path = db.clone().unwrap_or_else(manifest::default_path);
     Manifest::open(&path).map(Arc::new)
+}
+
+/// The listener's bearer token: the first line of `--token-file`, else `SLATE_API_TOKEN`.
+fn api_token(file: &Option<PathBuf>) -> Result<Option<String>, SlateError> {
+    let token = match file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| SlateError::BadOption {
+                option: "--token-file".into(),
+                why: format!("{}: {e}", p.display()),
+            })?;
+            let t = text.lines().next().unwrap_or("").trim().to_string();
+            if t.is_empty() {
+                return Err(SlateError::BadOption {
+                    option: "--token-file".into(),
+                    why: format!("{}: the file holds no token", p.display()),
+                });
+            }
+            Some(t)
+        }
+        None => std::env::var("SLATE_API_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty()),
+    };
+    Ok(token)
 }
 
 /// One pair to run, with its options.
@@ -177,6 +212,19 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
         });
+        let listen = args.listen.clone().or_else(|| cfg.daemon.listen.clone());
+        let wants_hub = jobs.iter().any(|j| j.events.as_deref() == Some("webhook"));
+        let hub = if wants_hub || listen.is_some() {
+            let token = api_token(&args.token_file)?;
+            let hub = crate::events::webhook::Hub::new(manifest.clone(), token.clone());
+            let addr = listen.unwrap_or_else(|| "127.0.0.1:3030".to_string());
+            let (bound, _task) =
+                crate::events::webhook::serve(&addr, token.is_some(), hub.router()).await?;
+            eprintln!("slate: listening on http://{bound}");
+            Some(hub)
+        } else {
+            None
+        };
         let mut tasks = Vec::new();
         for job in jobs {
             let dopts = crate::reconcile::daemon::DaemonOptions {
@@ -185,6 +233,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                 batch: 1000,
                 shutdown_grace: std::time::Duration::from_secs(30),
                 events: job.events,
+                hub: hub.clone(),
             };
             let (m, mut rx) = (manifest.clone(), stop_rx.clone());
             tasks.push(tokio::spawn(async move {

@@ -45,6 +45,17 @@ impl Side {
             Side::Cloud { loc, .. } | Side::Local { loc } => loc,
         }
     }
+
+    /// The same store at another location (a sub-prefix of the same bucket).
+    pub fn with_loc(&self, loc: Location) -> Side {
+        match self {
+            Side::Cloud { store, .. } => Side::Cloud {
+                store: store.clone(),
+                loc,
+            },
+            Side::Local { .. } => Side::Local { loc },
+        }
+    }
 }
 
 /// Parses a key into an object_store path without re-encoding it (keys are data).

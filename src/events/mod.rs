@@ -14,12 +14,19 @@
 //!   the webhook or from a Storage Queue (base64).
 //! - [`gcs`]: Cloud Storage Pub/Sub notifications, pulled (attributes + data) or pushed.
 //! - [`watch`]: a local folder (inotify).
+//!
+//! Transports (they receive, store through [`route`], then acknowledge): [`sqs`] (S3 via SQS),
+//! [`azqueue`] (Event Grid via a Storage Queue), [`webhook`] (Event Grid and Pub/Sub push on
+//! slate's listener).
 
+pub mod azqueue;
 pub mod eventgrid;
 pub mod gcs;
+pub mod route;
 pub mod s3;
 pub mod sqs;
 pub mod watch;
+pub mod webhook;
 
 mod text;
 

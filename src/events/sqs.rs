@@ -11,11 +11,8 @@ use std::time::Duration;
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use aws_sdk_sqs::Client;
 
-use super::{EventKind, Parsed, Token};
+use super::route::{Routed, SourceStats, Target};
 use crate::error::{Result, SlateError};
-use crate::inbox::{Inbox, Kind};
-use crate::location::Location;
-use crate::manifest::Manifest;
 
 /// A queue to receive from.
 pub struct SqsSource {
@@ -23,15 +20,6 @@ pub struct SqsSource {
     queue_url: String,
     /// Long-poll wait per receive.
     pub wait: Duration,
-}
-
-/// What the pump did, for health lines.
-#[derive(Debug, Default)]
-pub struct SqsStats {
-    pub messages: std::sync::atomic::AtomicU64,
-    pub events: std::sync::atomic::AtomicU64,
-    pub ignored: std::sync::atomic::AtomicU64,
-    pub dead_lettered: std::sync::atomic::AtomicU64,
 }
 
 fn sqs_err(spec: &str, e: impl std::fmt::Display) -> SlateError {
@@ -79,15 +67,10 @@ impl SqsSource {
         })
     }
 
-    /// Receives until the task is dropped: every batch is stored in the inbox of `pair_id`
-    /// (keys relative to `src`), then deleted from the queue.
-    pub async fn pump(
-        self,
-        manifest: Arc<Manifest>,
-        pair_id: i64,
-        src: Location,
-        stats: Arc<SqsStats>,
-    ) {
+    /// Receives until the task is dropped: every message's events are stored in `target`'s
+    /// inbox, then the batch is deleted from the queue.
+    pub async fn pump(self, target: Target, stats: Arc<SourceStats>) {
+        let scope = target.scope();
         let mut failures = 0u32;
         loop {
             let out = self
@@ -115,14 +98,18 @@ impl SqsSource {
                 continue;
             }
             stats.messages.fetch_add(msgs.len() as u64, Relaxed);
-            let mut events = Vec::new();
-            let mut dead: Vec<(Vec<u8>, String)> = Vec::new();
             let mut acks = Vec::new();
             for (i, m) in msgs.into_iter().enumerate() {
                 let body = m.body.unwrap_or_default();
+                let mut routed = Routed::default();
                 match super::parse_s3(&body) {
-                    Ok(parsed) => route(parsed, &src, &body, &mut events, &mut dead, &stats),
-                    Err(e) => dead.push((body.into_bytes(), e.to_string())),
+                    Ok(parsed) => routed.add(parsed, &scope, "s3"),
+                    Err(e) => routed.dead.push(e.to_string()),
+                }
+                if let Err(e) = target.store("sqs", body.as_bytes(), routed, &stats).await {
+                    // not stored: not acknowledged, so SQS delivers the message again
+                    tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
+                    continue;
                 }
                 if let Some(h) = m.receipt_handle {
                     acks.push(
@@ -131,30 +118,6 @@ impl SqsSource {
                             .receipt_handle(h)
                             .build(),
                     );
-                }
-            }
-            stats.events.fetch_add(events.len() as u64, Relaxed);
-            stats.dead_lettered.fetch_add(dead.len() as u64, Relaxed);
-            let m = manifest.clone();
-            let stored = tokio::task::spawn_blocking(move || -> Result<()> {
-                let ib = Inbox::new(&m);
-                ib.push(pair_id, &events)?;
-                for (raw, why) in dead {
-                    ib.dead_letter(Some(pair_id), "sqs", &raw, &why)?;
-                }
-                Ok(())
-            })
-            .await;
-            match stored {
-                Ok(Ok(())) => {}
-                // not stored: not acknowledged, so SQS delivers the messages again
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
-                    continue;
                 }
             }
             let acks = acks.into_iter().flatten().collect::<Vec<_>>();
@@ -173,60 +136,5 @@ impl SqsSource {
                 tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "SQS delete failed");
             }
         }
-    }
-}
-
-/// Sorts the events of one message: keys of this pair go to the inbox (relative to the pair's
-/// prefix), anything else is a dead letter naming what it was.
-fn route(
-    parsed: Parsed,
-    src: &Location,
-    body: &str,
-    events: &mut Vec<(String, Kind, Option<String>)>,
-    dead: &mut Vec<(Vec<u8>, String)>,
-    stats: &SqsStats,
-) {
-    match parsed {
-        Parsed::Events(evs) => {
-            for ev in evs {
-                let rel = if src.prefix.is_empty() {
-                    Some(ev.key.as_str())
-                } else {
-                    ev.key.strip_prefix(&format!("{}/", src.prefix))
-                };
-                match rel {
-                    Some(rel) if ev.bucket == src.bucket && !rel.is_empty() => {
-                        let kind = match ev.kind {
-                            EventKind::Upsert => Kind::Upsert,
-                            EventKind::Delete => Kind::Delete,
-                        };
-                        let token = match ev.sequencer {
-                            Some(Token::S3(s)) => Some(s),
-                            _ => None,
-                        };
-                        events.push((rel.to_string(), kind, token));
-                    }
-                    _ => dead.push((
-                        body.as_bytes().to_vec(),
-                        format!(
-                            "event for s3://{}/{} is outside the pair {src}",
-                            ev.bucket, ev.key
-                        ),
-                    )),
-                }
-            }
-        }
-        Parsed::Batch(items) => {
-            for p in items {
-                route(p, src, body, events, dead, stats);
-            }
-        }
-        Parsed::Ignore(_) | Parsed::Handshake { .. } => {
-            stats.ignored.fetch_add(1, Relaxed);
-        }
-        Parsed::PrefixReconcile { .. } => dead.push((
-            body.as_bytes().to_vec(),
-            "prefix events are not expected from S3".into(),
-        )),
     }
 }

@@ -257,9 +257,8 @@ pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Encodes base64 (standard alphabet, padded): the inverse of [`base64_decode`], for tests
-/// that build queue messages and push bodies.
-#[cfg(test)]
+/// Encodes base64 (standard alphabet, padded): the inverse of [`base64_decode`] (request
+/// signatures; tests that build queue messages and push bodies).
 pub(crate) fn base64_encode(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();

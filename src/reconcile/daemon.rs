@@ -23,7 +23,9 @@ use crate::copy::side::{one_line, store_path, Side};
 use crate::copy::transfer::{copy_one, Ctx};
 use crate::copy::{self, Counters};
 use crate::error::{Result, SlateError};
+use crate::events::route::{SourceStats, Target};
 use crate::events::watch;
+use crate::events::webhook::Hub;
 use crate::inbox::{self, Inbox, Kind};
 use crate::location::{Location, Scheme};
 use crate::manifest::{self, Manifest, Record, State};
@@ -38,8 +40,53 @@ pub struct DaemonOptions {
     pub batch: usize,
     /// How long in-flight work may take to finish at shutdown.
     pub shutdown_grace: Duration,
-    /// The event source for a cloud source (`sqs://QUEUE`); local folders need none.
+    /// The event source for a cloud source (`sqs://QUEUE`, `azqueue://ACCOUNT/QUEUE`,
+    /// `webhook`); local folders need none.
     pub events: Option<String>,
+    /// The listener's delivery hub, for `webhook` sources.
+    pub hub: Option<Arc<Hub>>,
+}
+
+/// Where a pair's change events come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventSource {
+    /// A local folder: inotify.
+    Watch,
+    /// S3 notifications through SQS (`sqs://…`).
+    Sqs(String),
+    /// Azure Event Grid through a Storage Queue (`azqueue://ACCOUNT/QUEUE`).
+    AzQueue(String),
+    /// Event Grid or Pub/Sub push deliveries on slate's listener.
+    Webhook,
+}
+
+impl EventSource {
+    /// Decides from the source's scheme and `--events`; a combination that cannot work is an
+    /// error naming what the scheme accepts.
+    pub fn choose(src: &Location, spec: Option<&str>) -> Result<EventSource> {
+        let bad = |why: String| SlateError::BadOption {
+            option: "--events".into(),
+            why,
+        };
+        let accepted = match src.scheme {
+            Scheme::Local => "none (inotify)",
+            Scheme::S3 => "sqs://QUEUE_NAME or sqs://QUEUE_URL",
+            Scheme::Azure => "azqueue://ACCOUNT/QUEUE or webhook",
+            Scheme::Gcs => "webhook (a Pub/Sub push subscription)",
+        };
+        match (src.scheme, spec) {
+            (Scheme::Local, None) => Ok(EventSource::Watch),
+            (Scheme::S3, Some(s)) if s.starts_with("sqs://") => Ok(EventSource::Sqs(s.into())),
+            (Scheme::Azure, Some(s)) if s.starts_with("azqueue://") => {
+                Ok(EventSource::AzQueue(s.into()))
+            }
+            (Scheme::Azure | Scheme::Gcs, Some("webhook")) => Ok(EventSource::Webhook),
+            (_, None) => Err(bad(format!(
+                "{src} needs an event source ({accepted}), or use --once"
+            ))),
+            (_, Some(s)) => Err(bad(format!("'{s}' cannot feed {src}; it takes {accepted}"))),
+        }
+    }
 }
 
 /// Counters of the daemon (the per-minute health line; metrics later).
@@ -251,24 +298,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Arc<DaemonStats>> {
     let stats = Arc::new(DaemonStats::default());
-    let sqs = match (src.scheme, opts.events.as_deref()) {
-        (Scheme::Local, None) => None,
-        (Scheme::S3, Some(spec)) if spec.starts_with("sqs://") => Some(spec.to_string()),
-        (_, Some(spec)) => {
-            return Err(SlateError::BadOption {
-                option: "--events".into(),
-                why: format!(
-                    "'{spec}' cannot feed {src}: this build follows S3 through sqs://QUEUE and local folders through inotify (Event Grid and Pub/Sub are not wired yet; use --once)"
-                ),
-            })
-        }
-        (_, None) => {
-            return Err(SlateError::BadOption {
-                option: "--events".into(),
-                why: format!("{src} is not a local folder: name its event source (sqs://QUEUE), or use --once"),
-            })
-        }
-    };
+    let source = EventSource::choose(src, opts.events.as_deref())?;
     let plan = copy::plan(src, dst).await?;
     let (s, d) = (src.to_string(), dst.to_string());
     let m = manifest.clone();
@@ -276,16 +306,32 @@ pub async fn run(
     let pair_id = pair.id;
 
     // 1. events first, so that nothing changing during the backfill is missed
+    let target = Target {
+        manifest: manifest.clone(),
+        pair_id,
+        src: plan.src.clone(),
+    };
+    let source_stats = Arc::new(SourceStats::default());
     let mut pumps = Vec::new();
-    if let Some(spec) = &sqs {
-        let source = crate::events::sqs::SqsSource::connect(spec).await?;
-        let st = Arc::new(crate::events::sqs::SqsStats::default());
-        pumps.push(tokio::spawn(source.pump(
-            manifest.clone(),
-            pair_id,
-            src.clone(),
-            st,
-        )));
+    match &source {
+        EventSource::Sqs(spec) => {
+            let q = crate::events::sqs::SqsSource::connect(spec).await?;
+            pumps.push(tokio::spawn(q.pump(target, source_stats.clone())));
+        }
+        EventSource::AzQueue(spec) => {
+            let q = crate::events::azqueue::AzQueueSource::connect(spec).await?;
+            pumps.push(tokio::spawn(q.pump(target, source_stats.clone())));
+        }
+        EventSource::Webhook => match &opts.hub {
+            Some(hub) => hub.register(src.scheme, target),
+            None => {
+                return Err(SlateError::BadOption {
+                    option: "--events".into(),
+                    why: "webhook deliveries need the listener (--listen ADDR)".into(),
+                })
+            }
+        },
+        EventSource::Watch => {}
     }
     let _watch = match src.scheme {
         Scheme::Local => {
@@ -389,7 +435,9 @@ pub async fn run(
             let m = manifest.clone();
             let st = blocking(move || Inbox::new(&m).stats(pair_id)).await?;
             tracing::info!(
-                received = stats.received.load(Relaxed),
+                received = stats.received.load(Relaxed) + source_stats.events.load(Relaxed),
+                messages = source_stats.messages.load(Relaxed),
+                ignored = source_stats.ignored.load(Relaxed),
                 applied = stats.applied.load(Relaxed),
                 copied = stats.copied.load(Relaxed),
                 deleted = stats.deleted.load(Relaxed),

@@ -33,6 +33,18 @@ pub fn azurite_url() -> String {
     );
     full.trim_end_matches("/devstoreaccount1").to_string()
 }
+/// Azurite queue URL without the account path (what slate's AZURITE_QUEUE_STORAGE_URL wants).
+pub fn azurite_queue_url() -> String {
+    let full = var(
+        "SLATE_TEST_AZURITE_QUEUE",
+        "http://127.0.0.1:10001/devstoreaccount1",
+    );
+    full.trim_end_matches("/devstoreaccount1").to_string()
+}
+/// The Pub/Sub emulator's REST endpoint.
+pub fn pubsub_url() -> String {
+    format!("http://{}", var("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085"))
+}
 /// fake-gcs-server itself (reads, lists).
 pub fn gcs_endpoint() -> String {
     var("SLATE_TEST_GCS_ENDPOINT", "http://127.0.0.1:4443")
@@ -257,6 +269,7 @@ pub fn slate() -> Command {
         .env("AWS_REGION", "us-east-1")
         .env("AZURE_STORAGE_USE_EMULATOR", "true")
         .env("AZURITE_BLOB_STORAGE_URL", azurite_url())
+        .env("AZURITE_QUEUE_STORAGE_URL", azurite_queue_url())
         .env("STORAGE_EMULATOR_HOST", gcs_write_endpoint())
         .env("XDG_CONFIG_HOME", "/nonexistent-slate-test-config")
         .env("RUST_LOG", "warn");

@@ -1,0 +1,550 @@
+//! Azure Blob events from an Azure Storage Queue, where an Event Grid subscription with a
+//! Storage Queue endpoint delivers them (one event per message, base64 JSON, Event Grid schema
+//! or CloudEvents 1.0). Slate signs the Queue REST calls itself (Shared Key with the account
+//! key, or a SAS token), so it needs no Azure SDK: receive up to 32 messages at a time with a
+//! visibility timeout, store their events in the inbox, then delete each message (ack after
+//! commit, DESIGN.md rule 2). A message whose events could not be stored becomes visible again
+//! when its visibility timeout runs out and is received again.
+//!
+//! Azure queues have no long poll: an empty receive is followed by a pause that doubles from
+//! 100 ms up to 2 s (a quiet queue costs about one request every 2 s, ~1.3 M a month).
+//!
+//! `azqueue://ACCOUNT/QUEUE`. Endpoint: `QueueEndpoint` of `AZURE_STORAGE_CONNECTION_STRING`,
+//! else Azurite's (`AZURE_STORAGE_USE_EMULATOR=true` or `UseDevelopmentStorage=true`;
+//! `AZURITE_QUEUE_STORAGE_URL` moves it, default `http://127.0.0.1:10001`), else
+//! `https://ACCOUNT.queue.core.windows.net`. Credentials: the connection string's
+//! `AccountKey` / `SharedAccessSignature`, `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`
+//! (or `_SAS_TOKEN`), or Azurite's well-known key.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use ring::hmac;
+
+use super::route::{Routed, SourceStats, Target};
+use super::text::{base64_decode, base64_encode};
+use crate::error::{Result, SlateError};
+use crate::store::ConnectionString;
+
+/// Azurite's account and key, published in Azure's documentation.
+const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+const API_VERSION: &str = "2021-12-02";
+/// Messages per receive (the service's maximum).
+const BATCH: usize = 32;
+/// How long a received message stays invisible to other receivers.
+const VISIBILITY_SECS: u32 = 60;
+
+enum Auth {
+    SharedKey { account: String, key: hmac::Key },
+    Sas(String),
+}
+
+/// One queue to receive from.
+pub struct AzQueueSource {
+    http: reqwest::Client,
+    /// `…/QUEUE` without a query: safe to show.
+    queue_url: String,
+    /// The URL's path (for Shared Key's canonical resource).
+    path: String,
+    auth: Auth,
+    spec: String,
+    pub idle_min: Duration,
+    pub idle_max: Duration,
+}
+
+/// One received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueMessage {
+    pub id: String,
+    pub pop_receipt: String,
+    pub text: String,
+    pub dequeue_count: u32,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn bad(spec: &str, why: impl Into<String>) -> SlateError {
+    SlateError::BadUrl {
+        url: spec.to_string(),
+        why: why.into(),
+    }
+}
+
+impl AzQueueSource {
+    /// Resolves `azqueue://ACCOUNT/QUEUE` to an endpoint and credentials (see the module
+    /// documentation) and checks that the queue exists.
+    pub async fn connect(spec: &str) -> Result<AzQueueSource> {
+        let src = Self::open(spec)?;
+        // the queue must exist (and the credentials work) before the daemon relies on it
+        src.request(reqwest::Method::GET, "", &[("comp", "metadata")], "")
+            .await?;
+        Ok(src)
+    }
+
+    /// Resolves `azqueue://ACCOUNT/QUEUE` without a request.
+    pub fn open(spec: &str) -> Result<AzQueueSource> {
+        let rest = spec
+            .strip_prefix("azqueue://")
+            .ok_or_else(|| bad(spec, "expected azqueue://ACCOUNT/QUEUE"))?;
+        let (account, queue) = rest
+            .trim_end_matches('/')
+            .split_once('/')
+            .ok_or_else(|| bad(spec, "expected azqueue://ACCOUNT/QUEUE"))?;
+        let valid_queue = (3..=63).contains(&queue.len())
+            && queue
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if account.is_empty() || !valid_queue {
+            return Err(bad(
+                spec,
+                "queue names are 3-63 lowercase letters, digits and '-' (azqueue://ACCOUNT/QUEUE)",
+            ));
+        }
+        let cs = match env("AZURE_STORAGE_CONNECTION_STRING") {
+            Some(s) => ConnectionString::parse(&s).map_err(|why| SlateError::Store {
+                url: spec.to_string(),
+                detail: format!("AZURE_STORAGE_CONNECTION_STRING: {why}"),
+            })?,
+            None => ConnectionString::default(),
+        };
+        let emulator = cs.dev_storage
+            || env("AZURE_STORAGE_USE_EMULATOR").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let endpoint = if let Some(ep) = cs.queue_endpoint.clone() {
+            ep
+        } else if emulator {
+            let base =
+                env("AZURITE_QUEUE_STORAGE_URL").unwrap_or_else(|| "http://127.0.0.1:10001".into());
+            format!("{}/{account}", base.trim_end_matches('/'))
+        } else {
+            format!("https://{account}.queue.core.windows.net")
+        };
+        let key = cs
+            .key
+            .clone()
+            .or_else(|| env("AZURE_STORAGE_ACCOUNT_KEY"))
+            .or_else(|| env("AZURE_STORAGE_ACCESS_KEY"));
+        let sas = cs
+            .sas
+            .clone()
+            .or_else(|| env("AZURE_STORAGE_SAS_KEY"))
+            .or_else(|| env("AZURE_STORAGE_SAS_TOKEN"));
+        let auth = match (key, sas) {
+            (Some(k), _) => Auth::SharedKey {
+                account: account.to_string(),
+                key: hmac::Key::new(
+                    hmac::HMAC_SHA256,
+                    &base64_decode(&k).ok_or_else(|| SlateError::Store {
+                        url: spec.to_string(),
+                        detail: "the Azure account key is not base64".into(),
+                    })?,
+                ),
+            },
+            (None, Some(s)) => Auth::Sas(s.trim_start_matches('?').to_string()),
+            (None, None) if emulator && account == AZURITE_ACCOUNT => Auth::SharedKey {
+                account: account.to_string(),
+                key: hmac::Key::new(
+                    hmac::HMAC_SHA256,
+                    &base64_decode(AZURITE_KEY).unwrap_or_default(),
+                ),
+            },
+            (None, None) => {
+                return Err(SlateError::MissingCredentials {
+                    url: spec.to_string(),
+                    hint: "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_KEY or \
+                           AZURE_STORAGE_SAS_KEY (Azurite: AZURE_STORAGE_USE_EMULATOR=true)"
+                        .into(),
+                })
+            }
+        };
+        let queue_url = format!("{}/{queue}", endpoint.trim_end_matches('/'));
+        let parsed = url::Url::parse(&queue_url)
+            .map_err(|e| bad(spec, format!("queue endpoint '{endpoint}': {e}")))?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| SlateError::Store {
+                url: spec.to_string(),
+                detail: e.without_url().to_string(),
+            })?;
+        Ok(AzQueueSource {
+            http,
+            path: parsed.path().to_string(),
+            queue_url,
+            auth,
+            spec: spec.to_string(),
+            idle_min: Duration::from_millis(100),
+            idle_max: Duration::from_secs(2),
+        })
+    }
+
+    /// Creates the queue (no error when it exists).
+    pub async fn create(&self) -> Result<()> {
+        self.request(reqwest::Method::PUT, "", &[], "")
+            .await
+            .map(|_| ())
+    }
+
+    /// Puts one message with `text` as its MessageText (as Event Grid does: base64 of the
+    /// event's JSON).
+    pub async fn send(&self, text: &str) -> Result<()> {
+        let body = format!(
+            "<QueueMessage><MessageText>{}</MessageText></QueueMessage>",
+            xml_escape(text)
+        );
+        self.request(reqwest::Method::POST, "/messages", &[], &body)
+            .await
+            .map(|_| ())
+    }
+
+    /// One signed request to `queue_url` + `sub` with `query` and `body`; the body of a 2xx
+    /// answer.
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        sub: &str,
+        query: &[(&str, &str)],
+        body: &str,
+    ) -> Result<String> {
+        let date = chrono::Utc::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let mut url = url::Url::parse(&format!("{}{sub}", self.queue_url)).map_err(|e| {
+            SlateError::Store {
+                url: self.spec.clone(),
+                detail: e.to_string(),
+            }
+        })?;
+        {
+            let mut q = url.query_pairs_mut();
+            for (k, v) in query {
+                q.append_pair(k, v);
+            }
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        let hv = |s: &str| {
+            reqwest::header::HeaderValue::from_str(s).map_err(|e| SlateError::Store {
+                url: self.spec.clone(),
+                detail: e.to_string(),
+            })
+        };
+        headers.insert("x-ms-date", hv(&date)?);
+        headers.insert("x-ms-version", hv(API_VERSION)?);
+        match &self.auth {
+            Auth::SharedKey { account, key } => {
+                let to_sign = string_to_sign(
+                    method.as_str(),
+                    body.len(),
+                    &date,
+                    account,
+                    &format!("{}{sub}", self.path),
+                    query,
+                );
+                let sig = base64_encode(hmac::sign(key, to_sign.as_bytes()).as_ref());
+                headers.insert(
+                    reqwest::header::AUTHORIZATION,
+                    hv(&format!("SharedKey {account}:{sig}"))?,
+                );
+            }
+            Auth::Sas(sas) => {
+                let q = match url.query() {
+                    Some(q) if !q.is_empty() => format!("{q}&{sas}"),
+                    _ => sas.clone(),
+                };
+                url.set_query(Some(&q));
+            }
+        }
+        let err = |detail: String| SlateError::Store {
+            url: self.spec.clone(),
+            detail,
+        };
+        let resp = self
+            .http
+            .request(method.clone(), url)
+            .headers(headers)
+            .header(reqwest::header::CONTENT_LENGTH, body.len().to_string())
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| err(format!("{method} {}: {}", self.queue_url, e.without_url())))?;
+        let status = resp.status();
+        let body = resp
+            .text()
+            .await
+            .map_err(|e| err(format!("{method} {}: {}", self.queue_url, e.without_url())))?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        let code = xml_values(&body, "Code").into_iter().next();
+        let what = match (status.as_u16(), code.as_deref()) {
+            (404, _) => "the queue does not exist".to_string(),
+            (403, c) => format!(
+                "access denied ({}): check the account key or SAS token",
+                c.unwrap_or("403")
+            ),
+            (s, c) => format!("HTTP {s}{}", c.map(|c| format!(" {c}")).unwrap_or_default()),
+        };
+        Err(err(format!("{method} {}: {what}", self.queue_url)))
+    }
+
+    /// Receives up to 32 messages (none when the queue is empty).
+    pub async fn receive(&self) -> Result<Vec<QueueMessage>> {
+        let n = BATCH.to_string();
+        let vis = VISIBILITY_SECS.to_string();
+        let body = self
+            .request(
+                reqwest::Method::GET,
+                "/messages",
+                &[("numofmessages", &n), ("visibilitytimeout", &vis)],
+                "",
+            )
+            .await?;
+        Ok(parse_messages(&body))
+    }
+
+    /// Deletes (acknowledges) one received message.
+    pub async fn delete(&self, m: &QueueMessage) -> Result<()> {
+        self.request(
+            reqwest::Method::DELETE,
+            &format!("/messages/{}", m.id),
+            &[("popreceipt", &m.pop_receipt)],
+            "",
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Receives until the task is dropped: each message's events are stored in `target`'s
+    /// inbox, then the message is deleted.
+    pub async fn pump(self, target: Target, stats: Arc<SourceStats>) {
+        let scope = target.scope();
+        let mut idle = self.idle_min;
+        let mut failures = 0u32;
+        loop {
+            let msgs = match self.receive().await {
+                Ok(m) => {
+                    failures = 0;
+                    m
+                }
+                Err(e) => {
+                    failures += 1;
+                    let delay = Duration::from_millis((200u64 << failures.min(7)).min(30_000));
+                    tracing::warn!(error = %e, delay_ms = delay.as_millis() as u64, "queue receive failed");
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+            };
+            if msgs.is_empty() {
+                tokio::time::sleep(idle).await;
+                idle = (idle * 2).min(self.idle_max);
+                continue;
+            }
+            idle = self.idle_min;
+            stats.messages.fetch_add(msgs.len() as u64, Relaxed);
+            let mut stored = Vec::with_capacity(msgs.len());
+            for m in msgs {
+                let mut routed = Routed::default();
+                match super::decode_queue_message(&m.text)
+                    .and_then(|json| super::parse_eventgrid(&json))
+                {
+                    Ok(parsed) => routed.add(parsed, &scope, "az"),
+                    Err(e) => routed.dead.push(e.to_string()),
+                }
+                match target
+                    .store("azqueue", m.text.as_bytes(), routed, &stats)
+                    .await
+                {
+                    Ok(()) => stored.push(m),
+                    // not deleted: the message comes back after its visibility timeout
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not store a queue message's events; it will be received again")
+                    }
+                }
+            }
+            let this = &self;
+            let mut acks = futures::stream::iter(stored)
+                .map(|m| async move { this.delete(&m).await })
+                .buffer_unordered(8);
+            while let Some(r) = acks.next().await {
+                if let Err(e) = r {
+                    // stored already: a redelivery only repeats a harmless, coalesced event
+                    tracing::warn!(error = %e, "queue delete failed");
+                }
+            }
+        }
+    }
+}
+
+/// Shared Key's string to sign for the Queue service (version 2009-09-19 and later): the
+/// standard headers (all empty here but Content-Length, which is empty when zero), the x-ms-
+/// headers, then `/ACCOUNT/PATH` and each query parameter as `\nname:value` sorted by name.
+fn string_to_sign(
+    method: &str,
+    content_length: usize,
+    date: &str,
+    account: &str,
+    path: &str,
+    query: &[(&str, &str)],
+) -> String {
+    let len = if content_length == 0 {
+        String::new()
+    } else {
+        content_length.to_string()
+    };
+    let mut s = format!(
+        "{method}\n\n\n{len}\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{API_VERSION}\n/{account}{path}"
+    );
+    let mut q: Vec<(String, &str)> = query
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), *v))
+        .collect();
+    q.sort();
+    for (k, v) in q {
+        s.push('\n');
+        s.push_str(&k);
+        s.push(':');
+        s.push_str(v);
+    }
+    s
+}
+
+/// The `<QueueMessage>` elements of a Get Messages answer.
+pub fn parse_messages(xml: &str) -> Vec<QueueMessage> {
+    xml_values(xml, "QueueMessage")
+        .into_iter()
+        .filter_map(|m| {
+            let one = |tag| xml_values(&m, tag).into_iter().next();
+            Some(QueueMessage {
+                id: one("MessageId")?,
+                pop_receipt: one("PopReceipt")?,
+                text: one("MessageText").unwrap_or_default(),
+                dequeue_count: one("DequeueCount")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+/// The unescaped text of every `<tag>…</tag>` in `xml` (flat: no nesting of the same tag).
+fn xml_values(xml: &str, tag: &str) -> Vec<String> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(&close) else { break };
+        out.push(xml_unescape(&after[..j]));
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn xml_unescape(s: &str) -> String {
+    if !s.contains('&') {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i..];
+        let end = after.find(';').filter(|e| *e <= 10);
+        let ent = end.map(|e| &after[1..e]);
+        let ch = match ent {
+            Some("amp") => Some('&'),
+            Some("lt") => Some('<'),
+            Some("gt") => Some('>'),
+            Some("quot") => Some('"'),
+            Some("apos") => Some('\''),
+            Some(n) if n.starts_with("#x") => u32::from_str_radix(&n[2..], 16)
+                .ok()
+                .and_then(char::from_u32),
+            Some(n) if n.starts_with('#') => n[1..].parse().ok().and_then(char::from_u32),
+            _ => None,
+        };
+        match (ch, end) {
+            (Some(c), Some(e)) => {
+                out.push(c);
+                rest = &after[e + 1..];
+            }
+            _ => {
+                out.push('&');
+                rest = &after[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_to_sign_follows_the_shared_key_rules() {
+        let s = string_to_sign(
+            "GET",
+            0,
+            "Mon, 30 Nov 2026 10:00:00 GMT",
+            "devstoreaccount1",
+            "/devstoreaccount1/events/messages",
+            &[("visibilitytimeout", "60"), ("numofmessages", "32")],
+        );
+        assert_eq!(
+            s,
+            "GET\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:Mon, 30 Nov 2026 10:00:00 GMT\n\
+             x-ms-version:2021-12-02\n/devstoreaccount1/devstoreaccount1/events/messages\n\
+             numofmessages:32\nvisibilitytimeout:60"
+        );
+        let put = string_to_sign("POST", 42, "D", "a", "/a/q/messages", &[]);
+        assert_eq!(
+            put,
+            "POST\n\n\n42\n\n\n\n\n\n\n\n\nx-ms-date:D\nx-ms-version:2021-12-02\n/a/a/q/messages"
+        );
+    }
+
+    #[test]
+    fn get_messages_answers_parse() {
+        let xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?><QueueMessagesList>\
+            <QueueMessage><MessageId>id-1</MessageId><InsertionTime>x</InsertionTime>\
+            <PopReceipt>AgAAAA+/=</PopReceipt><DequeueCount>2</DequeueCount>\
+            <MessageText>eyJhIjoxfQ==</MessageText></QueueMessage>\
+            <QueueMessage><MessageId>id-2</MessageId><PopReceipt>p2</PopReceipt>\
+            <MessageText>{&quot;k&quot;:&quot;a&amp;b &#x263A; &#65;&quot;}</MessageText></QueueMessage>\
+            <QueueMessage><MessageId>no-receipt</MessageId></QueueMessage>\
+            </QueueMessagesList>";
+        let m = parse_messages(xml);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(
+            m[0],
+            QueueMessage {
+                id: "id-1".into(),
+                pop_receipt: "AgAAAA+/=".into(),
+                text: "eyJhIjoxfQ==".into(),
+                dequeue_count: 2,
+            }
+        );
+        assert_eq!(m[1].text, "{\"k\":\"a&b \u{263A} A\"}");
+        assert!(parse_messages("<QueueMessagesList />").is_empty());
+        assert!(parse_messages("<QueueMessage><MessageId>x").is_empty());
+        assert_eq!(
+            xml_unescape("a & b &bogus; &#xZZ; &"),
+            "a & b &bogus; &#xZZ; &"
+        );
+    }
+}

@@ -1,0 +1,337 @@
+//! Push deliveries on slate's listener (`--events webhook`, `--listen ADDR`):
+//!
+//! - `POST /events/eventgrid`: Azure Event Grid webhook deliveries, Event Grid schema (an array
+//!   of events, or the `SubscriptionValidationEvent` handshake, answered with
+//!   `{"validationResponse": code}`) or CloudEvents 1.0 (one event, or a batch).
+//!   `OPTIONS /events/eventgrid`: CloudEvents' abuse-protection handshake, answered with
+//!   `WebHook-Allowed-Origin`.
+//! - `POST /events/pubsub`: Pub/Sub push subscriptions (`{"message": {…}, "subscription": …}`)
+//!   carrying GCS notifications.
+//!
+//! A delivery is answered 200 only after its events are in the inbox (ack after commit,
+//! DESIGN.md rule 2); if they cannot be stored the answer is 503 and the sender retries.
+//! Malformed deliveries and events of no pair become dead letters and are answered 200 (a
+//! retry would not make them parse). Events go to every registered pair whose source they
+//! name (Event Grid → `az://` pairs, Pub/Sub → `gs://` pairs).
+//!
+//! Security: the listener binds loopback by default; any other address needs a bearer token
+//! (`SLATE_API_TOKEN` or `--token-file`), accepted as `Authorization: Bearer TOKEN` or as a
+//! `?token=TOKEN` query parameter (the form Event Grid and Pub/Sub push endpoint URLs can
+//! carry), compared in constant time.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, RwLock};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+
+use super::route::{strangers, Routed, SourceStats, Target};
+use super::Parsed;
+use crate::error::{Result, SlateError};
+use crate::inbox::Inbox;
+use crate::location::Scheme;
+use crate::manifest::Manifest;
+
+/// Largest delivery accepted: Event Grid batches are at most 1 MB.
+const MAX_DELIVERY: usize = 1024 * 1024;
+
+/// The pairs that push deliveries feed, shared by every pair's daemon in the process.
+pub struct Hub {
+    manifest: Arc<Manifest>,
+    targets: RwLock<Vec<(Scheme, Target)>>,
+    token: Option<String>,
+    pub stats: SourceStats,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // never the token
+        f.debug_struct("Hub")
+            .field("pairs", &self.targets.read().map(|t| t.len()).unwrap_or(0))
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
+            .finish()
+    }
+}
+
+impl Hub {
+    /// A hub storing into `manifest` (dead letters of no pair too), with an optional token.
+    pub fn new(manifest: Arc<Manifest>, token: Option<String>) -> Arc<Hub> {
+        Arc::new(Hub {
+            manifest,
+            targets: RwLock::new(Vec::new()),
+            token,
+            stats: SourceStats::default(),
+        })
+    }
+
+    /// Adds a pair (its source's scheme decides which deliveries reach it).
+    pub fn register(&self, scheme: Scheme, target: Target) {
+        if let Ok(mut t) = self.targets.write() {
+            t.push((scheme, target));
+        }
+    }
+
+    fn targets(&self, scheme: Scheme) -> Vec<Target> {
+        self.targets
+            .read()
+            .map(|t| {
+                t.iter()
+                    .filter(|(s, _)| *s == scheme)
+                    .map(|(_, t)| t.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn authorized(&self, headers: &HeaderMap, uri: &Uri) -> bool {
+        let Some(want) = &self.token else {
+            return true;
+        };
+        let bearer = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_string);
+        let query = uri.query().and_then(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| v.into_owned())
+        });
+        [bearer, query]
+            .into_iter()
+            .flatten()
+            .any(|got| constant_time_eq(got.as_bytes(), want.as_bytes()))
+    }
+
+    /// Routes the [`Hub`] under `/events/`, for a server that serves more than deliveries.
+    pub fn router(self: &Arc<Hub>) -> Router {
+        Router::new()
+            .route(
+                "/events/eventgrid",
+                post(eventgrid_post).options(eventgrid_options),
+            )
+            .route("/events/pubsub", post(pubsub_post))
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_DELIVERY))
+            .with_state(self.clone())
+    }
+}
+
+/// Compares without an early exit, so the time taken says nothing about the token.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for (i, x) in a.iter().enumerate() {
+        diff |= x ^ b.get(i % b.len().max(1)).copied().unwrap_or(0);
+    }
+    diff == 0
+}
+
+/// Binds `addr` (refusing a non-loopback address without a token) and serves `router` in the
+/// background; returns the bound address (port 0 picks one).
+pub async fn serve(
+    addr: &str,
+    has_token: bool,
+    router: Router,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let bad = |why: String| SlateError::BadOption {
+        option: "--listen".into(),
+        why,
+    };
+    let sa: SocketAddr = addr
+        .parse()
+        .map_err(|_| bad(format!("'{addr}' is not an address like 127.0.0.1:3030")))?;
+    if !sa.ip().is_loopback() && !has_token {
+        return Err(bad(format!(
+            "{sa} is not a loopback address: set SLATE_API_TOKEN or --token-file to serve on it"
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(sa)
+        .await
+        .map_err(|e| bad(format!("cannot listen on {sa}: {e}")))?;
+    let bound = listener.local_addr().map_err(|e| bad(e.to_string()))?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "the listener stopped");
+        }
+    });
+    Ok((bound, task))
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response {
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn unauthorized() -> Response {
+    json(
+        StatusCode::UNAUTHORIZED,
+        serde_json::json!({"error": "missing or wrong bearer token"}),
+    )
+}
+
+/// CloudEvents 1.0 webhook validation (HTTP OPTIONS): allow the asking origin.
+async fn eventgrid_options(State(hub): State<Arc<Hub>>, headers: HeaderMap, uri: Uri) -> Response {
+    if !hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let origin = headers
+        .get("webhook-request-origin")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("*")
+        .to_string();
+    (
+        StatusCode::OK,
+        [
+            ("webhook-allowed-origin", origin),
+            ("webhook-allowed-rate", "*".to_string()),
+        ],
+    )
+        .into_response()
+}
+
+async fn eventgrid_post(
+    State(hub): State<Arc<Hub>>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    if !hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let parsed = std::str::from_utf8(&body)
+        .map_err(|_| "body is not UTF-8".to_string())
+        .and_then(|s| super::parse_eventgrid(s).map_err(|e| e.to_string()));
+    if let Ok(Parsed::Handshake { validation_code }) = &parsed {
+        hub.stats.ignored.fetch_add(1, Relaxed);
+        return json(
+            StatusCode::OK,
+            serde_json::json!({ "validationResponse": validation_code }),
+        );
+    }
+    deliver(
+        &hub,
+        Scheme::Azure,
+        "webhook-eventgrid",
+        "az",
+        &body,
+        parsed,
+    )
+    .await
+}
+
+async fn pubsub_post(
+    State(hub): State<Arc<Hub>>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    if !hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let parsed = std::str::from_utf8(&body)
+        .map_err(|_| "body is not UTF-8".to_string())
+        .and_then(|s| super::parse_gcs_push(s).map_err(|e| e.to_string()));
+    deliver(&hub, Scheme::Gcs, "webhook-pubsub", "gs", &body, parsed).await
+}
+
+/// Stores one delivery for every pair it concerns; 200 when stored, 503 when not.
+async fn deliver(
+    hub: &Hub,
+    scheme: Scheme,
+    source: &'static str,
+    what: &str,
+    body: &[u8],
+    parsed: std::result::Result<Parsed, String>,
+) -> Response {
+    hub.stats.messages.fetch_add(1, Relaxed);
+    let parsed = match parsed {
+        Ok(Parsed::Ignore(_)) => {
+            hub.stats.ignored.fetch_add(1, Relaxed);
+            return json(StatusCode::OK, serde_json::json!({"stored": 0}));
+        }
+        Ok(p) => p,
+        Err(why) => return dead_letters(hub, source, body, vec![why]).await,
+    };
+    let targets = hub.targets(scheme);
+    if targets.is_empty() {
+        let why = format!("no {what}:// pair follows webhook deliveries");
+        return dead_letters(hub, source, body, vec![why]).await;
+    }
+    let scopes: Vec<_> = targets.iter().map(Target::scope).collect();
+    let dead = strangers(&parsed, &scopes, what);
+    for t in &targets {
+        let mut routed = Routed::default();
+        routed.add(parsed.clone(), &t.scope(), what);
+        routed.dead.clear(); // an event outside this pair may be another's: see `strangers`
+        if routed.rows.is_empty() && routed.prefixes.is_empty() {
+            continue;
+        }
+        if let Err(e) = t.store(source, body, routed, &hub.stats).await {
+            tracing::error!(error = %e, "could not store a delivery; the sender will retry");
+            return retry_later();
+        }
+    }
+    dead_letters(hub, source, body, dead).await
+}
+
+fn retry_later() -> Response {
+    json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        serde_json::json!({"error": "could not store the delivery; retry"}),
+    )
+}
+
+/// Stores the delivery as a dead letter once per reason; 200, or 503 when that failed.
+async fn dead_letters(
+    hub: &Hub,
+    source: &'static str,
+    body: &[u8],
+    reasons: Vec<String>,
+) -> Response {
+    if reasons.is_empty() {
+        return json(StatusCode::OK, serde_json::json!({"stored": true}));
+    }
+    hub.stats
+        .dead_lettered
+        .fetch_add(reasons.len() as u64, Relaxed);
+    let (m, raw) = (hub.manifest.clone(), body.to_vec());
+    let r = crate::reconcile::blocking(move || {
+        let ib = Inbox::new(&m);
+        for why in reasons {
+            ib.dead_letter(None, source, &raw, &why)?;
+        }
+        Ok(())
+    })
+    .await;
+    match r {
+        Ok(()) => json(StatusCode::OK, serde_json::json!({"stored": false})),
+        Err(e) => {
+            tracing::error!(error = %e, "could not store a dead letter");
+            retry_later()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_exactly() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"secret2", b"secret"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(!constant_time_eq(b"x", b""));
+        assert!(constant_time_eq(b"", b""));
+    }
+}
