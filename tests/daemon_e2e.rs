@@ -808,3 +808,115 @@ fn a_public_listener_needs_a_token() {
         "{err}"
     );
 }
+
+#[test]
+fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
+    // fully real: fake-gcs-server publishes OBJECT_FINALIZE / OBJECT_DELETE to the Pub/Sub
+    // emulator; slate pulls them (google-cloud-pubsub streaming pull).
+    let sub = unique("slate-pull");
+    let http = reqwest::blocking::Client::new();
+    let r = http
+        .put(format!(
+            "{}/v1/projects/test-project/subscriptions/{sub}",
+            pubsub_url()
+        ))
+        .header("content-type", "application/json")
+        .body(r#"{"topic": "projects/test-project/topics/gcs-events", "ackDeadlineSeconds": 10}"#)
+        .send()
+        .expect("subscription");
+    assert!(r.status().is_success(), "pull subscription: {}", r.status());
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log, dst) = (
+        dir.path().join("s.db"),
+        dir.path().join("d.log"),
+        dir.path().join("replica"),
+    );
+    let prefix = unique("ps");
+    let (read, write) = (gcs("slate-src"), gcs_writer("slate-src"));
+    let initial: BTreeMap<String, Vec<u8>> = (0..5)
+        .map(|i| (format!("f{i}.bin"), bytes(70 + i, 200)))
+        .collect();
+    rt().block_on(seed(&write, &prefix, &initial));
+    let su = format!("gs://slate-src/{prefix}");
+    let spec = format!("pubsub://projects/test-project/subscriptions/{sub}");
+    let mut c = slate_db(&db);
+    c.args([
+        "sync",
+        &su,
+        &dst.display().to_string(),
+        "--events",
+        &spec,
+        "--drift-check-secs",
+        "0",
+        "--quiet",
+    ])
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).expect("log"));
+    let mut daemon = spawn_and_wait(c, &log, 1);
+    assert_same(&read_local(&dst), &initial);
+
+    let changes: BTreeMap<String, Vec<u8>> = [
+        ("new/a b+%.bin".to_string(), bytes(1, 10)),
+        ("f0.bin".to_string(), bytes(2, 200)), // an overwrite: a new generation
+        ("f1.bin".to_string(), bytes(3, 7)),
+    ]
+    .into();
+    rt().block_on(seed(&write, &prefix, &changes));
+    rt().block_on(async {
+        for k in ["f2.bin", "f3.bin"] {
+            read.delete(&object_store::path::Path::parse(format!("{prefix}/{k}")).expect("key"))
+                .await
+                .expect("delete");
+        }
+    });
+    // a malformed notification on the same topic: a dead letter, acked, the daemon goes on
+    let r = http
+        .post(format!("{}/v1/projects/test-project/topics/gcs-events:publish", pubsub_url()))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"messages": [{{"data": "{}", "attributes": {{"eventType": "OBJECT_FINALIZE", "payloadFormat": "JSON_API_V1", "bucketId": "slate-src", "objectId": "{prefix}/x"}}}}]}}"#,
+            b64("{ not json")
+        ))
+        .send()
+        .expect("publish");
+    assert!(r.status().is_success(), "publish: {}", r.status());
+
+    wait_same(
+        &mut daemon,
+        &log,
+        &|| rt().block_on(read_all(&read, &prefix)),
+        &dst,
+    );
+    let got = read_local(&dst);
+    assert!(
+        got.contains_key("new/a b+%.bin")
+            && !got.contains_key("f2.bin")
+            && got["f0.bin"] == bytes(2, 200)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let conn = rusqlite::Connection::open(&db).expect("db");
+    let mine = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row(
+            "SELECT COUNT(*) FROM dead_letters WHERE source = 'pubsub' AND CAST(raw AS TEXT) LIKE ?1",
+            [format!("%{prefix}/x%")],
+            |r| r.get(0),
+        )
+        .expect("count")
+    };
+    while mine(&conn) < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        mine(&conn),
+        1,
+        "the malformed notification is one dead letter"
+    );
+    let _ = http
+        .delete(format!(
+            "{}/v1/projects/test-project/subscriptions/{sub}",
+            pubsub_url()
+        ))
+        .send();
+    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+}

@@ -16,12 +16,14 @@
 //! - [`watch`]: a local folder (inotify).
 //!
 //! Transports (they receive, store through [`route`], then acknowledge): [`sqs`] (S3 via SQS),
-//! [`azqueue`] (Event Grid via a Storage Queue), [`webhook`] (Event Grid and Pub/Sub push on
+//! [`azqueue`] (Event Grid via a Storage Queue), [`pubsub`] (GCS via a pull subscription),
+//! [`webhook`] (Event Grid and Pub/Sub push on
 //! slate's listener).
 
 pub mod azqueue;
 pub mod eventgrid;
 pub mod gcs;
+pub mod pubsub;
 pub mod route;
 pub mod s3;
 pub mod sqs;

@@ -56,6 +56,9 @@ pub enum EventSource {
     Sqs(String),
     /// Azure Event Grid through a Storage Queue (`azqueue://ACCOUNT/QUEUE`).
     AzQueue(String),
+    /// GCS notifications through a Pub/Sub pull subscription
+    /// (`pubsub://projects/P/subscriptions/S`).
+    PubSub(String),
     /// Event Grid or Pub/Sub push deliveries on slate's listener.
     Webhook,
 }
@@ -72,13 +75,16 @@ impl EventSource {
             Scheme::Local => "none (inotify)",
             Scheme::S3 => "sqs://QUEUE_NAME or sqs://QUEUE_URL",
             Scheme::Azure => "azqueue://ACCOUNT/QUEUE or webhook",
-            Scheme::Gcs => "webhook (a Pub/Sub push subscription)",
+            Scheme::Gcs => "pubsub://projects/P/subscriptions/S or webhook (Pub/Sub push)",
         };
         match (src.scheme, spec) {
             (Scheme::Local, None) => Ok(EventSource::Watch),
             (Scheme::S3, Some(s)) if s.starts_with("sqs://") => Ok(EventSource::Sqs(s.into())),
             (Scheme::Azure, Some(s)) if s.starts_with("azqueue://") => {
                 Ok(EventSource::AzQueue(s.into()))
+            }
+            (Scheme::Gcs, Some(s)) if s.starts_with("pubsub://") => {
+                Ok(EventSource::PubSub(s.into()))
             }
             (Scheme::Azure | Scheme::Gcs, Some("webhook")) => Ok(EventSource::Webhook),
             (_, None) => Err(bad(format!(
@@ -171,14 +177,9 @@ pub async fn apply_key(
                 etag: e.etag.clone(),
                 mtime_ms: list::millis(e.mtime),
             };
-            if m_dst.is_some()
-                && m_src.as_ref().is_some_and(|r| {
-                    // without ETags (some S3-compatibles) the last-modified time decides
-                    r.size == state.size
-                        && r.etag == state.etag
-                        && (r.etag.is_some() || r.mtime_ms == state.mtime_ms)
-                })
-            {
+            // ETags compared as the planner does (a HEAD may quote what a listing did not);
+            // without ETags (some S3-compatibles) the last-modified time decides
+            if m_dst.is_some() && super::plan::same_as_recorded(&state, &m_src, true) {
                 return Ok(Applied::Unchanged);
             }
             let item = copy::item_for(&ctx.src, dst_loc, e);
@@ -320,6 +321,10 @@ pub async fn run(
         }
         EventSource::AzQueue(spec) => {
             let q = crate::events::azqueue::AzQueueSource::connect(spec).await?;
+            pumps.push(tokio::spawn(q.pump(target, source_stats.clone())));
+        }
+        EventSource::PubSub(spec) => {
+            let q = crate::events::pubsub::PubSubSource::connect(spec).await?;
             pumps.push(tokio::spawn(q.pump(target, source_stats.clone())));
         }
         EventSource::Webhook => match &opts.hub {

@@ -73,7 +73,7 @@ fn norm(etag: &Option<String>) -> Option<&str> {
 /// Without ETags (some S3-compatible servers list none), a source's last-modified time is
 /// compared instead, so a same-size overwrite is still seen. `mtime` is false for destination
 /// rows, whose recorded time is when slate wrote, not what the store lists.
-fn same_as_recorded(now: &State, recorded: &Option<State>, mtime: bool) -> bool {
+pub(crate) fn same_as_recorded(now: &State, recorded: &Option<State>, mtime: bool) -> bool {
     let Some(r) = recorded else { return false };
     if r.size != now.size {
         return false;

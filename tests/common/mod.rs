@@ -41,9 +41,13 @@ pub fn azurite_queue_url() -> String {
     );
     full.trim_end_matches("/devstoreaccount1").to_string()
 }
+/// The Pub/Sub emulator's host:port.
+pub fn pubsub_host() -> String {
+    var("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085")
+}
 /// The Pub/Sub emulator's REST endpoint.
 pub fn pubsub_url() -> String {
-    format!("http://{}", var("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085"))
+    format!("http://{}", pubsub_host())
 }
 /// fake-gcs-server itself (reads, lists).
 pub fn gcs_endpoint() -> String {
@@ -270,6 +274,7 @@ pub fn slate() -> Command {
         .env("AZURE_STORAGE_USE_EMULATOR", "true")
         .env("AZURITE_BLOB_STORAGE_URL", azurite_url())
         .env("AZURITE_QUEUE_STORAGE_URL", azurite_queue_url())
+        .env("PUBSUB_EMULATOR_HOST", pubsub_host())
         .env("STORAGE_EMULATOR_HOST", gcs_write_endpoint())
         .env("XDG_CONFIG_HOME", "/nonexistent-slate-test-config")
         .env("RUST_LOG", "warn");
