@@ -37,6 +37,11 @@ pub struct State {
     pub mtime_ms: Option<i64>,
 }
 
+/// The temporary scan table of a pair (a quoted identifier: the id is an integer).
+fn scan_table(pair_id: i64) -> String {
+    format!("temp.\"scan_{pair_id}\"")
+}
+
 /// One key of a scan: what the listings saw, and what the manifest recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanRow {
@@ -276,37 +281,40 @@ impl Manifest {
         })
     }
 
-    /// Starts a scan: an empty temporary table keyed by key.
-    pub fn scan_reset(&self) -> Result<()> {
+    /// Starts a scan of a pair: an empty temporary table keyed by key. Each pair has its own
+    /// (one process may reconcile several pairs at once over one connection).
+    pub fn scan_reset(&self, pair_id: i64) -> Result<()> {
+        let t = scan_table(pair_id);
         self.with(|c| {
-            c.execute_batch(
-                "DROP TABLE IF EXISTS temp.scan;
-                 CREATE TEMP TABLE scan (
+            c.execute_batch(&format!(
+                "DROP TABLE IF EXISTS {t};
+                 CREATE TEMP TABLE {t} (
                     key TEXT PRIMARY KEY,
                     s_size INTEGER, s_etag TEXT, s_mtime INTEGER,
                     d_size INTEGER, d_etag TEXT, d_mtime INTEGER,
                     action INTEGER
-                 ) WITHOUT ROWID;",
-            )
+                 ) WITHOUT ROWID;"
+            ))
         })
     }
 
     /// Adds listed objects of one side to the scan, in one transaction.
-    pub fn scan_add(&self, side: Side, rows: &[(String, State)]) -> Result<()> {
+    pub fn scan_add(&self, pair_id: i64, side: Side, rows: &[(String, State)]) -> Result<()> {
+        let t = scan_table(pair_id);
         let sql = match side {
-            Side::Src => {
-                "INSERT INTO scan (key, s_size, s_etag, s_mtime) VALUES (?1, ?2, ?3, ?4)
+            Side::Src => format!(
+                "INSERT INTO {t} (key, s_size, s_etag, s_mtime) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (key) DO UPDATE SET s_size = excluded.s_size, s_etag = excluded.s_etag, s_mtime = excluded.s_mtime"
-            }
-            Side::Dst => {
-                "INSERT INTO scan (key, d_size, d_etag, d_mtime) VALUES (?1, ?2, ?3, ?4)
+            ),
+            Side::Dst => format!(
+                "INSERT INTO {t} (key, d_size, d_etag, d_mtime) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (key) DO UPDATE SET d_size = excluded.d_size, d_etag = excluded.d_etag, d_mtime = excluded.d_mtime"
-            }
+            ),
         };
         self.with(|c| {
             let tx = c.transaction()?;
             {
-                let mut st = tx.prepare_cached(sql)?;
+                let mut st = tx.prepare_cached(&sql)?;
                 for (k, s) in rows {
                     st.execute(params![k, s.size as i64, s.etag, s.mtime_ms])?;
                 }
@@ -317,11 +325,12 @@ impl Manifest {
 
     /// Fills the destination side of the scan from the manifest (when it can vouch for it).
     pub fn scan_dst_from_manifest(&self, pair_id: i64) -> Result<u64> {
+        let t = scan_table(pair_id);
         self.with(|c| {
             c.execute(
-                "INSERT INTO scan (key, d_size, d_etag, d_mtime)
+                &format!("INSERT INTO {t} (key, d_size, d_etag, d_mtime)
                  SELECT key, size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = 1 AND true
-                 ON CONFLICT (key) DO UPDATE SET d_size = excluded.d_size, d_etag = excluded.d_etag, d_mtime = excluded.d_mtime",
+                 ON CONFLICT (key) DO UPDATE SET d_size = excluded.d_size, d_etag = excluded.d_etag, d_mtime = excluded.d_mtime"),
                 params![pair_id],
             )
             .map(|n| n as u64)
@@ -330,10 +339,11 @@ impl Manifest {
 
     /// Fills both sides of the scan from the manifest alone (`diff --from-manifest`).
     pub fn scan_from_manifest(&self, pair_id: i64) -> Result<()> {
+        let t = scan_table(pair_id);
         self.with(|c| {
             c.execute(
-                "INSERT INTO scan (key, s_size, s_etag, s_mtime)
-                 SELECT key, size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = 0",
+                &format!("INSERT INTO {t} (key, s_size, s_etag, s_mtime)
+                 SELECT key, size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = 0"),
                 params![pair_id],
             )?;
             Ok(())
@@ -350,16 +360,17 @@ impl Manifest {
         limit: usize,
         action: Option<u8>,
     ) -> Result<Vec<(ScanRow, Option<u8>)>> {
+        let t = scan_table(pair_id);
         self.with(|c| {
-            let mut st = c.prepare_cached(
+            let mut st = c.prepare_cached(&format!(
                 "SELECT s.key, s.s_size, s.s_etag, s.s_mtime, s.d_size, s.d_etag, s.d_mtime,
                         ms.size, ms.etag, ms.last_modified, md.size, md.etag, md.last_modified, s.action
-                 FROM scan s
+                 FROM {t} s
                  LEFT JOIN objects ms ON ms.pair_id = ?1 AND ms.side = 0 AND ms.key = s.key
                  LEFT JOIN objects md ON md.pair_id = ?1 AND md.side = 1 AND md.key = s.key
                  WHERE s.key > ?2 AND (?4 IS NULL OR s.action = ?4)
-                 ORDER BY s.key LIMIT ?3",
-            )?;
+                 ORDER BY s.key LIMIT ?3"
+            ))?;
             let rows = st.query_map(params![pair_id, after, limit as i64, action.map(i64::from)], |r| {
                 Ok((
                     ScanRow {
@@ -377,11 +388,13 @@ impl Manifest {
     }
 
     /// Stores the planned action of scan rows, in one transaction.
-    pub fn scan_set_actions(&self, actions: &[(String, u8)]) -> Result<()> {
+    pub fn scan_set_actions(&self, pair_id: i64, actions: &[(String, u8)]) -> Result<()> {
+        let t = scan_table(pair_id);
         self.with(|c| {
             let tx = c.transaction()?;
             {
-                let mut st = tx.prepare_cached("UPDATE scan SET action = ?2 WHERE key = ?1")?;
+                let mut st =
+                    tx.prepare_cached(&format!("UPDATE {t} SET action = ?2 WHERE key = ?1"))?;
                 for (k, a) in actions {
                     st.execute(params![k, *a as i64])?;
                 }
@@ -406,10 +419,13 @@ impl Manifest {
     /// side's listing did not show and that this pass did not copy there (objects removed
     /// behind slate's back). Returns how many.
     pub fn prune_unseen(&self, pair_id: i64, side: Side) -> Result<u64> {
+        let t = scan_table(pair_id);
         let keep = match side {
-            Side::Src => "SELECT key FROM scan WHERE s_size IS NOT NULL",
+            Side::Src => format!("SELECT key FROM {t} WHERE s_size IS NOT NULL"),
             // 3 and 4 are the copy actions (reconcile::plan::Action::CopyMissing/CopyChanged)
-            Side::Dst => "SELECT key FROM scan WHERE d_size IS NOT NULL OR action IN (3, 4)",
+            Side::Dst => {
+                format!("SELECT key FROM {t} WHERE d_size IS NOT NULL OR action IN (3, 4)")
+            }
         };
         self.with(|c| {
             c.execute(
@@ -474,6 +490,32 @@ mod tests {
     }
 
     #[test]
+    fn two_pairs_scanned_at_once_keep_their_own_rows() {
+        // one process, one connection, several pairs reconciling concurrently: a scan of one
+        // pair must never see (or reset) another's
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manifest::open(&dir.path().join("s.db")).unwrap();
+        let a = m.pair("az://c/a", "/tmp/a").unwrap();
+        let b = m.pair("gs://c/b", "/tmp/b").unwrap();
+        m.scan_reset(a.id).unwrap();
+        m.scan_add(a.id, Side::Src, &[("a1".into(), st(1, "e"))])
+            .unwrap();
+        m.scan_reset(b.id).unwrap(); // the other pair starts its scan half-way through a's
+        m.scan_add(b.id, Side::Src, &[("b1".into(), st(2, "f"))])
+            .unwrap();
+        m.scan_set_actions(a.id, &[("a1".into(), 3)]).unwrap();
+        let keys = |id| -> Vec<(String, Option<u8>)> {
+            m.scan_page(id, "", 10, None)
+                .unwrap()
+                .into_iter()
+                .map(|(r, a)| (r.key, a))
+                .collect()
+        };
+        assert_eq!(keys(a.id), vec![("a1".to_string(), Some(3))]);
+        assert_eq!(keys(b.id), vec![("b1".to_string(), None)]);
+    }
+
+    #[test]
     fn migrates_records_scans_and_refuses_newer_schemas() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/slate.db");
@@ -504,8 +546,9 @@ mod tests {
             ],
         )
         .unwrap();
-        m.scan_reset().unwrap();
+        m.scan_reset(p.id).unwrap();
         m.scan_add(
+            p.id,
             Side::Src,
             &[("k1".into(), st(1, "e1")), ("k2".into(), st(2, "e2"))],
         )
@@ -517,7 +560,7 @@ mod tests {
         assert_eq!(rows[1].0.m_src, Some(st(1, "e1")));
         assert_eq!(rows[1].0.dst, Some(st(1, "d1")));
         assert_eq!(rows[2].0.dst, None);
-        m.scan_set_actions(&[("k2".into(), 3)]).unwrap();
+        m.scan_set_actions(p.id, &[("k2".into(), 3)]).unwrap();
         let only = m.scan_page(p.id, "", 10, Some(3)).unwrap();
         assert_eq!(only.len(), 1);
         assert_eq!(

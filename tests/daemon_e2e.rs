@@ -622,8 +622,9 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         .trim()
         .to_string();
     assert!(!text.contains(token), "the token must not be logged");
-    assert_same(&read_local(&dst_a), &seed_a);
-    assert_same(&read_local(&dst_g), &seed_a);
+    for d in [&dst_a, &dst_g] {
+        assert_eq!(read_local(d), seed_a, "backfill of {}: {text}", d.display());
+    }
 
     // the push subscription: the emulator POSTs every GCS notification to slate
     let sub = unique("slate-push");
@@ -640,6 +641,21 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         .expect("subscription");
     assert!(r.status().is_success(), "push subscription: {}", r.status());
 
+    // probes need no token; both pairs have finished their backfill
+    let r = http
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .expect("healthz");
+    assert_eq!(r.status().as_u16(), 200);
+    let r = http
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .expect("readyz");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.text().expect("body"),
+        r#"{"pairs":2,"ready":2,"status":"ready"}"#
+    );
     let eg = format!("http://{addr}/events/eventgrid");
     // no token, wrong token: 401 and nothing stored
     let r = http.post(&eg).body("[]").send().expect("post");

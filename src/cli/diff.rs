@@ -104,7 +104,7 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
         let m = manifest.clone();
         let id = pair.id;
         tokio::task::spawn_blocking(move || {
-            m.scan_reset()?;
+            m.scan_reset(id)?;
             m.scan_from_manifest(id)
         })
         .await

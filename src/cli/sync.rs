@@ -221,6 +221,8 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
             let (bound, _task) =
                 crate::events::webhook::serve(&addr, token.is_some(), hub.router()).await?;
             eprintln!("slate: listening on http://{bound}");
+            hub.pairs
+                .store(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
             Some(hub)
         } else {
             None

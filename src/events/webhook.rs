@@ -14,6 +14,9 @@
 //! retry would not make them parse). Events go to every registered pair whose source they
 //! name (Event Grid → `az://` pairs, Pub/Sub → `gs://` pairs).
 //!
+//! `GET /healthz` (liveness) and `GET /readyz` (every pair has finished its backfill and follows
+//! events; 503 until then) answer without a token, for probes.
+//!
 //! Security: the listener binds loopback by default; any other address needs a bearer token
 //! (`SLATE_API_TOKEN` or `--token-file`), accepted as `Authorization: Bearer TOKEN` or as a
 //! `?token=TOKEN` query parameter (the form Event Grid and Pub/Sub push endpoint URLs can
@@ -46,6 +49,9 @@ pub struct Hub {
     targets: RwLock<Vec<(Scheme, Target)>>,
     token: Option<String>,
     pub stats: SourceStats,
+    /// Pairs this process runs, and how many have finished starting (backfill done).
+    pub pairs: std::sync::atomic::AtomicU64,
+    pub ready: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Hub {
@@ -66,6 +72,8 @@ impl Hub {
             targets: RwLock::new(Vec::new()),
             token,
             stats: SourceStats::default(),
+            pairs: Default::default(),
+            ready: Default::default(),
         })
     }
 
@@ -116,6 +124,8 @@ impl Hub {
                 post(eventgrid_post).options(eventgrid_options),
             )
             .route("/events/pubsub", post(pubsub_post))
+            .route("/healthz", axum::routing::get(healthz))
+            .route("/readyz", axum::routing::get(readyz))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_DELIVERY))
             .with_state(self.clone())
     }
@@ -168,6 +178,26 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+/// Liveness: the process serves requests. No token needed (probes carry none) and nothing
+/// secret in the answer.
+async fn healthz() -> Response {
+    json(StatusCode::OK, serde_json::json!({"status": "ok"}))
+}
+
+/// Readiness: every pair has finished starting (its backfill is done and it follows events).
+async fn readyz(State(hub): State<Arc<Hub>>) -> Response {
+    let (pairs, ready) = (hub.pairs.load(Relaxed), hub.ready.load(Relaxed));
+    let status = if ready >= pairs {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(
+        status,
+        serde_json::json!({"status": if ready >= pairs { "ready" } else { "starting" }, "pairs": pairs, "ready": ready}),
+    )
 }
 
 fn unauthorized() -> Response {

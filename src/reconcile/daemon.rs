@@ -362,6 +362,9 @@ pub async fn run(
         eprintln!("{}", report.line());
     }
     eprintln!("slate: following changes of {src} -> {dst}");
+    if let Some(hub) = &opts.hub {
+        hub.ready.fetch_add(1, Relaxed);
+    }
 
     let counters = Arc::new(Counters::default());
     let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters));

@@ -229,6 +229,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 /// Lists one side into the scan table; returns how many entries passed the filter.
 async fn list_side(
     manifest: Arc<Manifest>,
+    pair_id: i64,
     side: Side,
     which: manifest::Side,
     filter: Filter,
@@ -251,11 +252,11 @@ async fn list_side(
         batch.push((e.rel.clone(), to_state(&e)));
         if batch.len() >= BATCH {
             let (m, b) = (manifest.clone(), std::mem::take(&mut batch));
-            blocking(move || m.scan_add(which, &b)).await?;
+            blocking(move || m.scan_add(pair_id, which, &b)).await?;
         }
     }
     let (m, b) = (manifest.clone(), batch);
-    blocking(move || m.scan_add(which, &b)).await?;
+    blocking(move || m.scan_add(pair_id, which, &b)).await?;
     lister.await.map_err(|e| SlateError::List {
         url: side.location().to_string(),
         detail: e.to_string(),
@@ -283,13 +284,14 @@ pub async fn scan(
     let m = manifest.clone();
     let pair = blocking(move || {
         let p = m.pair(&s, &d)?;
-        m.scan_reset()?;
+        m.scan_reset(p.id)?;
         Ok(p)
     })
     .await?;
     let list_dst = list_dst || pair.last_sync_at.is_none();
     let src_task = list_side(
         manifest.clone(),
+        pair.id,
         plan.src.clone(),
         manifest::Side::Src,
         filter.clone(),
@@ -297,6 +299,7 @@ pub async fn scan(
     let (listed_src, listed_dst) = if list_dst {
         let dst_task = list_side(
             manifest.clone(),
+            pair.id,
             plan.dst.clone(),
             manifest::Side::Dst,
             filter.clone(),
@@ -355,7 +358,7 @@ pub async fn plan_all(
             actions.push((row.key.clone(), a as u8));
         }
         let m = manifest.clone();
-        blocking(move || m.scan_set_actions(&actions)).await?;
+        blocking(move || m.scan_set_actions(pair_id, &actions)).await?;
     }
     Ok(counts)
 }
