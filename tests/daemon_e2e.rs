@@ -137,8 +137,19 @@ fn local_folder_daemon_follows_every_kind_of_change() {
 
 #[test]
 fn s3_events_through_sqs_reach_a_local_folder() {
-    // moto delivers real S3 event notifications for put, copy and delete into a real SQS queue.
-    let bucket = format!("slate-sqs-{}", std::process::id());
+    let dir = tempfile::tempdir().expect("tmp");
+    s3_via_sqs(Replica::Local(dir.path().join("replica")), "l");
+}
+
+#[test]
+fn s3_events_through_sqs_reach_azure() {
+    s3_via_sqs(Replica::Az(unique("rep")), "a");
+}
+
+/// A moto bucket whose notifications for every create and delete go to a new SQS queue:
+/// (bucket, queue name).
+fn sqs_bucket(tag: &str) -> (String, String) {
+    let bucket = format!("slate-sqs{tag}-{}", std::process::id());
     let queue = unique("slate-q");
     let (st, body) = s3_raw("PUT", &format!("/{bucket}"), "");
     assert!(
@@ -150,6 +161,11 @@ fn s3_events_through_sqs_reach_a_local_folder() {
         let url = c
             .create_queue()
             .queue_name(&queue)
+            // a message received by a daemon killed before it stored it comes back after this
+            .attributes(
+                aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+                "3",
+            )
             .send()
             .await
             .expect("queue")
@@ -176,18 +192,24 @@ fn s3_events_through_sqs_reach_a_local_folder() {
     );
     let (st, body) = s3_raw("PUT", &format!("/{bucket}?notification"), &conf);
     assert_eq!(st, 200, "notification config: {body}");
+    (bucket, queue)
+}
+
+/// moto S3 with real bucket notifications into real SQS → the daemon → `dst`.
+fn s3_via_sqs(dst: Replica, tag: &str) {
+    // moto delivers real S3 event notifications for put, copy and delete into a real SQS queue.
+    let (bucket, queue) = sqs_bucket(tag);
 
     let dir = tempfile::tempdir().expect("tmp");
     let db = dir.path().join("slate.db");
     let log = dir.path().join("daemon.log");
-    let dst = dir.path().join("replica");
     let store = s3(&bucket);
     let initial: BTreeMap<String, Vec<u8>> = (0..20)
         .map(|i| (format!("f{i}.bin"), bytes(i, 300)))
         .collect();
     rt().block_on(seed(&store, "data", &initial));
     let su = format!("s3://{bucket}/data");
-    let du = dst.display().to_string();
+    let du = dst.url();
     let mut c = slate_db(&db);
     let err = std::fs::File::create(&log).expect("log");
     c.args([
@@ -255,7 +277,7 @@ fn s3_events_through_sqs_reach_a_local_folder() {
         std::thread::sleep(Duration::from_millis(300));
     }
     let want = rt().block_on(read_all(&store, "data"));
-    assert_same(&read_local(&dst), &want);
+    assert_same(&dst.read(), &want);
     assert!(want.contains_key("new/n 3+x.bin") && !want.contains_key("f4.bin"));
     // SQS does not keep order: the two hostile messages may arrive after the rest
     let conn = rusqlite::Connection::open(&db).expect("db");
@@ -403,26 +425,57 @@ fn dead_letters(db: &std::path::Path) -> i64 {
         .expect("count")
 }
 
-/// Waits until the local folder holds exactly what the cloud prefix holds.
+/// Where a daemon under test replicates to.
+enum Replica {
+    Local(std::path::PathBuf),
+    /// A prefix of the moto bucket `slate-dst`.
+    S3(String),
+    /// A prefix of the Azurite container `slate-dst`.
+    Az(String),
+}
+
+impl Replica {
+    fn s3() -> Replica {
+        Replica::S3(unique("rep"))
+    }
+    fn url(&self) -> String {
+        match self {
+            Replica::Local(p) => p.display().to_string(),
+            Replica::S3(p) => format!("s3://slate-dst/{p}"),
+            Replica::Az(p) => format!("az://slate-dst/{p}"),
+        }
+    }
+    fn read(&self) -> BTreeMap<String, Vec<u8>> {
+        match self {
+            Replica::Local(p) => read_local(p),
+            Replica::S3(p) => rt().block_on(read_all(&s3("slate-dst"), p)),
+            Replica::Az(p) => rt().block_on(read_all(&az("slate-dst"), p)),
+        }
+    }
+}
+
+/// Waits until the replica holds exactly what the source holds.
 fn wait_same(
     daemon: &mut Child,
     log: &std::path::Path,
     read: &dyn Fn() -> BTreeMap<String, Vec<u8>>,
-    dst: &std::path::Path,
+    dst: &Replica,
 ) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let want = read();
-        if read_local(dst) == want {
+        let have = dst.read();
+        if have == want {
             return;
         }
         if Instant::now() > deadline {
             let _ = daemon.kill();
             let _ = daemon.wait();
-            let got: Vec<_> = read_local(dst).into_keys().collect();
+            let got: Vec<_> = have.into_keys().collect();
             let want: Vec<_> = want.into_keys().collect();
             panic!(
-                "not equal in time: have {got:?}, want {want:?}\n{}",
+                "{} not equal in time: have {got:?}, want {want:?}\n{}",
+                dst.url(),
                 std::fs::read_to_string(log).unwrap_or_default()
             );
         }
@@ -431,7 +484,7 @@ fn wait_same(
 }
 
 #[test]
-fn azure_events_through_a_storage_queue_reach_a_local_folder() {
+fn azure_events_through_a_storage_queue_reach_s3() {
     // No Event Grid emulator exists: the test writes each blob to Azurite and then puts the
     // event Event Grid would deliver (base64 JSON) on a real Azurite queue.
     let container = "slate-src";
@@ -450,7 +503,7 @@ fn azure_events_through_a_storage_queue_reach_a_local_folder() {
     let (db, log, dst) = (
         dir.path().join("s.db"),
         dir.path().join("d.log"),
-        dir.path().join("replica"),
+        Replica::s3(),
     );
     let store = az(container);
     let initial: BTreeMap<String, Vec<u8>> = (0..6)
@@ -463,7 +516,7 @@ fn azure_events_through_a_storage_queue_reach_a_local_folder() {
     c.args([
         "sync",
         &su,
-        &dst.display().to_string(),
+        &dst.url(),
         "--events",
         &spec,
         "--drift-check-secs",
@@ -473,7 +526,7 @@ fn azure_events_through_a_storage_queue_reach_a_local_folder() {
     .stdout(Stdio::null())
     .stderr(std::fs::File::create(&log).expect("log"));
     let mut daemon = spawn_and_wait(c, &log, 1);
-    assert_same(&read_local(&dst), &initial);
+    assert_same(&dst.read(), &initial);
 
     let key = |k: &str| format!("{prefix}/{k}");
     let changes: BTreeMap<String, Vec<u8>> = [
@@ -524,6 +577,22 @@ fn azure_events_through_a_storage_queue_reach_a_local_folder() {
         )))
         .await
         .expect("send");
+        // a shuffled redelivery of everything above, and a burst of duplicates on one key
+        for (i, (k, v)) in changes.iter().enumerate().rev() {
+            let ev = blob_event(
+                container,
+                &key(k),
+                "BlobCreated",
+                v.len(),
+                101 + i as u64,
+                false,
+            );
+            q.send(&b64(&ev)).await.expect("send");
+        }
+        let gone = blob_event(container, &key("top2.bin"), "BlobDeleted", 0, 200, true);
+        for _ in 0..10 {
+            q.send(&b64(&gone)).await.expect("send");
+        }
         // the directory went as a whole (ADLS Gen2): one event, a prefix reconcile
         let dir_deleted = blob_event(container, &key("dir"), "DirectoryDeleted", 0, 201, false);
         q.send(&b64(&dir_deleted)).await.expect("send");
@@ -556,7 +625,7 @@ fn azure_events_through_a_storage_queue_reach_a_local_folder() {
         &|| rt().block_on(read_all(&store, &prefix)),
         &dst,
     );
-    let got = read_local(&dst);
+    let got = dst.read();
     assert!(got.contains_key("new/a b+ü.bin") && !got.contains_key("top2.bin"));
     assert!(
         !got.keys().any(|k| k.starts_with("dir/")),
@@ -586,7 +655,8 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
     // subscription delivers to slate's listener.
     let dir = tempfile::tempdir().expect("tmp");
     let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
-    let (dst_a, dst_g) = (dir.path().join("a"), dir.path().join("g"));
+    // Azure → moto S3, GCS → moto S3
+    let (dst_a, dst_g) = (Replica::s3(), Replica::s3());
     let (pa, pg) = (unique("wha"), unique("whg"));
     let (az_store, gs_read, gs_write) =
         (az("slate-src"), gcs("slate-src"), gcs_writer("slate-src"));
@@ -603,8 +673,8 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
             "[daemon]\nlisten = \"127.0.0.1:0\"\ndrift_check_interval = \"0\"\n\n\
              [[pairs]]\nname = \"azure\"\nsrc = \"az://slate-src/{pa}\"\ndst = \"{}\"\nevents = \"webhook\"\n\n\
              [[pairs]]\nname = \"gcs\"\nsrc = \"gs://slate-src/{pg}\"\ndst = \"{}\"\nevents = \"webhook\"\n",
-            dst_a.display(),
-            dst_g.display()
+            dst_a.url(),
+            dst_g.url()
         ),
     )
     .expect("config");
@@ -623,7 +693,7 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         .to_string();
     assert!(!text.contains(token), "the token must not be logged");
     for d in [&dst_a, &dst_g] {
-        assert_eq!(read_local(d), seed_a, "backfill of {}: {text}", d.display());
+        assert_eq!(d.read(), seed_a, "backfill of {}: {text}", d.url());
     }
 
     // the push subscription: the emulator POSTs every GCS notification to slate
@@ -781,13 +851,8 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         &|| rt().block_on(read_all(&gs_read, &pg)),
         &dst_g,
     );
-    assert!(
-        read_local(&dst_g).contains_key("sub/x y.bin")
-            && !read_local(&dst_g).contains_key("a0.bin")
-    );
-    assert!(
-        read_local(&dst_a).contains_key("n 1.bin") && !read_local(&dst_a).contains_key("a1.bin")
-    );
+    assert!(dst_g.read().contains_key("sub/x y.bin") && !dst_g.read().contains_key("a0.bin"));
+    assert!(dst_a.read().contains_key("n 1.bin") && !dst_a.read().contains_key("a1.bin"));
     assert!(
         dead_letters(&db) >= 1,
         "the malformed delivery is a dead letter"
@@ -846,7 +911,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
     let (db, log, dst) = (
         dir.path().join("s.db"),
         dir.path().join("d.log"),
-        dir.path().join("replica"),
+        Replica::Local(dir.path().join("replica")),
     );
     let prefix = unique("ps");
     let (read, write) = (gcs("slate-src"), gcs_writer("slate-src"));
@@ -860,7 +925,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
     c.args([
         "sync",
         &su,
-        &dst.display().to_string(),
+        &dst.url(),
         "--events",
         &spec,
         "--drift-check-secs",
@@ -870,7 +935,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
     .stdout(Stdio::null())
     .stderr(std::fs::File::create(&log).expect("log"));
     let mut daemon = spawn_and_wait(c, &log, 1);
-    assert_same(&read_local(&dst), &initial);
+    assert_same(&dst.read(), &initial);
 
     let changes: BTreeMap<String, Vec<u8>> = [
         ("new/a b+%.bin".to_string(), bytes(1, 10)),
@@ -904,7 +969,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
         &|| rt().block_on(read_all(&read, &prefix)),
         &dst,
     );
-    let got = read_local(&dst);
+    let got = dst.read();
     assert!(
         got.contains_key("new/a b+%.bin")
             && !got.contains_key("f2.bin")
@@ -934,5 +999,90 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
             pubsub_url()
         ))
         .send();
+    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+}
+
+#[test]
+fn a_daemon_killed_between_receive_and_apply_loses_nothing() {
+    // The SQS message is deleted once its event is in the inbox; kill -9 lands while the
+    // daemon copies a large object, after the receive and before the apply finished. The
+    // restarted daemon must finish from the inbox alone (the queue no longer has the message).
+    let (bucket, queue) = sqs_bucket("k");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let dst = Replica::Local(dir.path().join("replica"));
+    let store = s3(&bucket);
+    let initial: BTreeMap<String, Vec<u8>> = (0..3)
+        .map(|i| (format!("f{i}.bin"), bytes(i, 100)))
+        .collect();
+    rt().block_on(seed(&store, "data", &initial));
+    let su = format!("s3://{bucket}/data");
+    let start = |log: &std::path::Path| {
+        let mut c = slate_db(&db);
+        c.args([
+            "sync",
+            &su,
+            &dst.url(),
+            "--events",
+            &format!("sqs://{queue}"),
+            "--drift-check-secs",
+            "0",
+            "--quiet",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"));
+        spawn_and_wait(c, log, 1)
+    };
+    let daemon = start(&log);
+    let mut changes: BTreeMap<String, Vec<u8>> = (0..5)
+        .map(|i| (format!("n{i}.bin"), bytes(20 + i, 64)))
+        .collect();
+    changes.insert("big.bin".into(), bytes(99, 40 * MIB));
+    rt().block_on(seed(&store, "data", &changes));
+    rt().block_on(store.delete(&object_store::path::Path::parse("data/f0.bin").expect("key")))
+        .expect("delete");
+    // the big key's event is in the inbox: kill now, mid-copy
+    let conn = rusqlite::Connection::open(&db).expect("db");
+    let pending = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row(
+            "SELECT COUNT(*) FROM inbox WHERE key = 'big.bin'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending(&conn) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the big object's event never reached the inbox"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(stop(daemon, libc::SIGKILL), None, "killed by a signal");
+    assert_eq!(
+        pending(&conn),
+        1,
+        "the kill must land before the big object was applied"
+    );
+    drop(conn);
+    // restart: no backfill (the pair is known), so only the inbox can bring the changes
+    let log2 = dir.path().join("d2.log");
+    let mut daemon = start(&log2);
+    assert!(
+        !std::fs::read_to_string(&log2)
+            .unwrap_or_default()
+            .contains("source "),
+        "a restart must not need a backfill"
+    );
+    wait_same(
+        &mut daemon,
+        &log2,
+        &|| rt().block_on(read_all(&store, "data")),
+        &dst,
+    );
+    let got = dst.read();
+    assert_eq!(got.get("big.bin").map(Vec::len), Some(40 * MIB));
+    assert!(!got.contains_key("f0.bin"));
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }

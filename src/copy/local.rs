@@ -14,6 +14,32 @@ use crate::error::SlateError;
 /// Prefix of slate's temporary files; the walker never lists them.
 pub const TMP_PREFIX: &str = ".slate-tmp-";
 
+/// A temporary file of a slate process that no longer runs on this machine
+/// (`.slate-tmp-PID-RANDOM`, PID not alive).
+pub fn is_orphan_temp(name: &str) -> bool {
+    let Some(pid) = name
+        .strip_prefix(TMP_PREFIX)
+        .and_then(|r| r.split('-').next())
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    if pid <= 0 || pid as u32 == std::process::id() {
+        return false;
+    }
+    // SAFETY: signal 0 delivers nothing; it only asks whether the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Walks `root` only to remove orphaned temporary files (see [`is_orphan_temp`]).
+pub fn sweep_orphan_temps(root: &Path) -> Result<(), SlateError> {
+    if !root.exists() {
+        return Ok(());
+    }
+    walk(root, &mut |_| true)
+}
+
 /// Maps a key to a path under `root`, refusing anything that could land outside it.
 pub fn safe_join(root: &Path, key: &str) -> Result<PathBuf, SlateError> {
     let err = |why: &str| SlateError::UnsafeKey {
@@ -80,6 +106,10 @@ pub fn walk(
                 continue;
             };
             if name.starts_with(TMP_PREFIX) {
+                if is_orphan_temp(name) {
+                    // left by a slate that was killed mid-copy: garbage, never an object
+                    let _ = std::fs::remove_file(e.path());
+                }
                 continue;
             }
             let rel = if rel_dir.is_empty() {
@@ -369,5 +399,28 @@ mod tests {
         dm.ensure_parent(root.path(), &root.path().join("ok/y/file"))
             .unwrap();
         assert!(root.path().join("ok/y").is_dir());
+    }
+
+    #[test]
+    fn walks_remove_only_the_temp_files_of_dead_processes() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("d")).unwrap();
+        // a child that has exited: its PID is not alive (and not reused this soon)
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let files = [
+            format!("d/{TMP_PREFIX}{dead}-00000000000000aa"), // orphan: removed
+            format!("{TMP_PREFIX}{}-00000000000000bb", std::process::id()), // ours: kept
+            format!("{TMP_PREFIX}1-00000000000000cc"),        // init is alive: kept
+            format!("{TMP_PREFIX}x"),                         // not slate's pattern: kept
+            "d/keep.bin".to_string(),
+        ];
+        for f in &files {
+            std::fs::write(root.path().join(f), b"x").unwrap();
+        }
+        sweep_orphan_temps(root.path()).unwrap();
+        let exists: Vec<bool> = files.iter().map(|f| root.path().join(f).exists()).collect();
+        assert_eq!(exists, vec![false, true, true, true, true]);
     }
 }

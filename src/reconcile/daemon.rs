@@ -354,6 +354,17 @@ pub async fn run(
         _ => None,
     };
 
+    // temporary files of a slate killed mid-copy (the walk removes them); a full listing of
+    // the destination does the same, but a pair the manifest vouches for is not listed
+    if dst.scheme == Scheme::Local {
+        let root = dst.local_path();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = copy::local::sweep_orphan_temps(&root) {
+                tracing::warn!(error = %e, "sweeping temporary files failed");
+            }
+        });
+    }
+
     // 2. backfill when the pair was never reconciled; a local folder keeps no record of what
     //    changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {

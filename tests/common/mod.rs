@@ -187,13 +187,12 @@ pub async fn read_all(store: &Arc<dyn ObjectStore>, prefix: &str) -> BTreeMap<St
     let metas: Vec<_> = store.list(Some(&p)).try_collect().await.expect("listing");
     let mut out = BTreeMap::new();
     for m in metas {
-        let data = store
-            .get(&m.location)
-            .await
-            .expect("get")
-            .bytes()
-            .await
-            .expect("body");
+        let data = match store.get(&m.location).await {
+            Ok(r) => r.bytes().await.expect("body"),
+            // deleted between the listing and the read (a daemon at work): not there
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => panic!("get {}: {e}", m.location),
+        };
         let rel = m
             .location
             .as_ref()
