@@ -10,6 +10,7 @@ use std::time::Duration;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::list::PaginatedListStore;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use crate::error::{Result, SlateError};
@@ -91,6 +92,23 @@ fn store_err(loc: &Location, e: object_store::Error) -> SlateError {
 /// Builds the store client for a cloud location. Panics never; local locations are an error
 /// (they are served by slate's own file code, not object_store).
 pub fn build(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+    build_paged(loc).map(|(store, _)| store)
+}
+
+/// A store and its paginated listing (one request per page, with a delimiter if wanted):
+/// what a listing needs to walk "folders" without holding a whole level in memory.
+pub type Stores = (Arc<dyn ObjectStore>, Arc<dyn PaginatedListStore>);
+
+fn both<S: ObjectStore + PaginatedListStore>(s: S) -> Stores {
+    let s = Arc::new(s);
+    (
+        s.clone() as Arc<dyn ObjectStore>,
+        s as Arc<dyn PaginatedListStore>,
+    )
+}
+
+/// Like [`build`], with the paginated listing of the same store.
+pub fn build_paged(loc: &Location) -> Result<Stores> {
     match loc.scheme {
         Scheme::S3 => build_s3(loc),
         Scheme::Azure => build_azure(loc),
@@ -160,11 +178,11 @@ pub fn http_options(allow_http: bool) -> ClientOptions {
     client_options(allow_http)
 }
 
-fn build_s3(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+fn build_s3(loc: &Location) -> Result<Stores> {
     s3_settings(loc)?
         .builder
         .build()
-        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map(both)
         .map_err(|e| store_err(loc, e))
 }
 
@@ -206,7 +224,7 @@ fn first_word(s: &str) -> String {
     s.chars().take(12).collect()
 }
 
-fn build_azure(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+fn build_azure(loc: &Location) -> Result<Stores> {
     let mut b = MicrosoftAzureBuilder::from_env().with_container_name(&loc.bucket);
     let mut has_auth = env("AZURE_STORAGE_ACCOUNT_KEY").is_some()
         || env("AZURE_STORAGE_ACCESS_KEY").is_some()
@@ -256,11 +274,11 @@ fn build_azure(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
     b.with_client_options(client_options(allow_http))
         .with_retry(retry_config())
         .build()
-        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map(both)
         .map_err(|e| store_err(loc, e))
 }
 
-fn build_gcs(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
+fn build_gcs(loc: &Location) -> Result<Stores> {
     let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(&loc.bucket);
     let mut allow_http = env("GOOGLE_BASE_URL").is_some_and(|u| u.starts_with("http://"));
     let adc_file = std::env::var_os("HOME")
@@ -299,7 +317,7 @@ fn build_gcs(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
     b.with_client_options(client_options(allow_http))
         .with_retry(retry_config())
         .build()
-        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map(both)
         .map_err(|e| store_err(loc, e))
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
+use object_store::list::PaginatedListOptions;
 use object_store::ObjectStore;
 
 use tokio::sync::mpsc;
@@ -98,21 +99,46 @@ async fn list_cloud(
     } else {
         format!("{}/", loc.prefix)
     };
-    let top = store
-        .list_with_delimiter(prefix.as_ref())
-        .await
-        .map_err(|e| classify(loc, &e))?;
-    if top.common_prefixes.len() < 2 {
-        return list_one(store, loc, prefix, &strip, tx, classify).await;
-    }
+    // The first level, page by page with a delimiter: its objects stream out at once and
+    // only its "folder" names are kept, so a flat prefix of millions of keys is never held in
+    // memory (object_store's list_with_delimiter would collect every page first).
+    let pager = crate::store::build_paged(loc).map(|(_, p)| p)?;
+    let top_prefix = prefix.as_ref().map(|p| format!("{p}/"));
+    let mut folders = Vec::new();
+    let mut token = None;
     let mut n = 0u64;
-    for meta in top.objects {
-        n += 1;
-        if tx.send(Ok(entry(meta, &strip))).await.is_err() {
-            return Ok(n);
+    loop {
+        let opts = PaginatedListOptions {
+            delimiter: Some("/".into()),
+            max_keys: Some(1000),
+            page_token: token.take(),
+            ..Default::default()
+        };
+        let page = match pager.list_paginated(top_prefix.as_deref(), opts).await {
+            Ok(p) => p,
+            Err(e) if n == 0 && folders.is_empty() => return Err(classify(loc, &e)),
+            Err(e) => {
+                return Err(SlateError::List {
+                    url: loc.to_string(),
+                    detail: one_line(&e),
+                })
+            }
+        };
+        for meta in page.result.objects {
+            n += 1;
+            if tx.send(Ok(entry(meta, &strip))).await.is_err() {
+                return Ok(n);
+            }
+        }
+        folders.extend(page.result.common_prefixes);
+        match page.page_token {
+            Some(t) if !t.is_empty() => token = Some(t),
+            _ => break,
         }
     }
-    let mut subs = futures::stream::iter(top.common_prefixes)
+    // then each folder recursively, flat (one request per 1,000 keys whatever the depth), up
+    // to LIST_FANOUT at once
+    let mut subs = futures::stream::iter(folders)
         .map(|p| {
             let tx = tx.clone();
             let strip = strip.clone();

@@ -212,33 +212,42 @@ pub(crate) fn classify_store_error(loc: &Location, e: &object_store::Error) -> S
     }
 }
 
+/// One listing request for at most one key or "folder" under `loc`'s prefix: reaches the
+/// bucket (a missing bucket or bad credentials fail here, classified) and says whether
+/// anything is there. Never more than one request, however big the prefix.
+async fn probe(loc: &Location) -> Result<bool> {
+    if !loc.prefix.is_empty() {
+        store_path(&loc.prefix)?; // the same checks as every other use of the prefix
+    }
+    let (_, pager) = crate::store::build_paged(loc)?;
+    let prefix = (!loc.prefix.is_empty()).then(|| format!("{}/", loc.prefix));
+    let opts = object_store::list::PaginatedListOptions {
+        delimiter: Some("/".into()),
+        max_keys: Some(1),
+        ..Default::default()
+    };
+    let page = pager
+        .list_paginated(prefix.as_deref(), opts)
+        .await
+        .map_err(|e| classify_store_error(loc, &e))?;
+    Ok(!page.result.objects.is_empty() || !page.result.common_prefixes.is_empty())
+}
+
 /// Decides single object vs prefix, and checks that both ends can be reached.
 pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
     let src = Side::open(src_loc)?;
     let dst = Side::open(dst_loc)?;
     let server_side = src_loc.same_store(dst_loc);
     // Probe the destination first: a missing bucket or bad credentials fail before any work.
-    if let Side::Cloud { store, loc } = &dst {
-        let prefix = if loc.prefix.is_empty() {
-            None
-        } else {
-            Some(store_path(&loc.prefix)?)
-        };
-        store
-            .list_with_delimiter(prefix.as_ref())
-            .await
-            .map_err(|e| classify_store_error(loc, &e))?;
+    if let Side::Cloud { loc, .. } = &dst {
+        probe(loc).await?;
     }
     let single = match &src {
         Side::Cloud { store, loc } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
             // A listing first: a prefix copy (the common case) then needs no HEAD, and servers
             // that answer a HEAD on a "folder" with an error (s3s-fs: 500) do not matter.
             let path = store_path(&loc.prefix)?;
-            let first = store
-                .list_with_delimiter(Some(&path))
-                .await
-                .map_err(|e| classify_store_error(loc, &e))?;
-            if !first.objects.is_empty() || !first.common_prefixes.is_empty() {
+            if probe(loc).await? {
                 None
             } else {
                 match store.head(&path).await {
