@@ -44,6 +44,12 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Rung after every push: a daemon waiting for work wakes at once instead of polling.
+pub fn bell() -> &'static tokio::sync::Notify {
+    static BELL: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    BELL.get_or_init(tokio::sync::Notify::new)
+}
+
 /// The inbox of one database.
 pub struct Inbox<'a> {
     m: &'a Manifest,
@@ -57,29 +63,31 @@ impl<'a> Inbox<'a> {
     /// Stores events durably (one transaction). Returns how many rows were new keys.
     pub fn push(&self, pair_id: i64, events: &[(String, Kind, Option<String>)]) -> Result<u64> {
         let t = now_ms();
-        self.m.with(|c| {
-            let tx = c.transaction()?;
-            let mut new = 0;
-            {
-                let mut st = tx.prepare_cached(
+        self.m
+            .with(|c| {
+                let tx = c.transaction()?;
+                let mut new = 0;
+                {
+                    let mut st = tx.prepare_cached(
                     "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
                      VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
                      ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
                         token = COALESCE(excluded.token, inbox.token), events = inbox.events + 1,
                         last_seen = excluded.last_seen, not_before = 0",
                 )?;
-                let mut exists =
-                    tx.prepare_cached("SELECT 1 FROM inbox WHERE pair_id = ?1 AND key = ?2")?;
-                for (key, kind, token) in events {
-                    if !exists.exists(params![pair_id, key])? {
-                        new += 1;
+                    let mut exists =
+                        tx.prepare_cached("SELECT 1 FROM inbox WHERE pair_id = ?1 AND key = ?2")?;
+                    for (key, kind, token) in events {
+                        if !exists.exists(params![pair_id, key])? {
+                            new += 1;
+                        }
+                        st.execute(params![pair_id, key, *kind as i64, token, t])?;
                     }
-                    st.execute(params![pair_id, key, *kind as i64, token, t])?;
                 }
-            }
-            tx.commit()?;
-            Ok(new)
-        })
+                tx.commit()?;
+                Ok(new)
+            })
+            .inspect(|_| bell().notify_waiters())
     }
 
     /// Up to `limit` keys ready to reconcile, oldest first.

@@ -50,12 +50,17 @@ pub fn watch(
         .watch(&root, RecursiveMode::Recursive)
         .map_err(|e| watch_err(&root, e))?;
     tokio::spawn(async move {
+        // Keys are sent at most `debounce` after the first event of a batch (not after a quiet
+        // spell, which a steady stream of writes would never leave).
         let mut pending = Keys::new();
+        let mut deadline = tokio::time::Instant::now();
         loop {
             let ev = if pending.is_empty() {
-                raw_rx.recv().await
+                let ev = raw_rx.recv().await;
+                deadline = tokio::time::Instant::now() + debounce;
+                ev
             } else {
-                match tokio::time::timeout(debounce, raw_rx.recv()).await {
+                match tokio::time::timeout_at(deadline, raw_rx.recv()).await {
                     Ok(ev) => ev,
                     Err(_) => {
                         if tx.send(std::mem::take(&mut pending)).await.is_err() {
@@ -106,6 +111,32 @@ mod tests {
         assert_eq!(key_of(root, Path::new("/data/.slate-tmp-1-2")), None);
         assert_eq!(key_of(root, Path::new("/elsewhere/x")), None);
         assert_eq!(key_of(root, Path::new("/data")), None);
+    }
+
+    #[tokio::test]
+    async fn a_steady_stream_of_writes_is_not_held_back() {
+        // a write every 20 ms, for 2 s: with a quiet-period debounce nothing would be sent
+        // until the stream stops; keys must flow while it goes on
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let (tx, mut rx) = mpsc::channel(1024);
+        let _h = watch(root.clone(), Duration::from_millis(100), tx).unwrap();
+        let writer = std::thread::spawn(move || {
+            for i in 0..100 {
+                std::fs::write(root.join(format!("f{i}")), b"x").unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("keys within 10 s")
+            .expect("channel open");
+        assert!(!first.is_empty());
+        assert!(
+            !writer.is_finished(),
+            "the first keys came only after the writes stopped"
+        );
+        writer.join().unwrap();
     }
 
     #[tokio::test]

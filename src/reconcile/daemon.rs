@@ -341,7 +341,7 @@ pub async fn run(
     let _watch = match src.scheme {
         Scheme::Local => {
             let (tx, rx) = mpsc::channel(64);
-            let h = watch::watch(src.local_path(), Duration::from_millis(200), tx)?;
+            let h = watch::watch(src.local_path(), Duration::from_millis(100), tx)?;
             tokio::spawn(pump_watch(
                 manifest.clone(),
                 pair_id,
@@ -385,11 +385,17 @@ pub async fn run(
     loop {
         let (m, batch) = (manifest.clone(), opts.batch);
         let taken_at = inbox::now();
+        // listen for the bell before looking, so that a push in between is not missed
+        let rung = inbox::bell().notified();
+        tokio::pin!(rung);
+        rung.as_mut().enable();
         let pending = blocking(move || Inbox::new(&m).take(pair_id, batch)).await?;
         if pending.is_empty() {
             tokio::select! {
                 _ = &mut shutdown => break,
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = &mut rung => {}
+                // retries come due, and pushes from another process
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
         } else {
             let work = futures::stream::iter(pending)
