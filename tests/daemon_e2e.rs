@@ -36,11 +36,25 @@ fn spawn_and_wait(mut c: std::process::Command, log: &std::path::Path, pairs: us
 
 /// Starts the daemon on one pair and waits until it follows changes.
 fn start(db: &std::path::Path, src: &str, dst: &str, log: &std::path::Path) -> Child {
+    start_with(db, src, dst, None, log)
+}
+
+/// Starts the daemon on one pair following `events` (a local folder: none).
+fn start_with(
+    db: &std::path::Path,
+    src: &str,
+    dst: &str,
+    events: Option<&str>,
+    log: &std::path::Path,
+) -> Child {
     let mut c = slate_db(db);
     let err = std::fs::File::create(log).expect("log");
     c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
         .stdout(Stdio::null())
         .stderr(err);
+    if let Some(e) = events {
+        c.args(["--events", e]);
+    }
     spawn_and_wait(c, log, 1)
 }
 
@@ -210,21 +224,7 @@ fn s3_via_sqs(dst: Replica, tag: &str) {
     rt().block_on(seed(&store, "data", &initial));
     let su = format!("s3://{bucket}/data");
     let du = dst.url();
-    let mut c = slate_db(&db);
-    let err = std::fs::File::create(&log).expect("log");
-    c.args([
-        "sync",
-        &su,
-        &du,
-        "--events",
-        &format!("sqs://{queue}"),
-        "--drift-check-secs",
-        "0",
-        "--quiet",
-    ])
-    .stdout(Stdio::null())
-    .stderr(err);
-    let mut daemon = spawn_and_wait(c, &log, 1);
+    let mut daemon = start_with(&db, &su, &du, Some(&format!("sqs://{queue}")), &log);
 
     // creates (awkward keys too), overwrites, deletes, and a burst on one key
     let mut changes: BTreeMap<String, Vec<u8>> = (0..10)
@@ -512,20 +512,7 @@ fn azure_events_through_a_storage_queue_reach_s3() {
         .collect();
     rt().block_on(seed(&store, &prefix, &initial));
     let su = format!("az://{container}/{prefix}");
-    let mut c = slate_db(&db);
-    c.args([
-        "sync",
-        &su,
-        &dst.url(),
-        "--events",
-        &spec,
-        "--drift-check-secs",
-        "0",
-        "--quiet",
-    ])
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(&log).expect("log"));
-    let mut daemon = spawn_and_wait(c, &log, 1);
+    let mut daemon = start_with(&db, &su, &dst.url(), Some(&spec), &log);
     assert_same(&dst.read(), &initial);
 
     let key = |k: &str| format!("{prefix}/{k}");
@@ -921,20 +908,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
     rt().block_on(seed(&write, &prefix, &initial));
     let su = format!("gs://slate-src/{prefix}");
     let spec = format!("pubsub://projects/test-project/subscriptions/{sub}");
-    let mut c = slate_db(&db);
-    c.args([
-        "sync",
-        &su,
-        &dst.url(),
-        "--events",
-        &spec,
-        "--drift-check-secs",
-        "0",
-        "--quiet",
-    ])
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(&log).expect("log"));
-    let mut daemon = spawn_and_wait(c, &log, 1);
+    let mut daemon = start_with(&db, &su, &dst.url(), Some(&spec), &log);
     assert_same(&dst.read(), &initial);
 
     let changes: BTreeMap<String, Vec<u8>> = [
@@ -1017,22 +991,8 @@ fn a_daemon_killed_between_receive_and_apply_loses_nothing() {
         .collect();
     rt().block_on(seed(&store, "data", &initial));
     let su = format!("s3://{bucket}/data");
-    let start = |log: &std::path::Path| {
-        let mut c = slate_db(&db);
-        c.args([
-            "sync",
-            &su,
-            &dst.url(),
-            "--events",
-            &format!("sqs://{queue}"),
-            "--drift-check-secs",
-            "0",
-            "--quiet",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).expect("log"));
-        spawn_and_wait(c, log, 1)
-    };
+    let events = format!("sqs://{queue}");
+    let start = |log: &std::path::Path| start_with(&db, &su, &dst.url(), Some(&events), log);
     let daemon = start(&log);
     let mut changes: BTreeMap<String, Vec<u8>> = (0..5)
         .map(|i| (format!("n{i}.bin"), bytes(20 + i, 64)))

@@ -232,6 +232,21 @@ impl ParseError {
     }
 }
 
+/// Test helper: a change event with nothing but its bucket, key and kind.
+#[cfg(test)]
+pub(crate) fn change(bucket: &str, key: &str, kind: EventKind) -> ChangeEvent {
+    ChangeEvent {
+        bucket: bucket.into(),
+        key: key.into(),
+        kind,
+        etag: None,
+        size: None,
+        sequencer: None,
+        event_time: None,
+        id: None,
+    }
+}
+
 /// Test helper: `count` deterministic mutants of `input` (truncations, byte flips, cuts, and
 /// hostile fragments spliced in), for the parsers' never-panic tests.
 #[cfg(test)]
@@ -456,16 +471,7 @@ mod tests {
     }
 
     fn ev(key: &str) -> ChangeEvent {
-        ChangeEvent {
-            bucket: "b".into(),
-            key: key.into(),
-            kind: EventKind::Upsert,
-            etag: None,
-            size: None,
-            sequencer: None,
-            event_time: None,
-            id: None,
-        }
+        change("b", key, EventKind::Upsert)
     }
 
     #[test]

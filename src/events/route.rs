@@ -289,16 +289,7 @@ mod tests {
     use crate::events::ChangeEvent;
 
     fn ev(bucket: &str, key: &str, kind: EventKind) -> ChangeEvent {
-        ChangeEvent {
-            bucket: bucket.into(),
-            key: key.into(),
-            kind,
-            etag: None,
-            size: None,
-            sequencer: None,
-            event_time: None,
-            id: None,
-        }
+        crate::events::change(bucket, key, kind)
     }
 
     #[test]

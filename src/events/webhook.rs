@@ -227,6 +227,15 @@ async fn eventgrid_options(State(hub): State<Arc<Hub>>, headers: HeaderMap, uri:
         .into_response()
 }
 
+/// A delivery's body through `parser`; the error is the dead letter's reason.
+fn parse_body(
+    body: &[u8],
+    parser: fn(&str) -> std::result::Result<Parsed, super::ParseError>,
+) -> std::result::Result<Parsed, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "body is not UTF-8".to_string())?;
+    parser(text).map_err(|e| e.to_string())
+}
+
 async fn eventgrid_post(
     State(hub): State<Arc<Hub>>,
     headers: HeaderMap,
@@ -236,9 +245,7 @@ async fn eventgrid_post(
     if !hub.authorized(&headers, &uri) {
         return unauthorized();
     }
-    let parsed = std::str::from_utf8(&body)
-        .map_err(|_| "body is not UTF-8".to_string())
-        .and_then(|s| super::parse_eventgrid(s).map_err(|e| e.to_string()));
+    let parsed = parse_body(&body, super::parse_eventgrid);
     if let Ok(Parsed::Handshake { validation_code }) = &parsed {
         hub.stats.ignored.fetch_add(1, Relaxed);
         return json(
@@ -266,9 +273,7 @@ async fn pubsub_post(
     if !hub.authorized(&headers, &uri) {
         return unauthorized();
     }
-    let parsed = std::str::from_utf8(&body)
-        .map_err(|_| "body is not UTF-8".to_string())
-        .and_then(|s| super::parse_gcs_push(s).map_err(|e| e.to_string()));
+    let parsed = parse_body(&body, super::parse_gcs_push);
     deliver(&hub, Scheme::Gcs, "webhook-pubsub", "gs", &body, parsed).await
 }
 
