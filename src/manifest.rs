@@ -19,6 +19,7 @@ use crate::error::{Result, SlateError};
 const MIGRATIONS: &[&str] = &[
     include_str!("../schema/0001_init.sql"),
     include_str!("../schema/0002_inbox.sql"),
+    include_str!("../schema/0003_tombstones.sql"),
 ];
 
 /// Which side of a pair.
@@ -230,6 +231,57 @@ impl Manifest {
                 params![now(), note, pair_id],
             )
             .map(|_| ())
+        })
+    }
+
+    /// The newest ordering token applied for a source key: the event's token recorded with
+    /// its object, or its tombstone's (tokens are normalised text, ordered as strings).
+    pub fn last_token(&self, pair_id: i64, key: &str) -> Result<Option<String>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT MAX(t) FROM (
+                    SELECT sequencer AS t FROM objects WHERE pair_id = ?1 AND side = 0 AND key = ?2
+                    UNION ALL
+                    SELECT sequencer FROM tombstones WHERE pair_id = ?1 AND key = ?2)",
+                params![pair_id, key],
+                |r| r.get(0),
+            )
+        })
+    }
+
+    /// Records the token of the event whose reconcile just copied (or confirmed) `key`.
+    pub fn set_token(&self, pair_id: i64, key: &str, token: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE objects SET sequencer = ?3 WHERE pair_id = ?1 AND side = 0 AND key = ?2
+                 AND (sequencer IS NULL OR sequencer < ?3)",
+                params![pair_id, key, token],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Leaves a tombstone for a delete applied on an event with `token` (the newest wins).
+    pub fn tombstone(&self, pair_id: i64, key: &str, token: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO tombstones (pair_id, key, sequencer, deleted_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (pair_id, key) DO UPDATE SET sequencer = excluded.sequencer,
+                    deleted_at = excluded.deleted_at WHERE excluded.sequencer > tombstones.sequencer",
+                params![pair_id, key, token, now()],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Drops tombstones older than `max_age_secs`; returns how many.
+    pub fn prune_tombstones(&self, max_age_secs: i64) -> Result<u64> {
+        self.with(|c| {
+            c.execute(
+                "DELETE FROM tombstones WHERE deleted_at < ?1",
+                params![now() - max_age_secs],
+            )
+            .map(|n| n as u64)
         })
     }
 
@@ -513,6 +565,41 @@ mod tests {
         };
         assert_eq!(keys(a.id), vec![("a1".to_string(), Some(3))]);
         assert_eq!(keys(b.id), vec![("b1".to_string(), None)]);
+    }
+
+    #[test]
+    fn tokens_and_tombstones_keep_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manifest::open(&dir.path().join("s.db")).unwrap();
+        let p = m.pair("az://c/a", "/tmp/a").unwrap().id;
+        assert_eq!(m.last_token(p, "k").unwrap(), None);
+        // no object row yet: nothing to attach the token to
+        m.set_token(p, "k", "05").unwrap();
+        assert_eq!(m.last_token(p, "k").unwrap(), None);
+        let rec = Record {
+            side: Side::Src,
+            key: "k".into(),
+            state: st(1, "e"),
+            hash: None,
+        };
+        m.record(p, std::slice::from_ref(&rec)).unwrap();
+        m.set_token(p, "k", "05").unwrap();
+        m.set_token(p, "k", "03").unwrap(); // older: ignored
+        assert_eq!(m.last_token(p, "k").unwrap().as_deref(), Some("05"));
+        m.record(p, &[rec]).unwrap(); // a reconcile re-records the row: the token stays
+        assert_eq!(m.last_token(p, "k").unwrap().as_deref(), Some("05"));
+        m.tombstone(p, "k", "07").unwrap();
+        m.tombstone(p, "k", "06").unwrap(); // older: ignored
+        assert_eq!(m.last_token(p, "k").unwrap().as_deref(), Some("07"));
+        m.tombstone(p, "gone", "01").unwrap();
+        assert_eq!(m.last_token(p, "gone").unwrap().as_deref(), Some("01"));
+        assert_eq!(
+            m.prune_tombstones(3600).unwrap(),
+            0,
+            "fresh tombstones stay"
+        );
+        assert_eq!(m.prune_tombstones(-10).unwrap(), 2);
+        assert_eq!(m.last_token(p, "gone").unwrap(), None);
     }
 
     #[test]

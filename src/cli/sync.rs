@@ -252,11 +252,12 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                 Ok((name, Ok(stats))) => {
                     use std::sync::atomic::Ordering::Relaxed;
                     eprintln!(
-                        "slate: {name}: stopped; {} keys applied ({} copied, {} deleted, {} unchanged), {} failed",
+                        "slate: {name}: stopped; {} keys applied ({} copied, {} deleted, {} unchanged, {} stale events skipped), {} failed",
                         stats.applied.load(Relaxed),
                         stats.copied.load(Relaxed),
                         stats.deleted.load(Relaxed),
                         stats.unchanged.load(Relaxed),
+                        stats.stale.load(Relaxed),
                         stats.failed.load(Relaxed)
                     );
                 }

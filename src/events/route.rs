@@ -82,15 +82,25 @@ impl Scope {
     }
 }
 
-/// The inbox's text form of an ordering token (compared only between events of one key and
-/// one provider).
-pub fn token_text(t: &Token) -> String {
+/// The inbox's text form of an ordering token, compared as a string only between events of
+/// one key of one pair (one provider): S3's hex is left-padded to 40 upper-case digits (S3's
+/// rule: pad the shorter, then compare), Event Grid's kept. GCS's numbers are padded to 20
+/// digits each and followed by the kind: a delete carries the generation it deleted, the same
+/// as that generation's create, and must order after it (a re-create has a newer generation).
+pub fn token_text(t: &Token, kind: &EventKind) -> String {
     match t {
-        Token::S3(s) | Token::EventGrid(s) => s.clone(),
+        Token::S3(s) => format!("{:0>40}", s.to_ascii_uppercase()),
+        Token::EventGrid(s) => s.clone(),
         Token::Gcs {
             generation,
             metageneration,
-        } => format!("{generation:020}.{metageneration:020}"),
+        } => {
+            let k = match kind {
+                EventKind::Upsert => 0,
+                EventKind::Delete => 1,
+            };
+            format!("{generation:020}.{metageneration:020}.{k}")
+        }
     }
 }
 
@@ -120,7 +130,8 @@ impl Routed {
                                 EventKind::Upsert => Kind::Upsert,
                                 EventKind::Delete => Kind::Delete,
                             };
-                            let token = ev.sequencer.as_ref().map(token_text);
+                            let token =
+                                ev.sequencer.as_ref().map(|t| token_text(t, &ev.kind));
                             self.rows.push((rel.to_string(), kind, token));
                         }
                         None => self.dead.push(format!(
@@ -394,20 +405,33 @@ mod tests {
             vec![(
                 "k".to_string(),
                 Kind::Upsert,
-                Some("00000000000000000007.00000000000000000001".into())
+                Some("00000000000000000007.00000000000000000001.0".into())
             )]
         );
         assert_eq!(r.prefixes, vec!["d/".to_string()]);
         assert_eq!(r.ignored, 2);
         assert_eq!(r.handshake.as_deref(), Some("abc"));
         // tokens keep their order as text
-        let t = |g, m| {
-            token_text(&Token::Gcs {
-                generation: g,
-                metageneration: m,
-            })
+        let t = |g, m, kind: EventKind| {
+            token_text(
+                &Token::Gcs {
+                    generation: g,
+                    metageneration: m,
+                },
+                &kind,
+            )
         };
-        assert!(t(10, 1) > t(9, 99));
-        assert!(t(10, 2) > t(10, 1));
+        use EventKind::{Delete, Upsert};
+        assert!(t(10, 1, Upsert) > t(9, 99, Delete));
+        assert!(t(10, 2, Upsert) > t(10, 1, Upsert));
+        // GCS: the delete of generation 10 follows its create; a re-create (11) follows both
+        assert!(t(10, 1, Delete) > t(10, 1, Upsert));
+        assert!(t(11, 1, Upsert) > t(10, 1, Delete));
+        let s3 = |h: &str| token_text(&Token::S3(h.into()), &Upsert);
+        assert!(
+            s3("0A1") > s3("9f"),
+            "shorter hex is padded, not compared as text"
+        );
+        assert_eq!(s3("abc"), s3("0ABC"));
     }
 }

@@ -103,6 +103,8 @@ pub struct DaemonStats {
     pub copied: std::sync::atomic::AtomicU64,
     pub deleted: std::sync::atomic::AtomicU64,
     pub unchanged: std::sync::atomic::AtomicU64,
+    /// Events skipped by their ordering token (older than what was applied).
+    pub stale: std::sync::atomic::AtomicU64,
     pub failed: std::sync::atomic::AtomicU64,
     pub drift_repaired: std::sync::atomic::AtomicU64,
     pub lag_ms_max: std::sync::atomic::AtomicU64,
@@ -115,6 +117,11 @@ pub enum Applied {
     Deleted,
     /// Source and destination already agree (a duplicate or stale event).
     Unchanged,
+    /// Not at the source and not at the destination: nothing to delete.
+    AlreadyGone,
+    /// The event is older than (or the same as) one already applied to the key: skipped
+    /// without asking the source.
+    Stale,
 }
 
 /// The source's current state of `key`, or None when it does not exist (404 now).
@@ -214,10 +221,40 @@ pub async fn apply_key(
             Ok(if existed || m_dst.is_some() {
                 Applied::Deleted
             } else {
-                Applied::Unchanged
+                Applied::AlreadyGone
             })
         }
     }
+}
+
+/// [`apply_key`] behind the key's ordering token: an event no newer than the last one applied
+/// (or a delete's tombstone) is skipped; after the apply, the token is recorded with the
+/// object, or as a tombstone when the key is gone.
+pub async fn apply_with_token(
+    manifest: &Arc<Manifest>,
+    pair_id: i64,
+    ctx: &Ctx,
+    dst_loc: &Location,
+    key: &str,
+    token: Option<&str>,
+) -> Result<Applied> {
+    let Some(token) = token else {
+        return apply_key(manifest, pair_id, ctx, dst_loc, key).await;
+    };
+    let (m, k) = (manifest.clone(), key.to_string());
+    let last = blocking(move || m.last_token(pair_id, &k)).await?;
+    if last.is_some_and(|l| l.as_str() >= token) {
+        return Ok(Applied::Stale);
+    }
+    let applied = apply_key(manifest, pair_id, ctx, dst_loc, key).await?;
+    let (m, k, t) = (manifest.clone(), key.to_string(), token.to_string());
+    blocking(move || match applied {
+        Applied::Copied | Applied::Unchanged => m.set_token(pair_id, &k, &t),
+        Applied::Deleted | Applied::AlreadyGone => m.tombstone(pair_id, &k, &t),
+        Applied::Stale => Ok(()),
+    })
+    .await?;
+    Ok(applied)
 }
 
 /// Deletes `key` at the destination; false when it was not there.
@@ -305,6 +342,9 @@ pub async fn run(
     let m = manifest.clone();
     let pair = blocking(move || m.pair(&s, &d)).await?;
     let pair_id = pair.id;
+    // tombstones outlive any queue's retention (SQS keeps messages 14 days at most)
+    let m = manifest.clone();
+    blocking(move || m.prune_tombstones(15 * 86_400)).await?;
 
     // 1. events first, so that nothing changing during the backfill is missed
     let target = Target {
@@ -402,7 +442,7 @@ pub async fn run(
                 .map(|p| {
                     let (ctx, manifest, stats) = (ctx.clone(), manifest.clone(), stats.clone());
                     async move {
-                        let r = apply_key(&manifest, pair_id, &ctx, dst, &p.key).await;
+                        let r = apply_with_token(&manifest, pair_id, &ctx, dst, &p.key, p.token.as_deref()).await;
                         let lag = (inbox::now() - p.first_seen).max(0) as u64;
                         stats.lag_ms_max.fetch_max(lag, Relaxed);
                         let m = manifest.clone();
@@ -413,7 +453,10 @@ pub async fn run(
                                 match a {
                                     Applied::Copied => stats.copied.fetch_add(1, Relaxed),
                                     Applied::Deleted => stats.deleted.fetch_add(1, Relaxed),
-                                    Applied::Unchanged => stats.unchanged.fetch_add(1, Relaxed),
+                                    Applied::Unchanged | Applied::AlreadyGone => {
+                                        stats.unchanged.fetch_add(1, Relaxed)
+                                    }
+                                    Applied::Stale => stats.stale.fetch_add(1, Relaxed),
                                 };
                                 tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
                                 blocking(move || Inbox::new(&m).done(pair_id, &key, taken_at)).await
@@ -467,6 +510,7 @@ pub async fn run(
                 copied = stats.copied.load(Relaxed),
                 deleted = stats.deleted.load(Relaxed),
                 unchanged = stats.unchanged.load(Relaxed),
+                stale = stats.stale.load(Relaxed),
                 failed = stats.failed.load(Relaxed),
                 backlog = st.pending,
                 dead_letters = st.dead_letters,
