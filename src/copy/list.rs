@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use object_store::list::PaginatedListOptions;
+use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::ObjectStore;
 
 use tokio::sync::mpsc;
@@ -99,56 +99,91 @@ async fn list_cloud(
     } else {
         format!("{}/", loc.prefix)
     };
-    // The first level, page by page with a delimiter: its objects stream out at once and
-    // only its "folder" names are kept, so a flat prefix of millions of keys is never held in
-    // memory (object_store's list_with_delimiter would collect every page first).
+    // The first level and the level below each of its folders are listed page by page with a
+    // delimiter: their objects stream out at once and only "folder" names are kept, so a flat
+    // prefix of millions of keys is never held in memory (object_store's list_with_delimiter
+    // collects every page first), and servers that walk their whole tree for a recursive
+    // listing (s3s-fs, some S3-compatibles) only read the folder asked for. Deeper down,
+    // listings are flat: one request per 1,000 keys however many small folders there are.
     let pager = crate::store::build_paged(loc).map(|(_, p)| p)?;
-    let top_prefix = prefix.as_ref().map(|p| format!("{p}/"));
-    let mut folders = Vec::new();
-    let mut token = None;
-    let mut n = 0u64;
-    loop {
-        let opts = PaginatedListOptions {
-            delimiter: Some("/".into()),
-            max_keys: Some(1000),
-            page_token: token.take(),
-            ..Default::default()
-        };
-        let page = match pager.list_paginated(top_prefix.as_deref(), opts).await {
-            Ok(p) => p,
-            Err(e) if n == 0 && folders.is_empty() => return Err(classify(loc, &e)),
-            Err(e) => {
-                return Err(SlateError::List {
-                    url: loc.to_string(),
-                    detail: one_line(&e),
-                })
-            }
-        };
-        for meta in page.result.objects {
-            n += 1;
-            if tx.send(Ok(entry(meta, &strip))).await.is_err() {
-                return Ok(n);
-            }
-        }
-        folders.extend(page.result.common_prefixes);
-        match page.page_token {
-            Some(t) if !t.is_empty() => token = Some(t),
-            _ => break,
-        }
-    }
-    // then each folder recursively, flat (one request per 1,000 keys whatever the depth), up
-    // to LIST_FANOUT at once
+    let level = Level {
+        pager: &pager,
+        loc,
+        strip: &strip,
+        tx: &tx,
+        classify,
+    };
+    let (mut n, folders) = level.list(prefix.as_ref(), true).await?;
     let mut subs = futures::stream::iter(folders)
-        .map(|p| {
-            let tx = tx.clone();
-            let strip = strip.clone();
-            async move { list_one(store, loc, Some(p), &strip, tx, classify).await }
+        .map(|folder| {
+            let level = &level;
+            async move {
+                let (mut n, deeper) = level.list(Some(&folder), false).await?;
+                for p in deeper {
+                    n += list_one(store, loc, Some(p), level.strip, level.tx.clone(), classify)
+                        .await?;
+                }
+                Ok::<u64, SlateError>(n)
+            }
         })
         .buffer_unordered(LIST_FANOUT);
     while let Some(r) = subs.next().await {
         n += r?;
     }
     Ok(n)
+}
+
+/// One "folder" level of a cloud listing, with a delimiter.
+struct Level<'a> {
+    pager: &'a Arc<dyn PaginatedListStore>,
+    loc: &'a Location,
+    strip: &'a str,
+    tx: &'a mpsc::Sender<Result<Entry>>,
+    classify: fn(&Location, &object_store::Error) -> SlateError,
+}
+
+impl Level<'_> {
+    /// Sends the objects directly under `prefix` and returns how many, with the folders found
+    /// there. `first`: a failure of the first page is classified (missing bucket, denied).
+    async fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+        first: bool,
+    ) -> Result<(u64, Vec<object_store::path::Path>)> {
+        let with_slash = prefix.map(|p| format!("{p}/"));
+        let (mut n, mut folders, mut token) = (0u64, Vec::new(), None);
+        loop {
+            let opts = PaginatedListOptions {
+                delimiter: Some("/".into()),
+                max_keys: Some(1000),
+                page_token: token.take(),
+                ..Default::default()
+            };
+            let page = match self.pager.list_paginated(with_slash.as_deref(), opts).await {
+                Ok(p) => p,
+                Err(e) if first && n == 0 && folders.is_empty() => {
+                    return Err((self.classify)(self.loc, &e))
+                }
+                Err(e) => {
+                    return Err(SlateError::List {
+                        url: self.loc.to_string(),
+                        detail: one_line(&e),
+                    })
+                }
+            };
+            for meta in page.result.objects {
+                n += 1;
+                if self.tx.send(Ok(entry(meta, self.strip))).await.is_err() {
+                    return Ok((n, Vec::new()));
+                }
+            }
+            folders.extend(page.result.common_prefixes);
+            match page.page_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok((n, folders)),
+            }
+        }
+    }
 }
 
 fn entry(meta: object_store::ObjectMeta, strip: &str) -> Entry {
