@@ -1,7 +1,8 @@
-//! S3 change events from an SQS queue (aws-sdk-sqs): long-poll batch receive, parse with
-//! [`super::parse_s3`], store in the inbox, and only then delete the messages (ack after
-//! commit, DESIGN.md rule 2). Because a message is deleted as soon as its events are durable,
-//! not after the copy, no visibility extension is needed however long a copy takes.
+//! S3 change events from an SQS queue (aws-sdk-sqs): long-poll batch receive (4 receives in
+//! flight), parse with [`super::parse_s3`], store in the inbox, and only then delete the
+//! messages (ack after commit, DESIGN.md rule 2). Because a message is deleted as soon as its
+//! events are durable, not after the copy, no visibility extension is needed however long a
+//! copy takes.
 //! Unparseable messages and events for another bucket or prefix become dead letters.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -20,6 +21,9 @@ pub struct SqsSource {
     queue_url: String,
     /// Long-poll wait per receive.
     pub wait: Duration,
+    /// Receives in flight at once: one receive returns at most 10 messages, so intake per
+    /// queue is about 10 × receivers per round trip.
+    pub receivers: usize,
 }
 
 fn sqs_err(spec: &str, e: impl std::fmt::Display) -> SlateError {
@@ -64,12 +68,19 @@ impl SqsSource {
             client,
             queue_url,
             wait: Duration::from_secs(5),
+            receivers: 4,
         })
     }
 
     /// Receives until the task is dropped: every message's events are stored in `target`'s
     /// inbox, then the batch is deleted from the queue.
     pub async fn pump(self, target: Target, stats: Arc<SourceStats>) {
+        let loops = (0..self.receivers.max(1)).map(|_| self.receive_loop(&target, &stats));
+        futures::future::join_all(loops).await;
+    }
+
+    /// One receiver: long-poll, store, delete, again.
+    async fn receive_loop(&self, target: &Target, stats: &SourceStats) {
         let scope = target.scope();
         let mut failures = 0u32;
         loop {
@@ -106,7 +117,7 @@ impl SqsSource {
                     Ok(parsed) => routed.add(parsed, &scope, "s3"),
                     Err(e) => routed.dead.push(e.to_string()),
                 }
-                if let Err(e) = target.store("sqs", body.as_bytes(), routed, &stats).await {
+                if let Err(e) = target.store("sqs", body.as_bytes(), routed, stats).await {
                     // not stored: not acknowledged, so SQS delivers the message again
                     tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
                     continue;
