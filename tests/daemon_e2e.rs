@@ -6,16 +6,40 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
 use object_store::ObjectStoreExt;
 
+/// A daemon under test: killed when dropped, so a failing test leaves no process behind.
+struct Child(std::process::Child);
+
+impl std::ops::Deref for Child {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Child {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Spawns the daemon and waits until `pairs` pairs follow changes. The caller stops it.
-#[allow(clippy::zombie_processes)]
 fn spawn_and_wait(mut c: std::process::Command, log: &std::path::Path, pairs: usize) -> Child {
-    let mut child = c.spawn().expect("spawn daemon");
+    let mut child = Child(c.spawn().expect("spawn daemon"));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut text = String::new();
