@@ -890,6 +890,38 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         dead_letters(&db) >= 1,
         "the malformed delivery is a dead letter"
     );
+    // Prometheus text: needs the token; counts what each pair did
+    let r = http
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .expect("metrics");
+    assert_eq!(r.status().as_u16(), 401);
+    let text = http
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .expect("metrics")
+        .text()
+        .expect("body");
+    let copied = |src: String, dst: &Replica| -> u64 {
+        let want = format!(
+            "slate_keys_total{{pair=\"{src} -> {}\",result=\"copied\"}} ",
+            dst.url()
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&want))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {want:?} in\n{text}"))
+    };
+    assert!(
+        copied(format!("az://slate-src/{pa}"), &dst_a) >= 2,
+        "{text}"
+    );
+    assert!(
+        copied(format!("gs://slate-src/{pg}"), &dst_g) >= 2,
+        "{text}"
+    );
+    assert!(!text.contains(token), "the token must not appear");
     let _ = http
         .delete(format!(
             "{}/v1/projects/test-project/subscriptions/{sub}",

@@ -14,7 +14,8 @@
 //! retry would not make them parse). Events go to every registered pair whose source they
 //! name (Event Grid → `az://` pairs, Pub/Sub → `gs://` pairs).
 //!
-//! `GET /healthz` (liveness) and `GET /readyz` (every pair has finished its backfill and follows
+//! `GET /metrics` (Prometheus text; token required when set), `GET /healthz` (liveness) and
+//! `GET /readyz` (every pair has finished its backfill and follows
 //! events; 503 until then) answer without a token, for probes.
 //!
 //! Security: the listener binds loopback by default; any other address needs a bearer token
@@ -49,6 +50,8 @@ pub struct Hub {
     targets: RwLock<Vec<(Scheme, Target)>>,
     token: Option<String>,
     pub stats: SourceStats,
+    /// Every running pair's counters, for `/metrics`.
+    meters: RwLock<Vec<PairMeters>>,
     /// Pairs this process runs, and how many have finished starting (backfill done).
     pub pairs: std::sync::atomic::AtomicU64,
     pub ready: std::sync::atomic::AtomicU64,
@@ -70,11 +73,19 @@ impl Hub {
         Arc::new(Hub {
             manifest,
             targets: RwLock::new(Vec::new()),
+            meters: RwLock::new(Vec::new()),
             token,
             stats: SourceStats::default(),
             pairs: Default::default(),
             ready: Default::default(),
         })
+    }
+
+    /// Makes a running pair's counters visible on `/metrics`.
+    pub fn meter(&self, m: PairMeters) {
+        if let Ok(mut v) = self.meters.write() {
+            v.push(m);
+        }
     }
 
     /// Adds a pair (its source's scheme decides which deliveries reach it).
@@ -126,6 +137,7 @@ impl Hub {
             .route("/events/pubsub", post(pubsub_post))
             .route("/healthz", axum::routing::get(healthz))
             .route("/readyz", axum::routing::get(readyz))
+            .route("/metrics", axum::routing::get(metrics))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_DELIVERY))
             .with_state(self.clone())
     }
@@ -198,6 +210,142 @@ async fn readyz(State(hub): State<Arc<Hub>>) -> Response {
         status,
         serde_json::json!({"status": if ready >= pairs { "ready" } else { "starting" }, "pairs": pairs, "ready": ready}),
     )
+}
+
+/// One running pair's counters.
+#[derive(Clone)]
+pub struct PairMeters {
+    /// `SRC -> DST`, the pair's label.
+    pub pair: String,
+    pub pair_id: i64,
+    pub daemon: Arc<crate::reconcile::daemon::DaemonStats>,
+    pub source: Arc<SourceStats>,
+}
+
+/// Prometheus text format (0.0.4): per pair, events and keys by outcome, backlog and dead
+/// letters; the listener's deliveries. Needs the token when one is set.
+async fn metrics(State(hub): State<Arc<Hub>>, headers: HeaderMap, uri: Uri) -> Response {
+    if !hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let meters = hub.meters.read().map(|m| m.clone()).unwrap_or_default();
+    let m = hub.manifest.clone();
+    let ids: Vec<i64> = meters.iter().map(|p| p.pair_id).collect();
+    let inbox = crate::reconcile::blocking(move || {
+        ids.iter()
+            .map(|id| Inbox::new(&m).stats(*id))
+            .collect::<Result<Vec<_>>>()
+    })
+    .await
+    .unwrap_or_default();
+    let text = render_metrics(&meters, &inbox, &hub.stats);
+    (
+        StatusCode::OK,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// A label value with `\`, `"` and newlines escaped, as the text format wants.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn render_metrics(
+    meters: &[PairMeters],
+    inbox: &[crate::inbox::Stats],
+    hooks: &SourceStats,
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, u64)>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in rows {
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {v}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+            }
+        }
+    };
+    let per_pair = |f: &dyn Fn(&PairMeters) -> u64| -> Vec<(String, u64)> {
+        meters
+            .iter()
+            .map(|p| (format!("pair=\"{}\"", label(&p.pair)), f(p)))
+            .collect()
+    };
+    family(
+        "slate_events_received_total",
+        "counter",
+        "Change events stored in the inbox.",
+        per_pair(&|p| p.daemon.received.load(Relaxed) + p.source.events.load(Relaxed)),
+    );
+    family(
+        "slate_messages_received_total",
+        "counter",
+        "Cloud messages received by the pair's event source.",
+        per_pair(&|p| p.source.messages.load(Relaxed)),
+    );
+    let mut keys = Vec::new();
+    for p in meters {
+        let d = &p.daemon;
+        for (result, v) in [
+            ("copied", d.copied.load(Relaxed)),
+            ("deleted", d.deleted.load(Relaxed)),
+            ("unchanged", d.unchanged.load(Relaxed)),
+            ("stale", d.stale.load(Relaxed)),
+            ("failed", d.failed.load(Relaxed)),
+        ] {
+            keys.push((
+                format!("pair=\"{}\",result=\"{result}\"", label(&p.pair)),
+                v,
+            ));
+        }
+    }
+    family(
+        "slate_keys_total",
+        "counter",
+        "Keys reconciled, by outcome (stale: skipped by their ordering token).",
+        keys,
+    );
+    family(
+        "slate_drift_repaired_total",
+        "counter",
+        "Objects copied or deleted by drift checks (changes the events missed).",
+        per_pair(&|p| p.daemon.drift_repaired.load(Relaxed)),
+    );
+    let gauge = |f: fn(&crate::inbox::Stats) -> u64| -> Vec<(String, u64)> {
+        meters
+            .iter()
+            .zip(inbox)
+            .map(|(p, s)| (format!("pair=\"{}\"", label(&p.pair)), f(s)))
+            .collect()
+    };
+    family(
+        "slate_backlog",
+        "gauge",
+        "Keys waiting in the inbox.",
+        gauge(|s| s.pending),
+    );
+    family(
+        "slate_dead_letters",
+        "gauge",
+        "Messages kept as dead letters (the pair's and those of no pair).",
+        gauge(|s| s.dead_letters),
+    );
+    family(
+        "slate_webhook_deliveries_total",
+        "counter",
+        "Deliveries received on the listener.",
+        vec![(String::new(), hooks.messages.load(Relaxed))],
+    );
+    out
 }
 
 fn unauthorized() -> Response {
@@ -358,6 +506,42 @@ async fn dead_letters(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_text_has_one_sample_per_pair_and_outcome() {
+        let d = Arc::new(crate::reconcile::daemon::DaemonStats::default());
+        d.copied.store(3, Relaxed);
+        d.stale.store(2, Relaxed);
+        let src = Arc::new(SourceStats::default());
+        src.events.store(7, Relaxed);
+        let meters = vec![PairMeters {
+            pair: "az://c/p \"x\" -> s3://b/q".into(),
+            pair_id: 1,
+            daemon: d,
+            source: src,
+        }];
+        let inbox = vec![crate::inbox::Stats {
+            pending: 4,
+            dead_letters: 1,
+        }];
+        let text = render_metrics(&meters, &inbox, &SourceStats::default());
+        let pair = r#"pair="az://c/p \"x\" -> s3://b/q""#;
+        for want in [
+            format!("slate_events_received_total{{{pair}}} 7"),
+            format!("slate_keys_total{{{pair},result=\"copied\"}} 3"),
+            format!("slate_keys_total{{{pair},result=\"stale\"}} 2"),
+            format!("slate_backlog{{{pair}}} 4"),
+            format!("slate_dead_letters{{{pair}}} 1"),
+            "slate_webhook_deliveries_total 0".to_string(),
+            "# TYPE slate_keys_total counter".to_string(),
+            "# TYPE slate_backlog gauge".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == want),
+                "missing {want:?} in\n{text}"
+            );
+        }
+    }
 
     #[test]
     fn tokens_compare_exactly() {

@@ -368,7 +368,7 @@ pub async fn run(
             pumps.push(tokio::spawn(q.pump(target, source_stats.clone())));
         }
         EventSource::Webhook => match &opts.hub {
-            Some(hub) => hub.register(src.scheme, target),
+            Some(hub) => hub.register(src.scheme, target.clone()),
             None => {
                 return Err(SlateError::BadOption {
                     option: "--events".into(),
@@ -377,6 +377,14 @@ pub async fn run(
             }
         },
         EventSource::Watch => {}
+    }
+    if let Some(hub) = &opts.hub {
+        hub.meter(crate::events::webhook::PairMeters {
+            pair: format!("{src} -> {dst}"),
+            pair_id,
+            daemon: stats.clone(),
+            source: source_stats.clone(),
+        });
     }
     let _watch = match src.scheme {
         Scheme::Local => {
