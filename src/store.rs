@@ -89,12 +89,6 @@ fn store_err(loc: &Location, e: object_store::Error) -> SlateError {
     }
 }
 
-/// Builds the store client for a cloud location. Panics never; local locations are an error
-/// (they are served by slate's own file code, not object_store).
-pub fn build(loc: &Location) -> Result<Arc<dyn ObjectStore>> {
-    build_paged(loc).map(|(store, _)| store)
-}
-
 /// A store and its paginated listing (one request per page, with a delimiter if wanted):
 /// what a listing needs to walk "folders" without holding a whole level in memory.
 pub type Stores = (Arc<dyn ObjectStore>, Arc<dyn PaginatedListStore>);
@@ -107,7 +101,9 @@ fn both<S: ObjectStore + PaginatedListStore>(s: S) -> Stores {
     )
 }
 
-/// Like [`build`], with the paginated listing of the same store.
+/// Builds the store client for a cloud location, with the paginated listing of the same
+/// client. Panics never; local locations are an error (they are served by slate's own file
+/// code, not object_store).
 pub fn build_paged(loc: &Location) -> Result<Stores> {
     match loc.scheme {
         Scheme::S3 => build_s3(loc),

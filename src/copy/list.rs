@@ -47,7 +47,7 @@ pub async fn list_entries(
     classify: fn(&Location, &object_store::Error) -> SlateError,
 ) -> Result<u64> {
     match side {
-        Side::Cloud { store, loc } => list_cloud(store, loc, tx, classify).await,
+        Side::Cloud { store, pager, loc } => list_cloud(store, pager, loc, tx, classify).await,
         Side::Local { loc } => {
             let root = loc.local_path();
             let url = loc.to_string();
@@ -85,6 +85,7 @@ const LIST_FANOUT: usize = 8;
 /// listing per folder is what makes a large bucket list faster.
 async fn list_cloud(
     store: &Arc<dyn ObjectStore>,
+    pager: &Arc<dyn PaginatedListStore>,
     loc: &Location,
     tx: mpsc::Sender<Result<Entry>>,
     classify: fn(&Location, &object_store::Error) -> SlateError,
@@ -105,9 +106,8 @@ async fn list_cloud(
     // collects every page first), and servers that walk their whole tree for a recursive
     // listing (s3s-fs, some S3-compatibles) only read the folder asked for. Deeper down,
     // listings are flat: one request per 1,000 keys however many small folders there are.
-    let pager = crate::store::build_paged(loc).map(|(_, p)| p)?;
     let level = Level {
-        pager: &pager,
+        pager,
         loc,
         strip: &strip,
         tx: &tx,

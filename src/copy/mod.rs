@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use object_store::list::PaginatedListStore;
 use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
@@ -215,11 +216,10 @@ pub(crate) fn classify_store_error(loc: &Location, e: &object_store::Error) -> S
 /// One listing request for at most one key or "folder" under `loc`'s prefix: reaches the
 /// bucket (a missing bucket or bad credentials fail here, classified) and says whether
 /// anything is there. Never more than one request, however big the prefix.
-async fn probe(loc: &Location) -> Result<bool> {
+async fn probe(pager: &Arc<dyn PaginatedListStore>, loc: &Location) -> Result<bool> {
     if !loc.prefix.is_empty() {
         store_path(&loc.prefix)?; // the same checks as every other use of the prefix
     }
-    let (_, pager) = crate::store::build_paged(loc)?;
     let prefix = (!loc.prefix.is_empty()).then(|| format!("{}/", loc.prefix));
     let opts = object_store::list::PaginatedListOptions {
         delimiter: Some("/".into()),
@@ -239,15 +239,15 @@ pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
     let dst = Side::open(dst_loc)?;
     let server_side = src_loc.same_store(dst_loc);
     // Probe the destination first: a missing bucket or bad credentials fail before any work.
-    if let Side::Cloud { loc, .. } = &dst {
-        probe(loc).await?;
+    if let Side::Cloud { pager, loc, .. } = &dst {
+        probe(pager, loc).await?;
     }
     let single = match &src {
-        Side::Cloud { store, loc } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
+        Side::Cloud { store, pager, loc } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
             // A listing first: a prefix copy (the common case) then needs no HEAD, and servers
             // that answer a HEAD on a "folder" with an error (s3s-fs: 500) do not matter.
             let path = store_path(&loc.prefix)?;
-            if probe(loc).await? {
+            if probe(pager, loc).await? {
                 None
             } else {
                 match store.head(&path).await {

@@ -16,12 +16,15 @@ use super::hash::{BlockHasher, BLOCK};
 use super::local::TempFile;
 use crate::error::SlateError;
 use crate::location::Location;
+use object_store::list::PaginatedListStore;
 
 /// One end of a copy.
 #[derive(Clone)]
 pub enum Side {
     Cloud {
         store: Arc<dyn ObjectStore>,
+        /// The same store's page-at-a-time listing (with a delimiter when wanted).
+        pager: Arc<dyn PaginatedListStore>,
         loc: Location,
     },
     Local {
@@ -33,10 +36,14 @@ impl Side {
     pub fn open(loc: &Location) -> Result<Side, SlateError> {
         Ok(match loc.scheme {
             crate::location::Scheme::Local => Side::Local { loc: loc.clone() },
-            _ => Side::Cloud {
-                store: crate::store::build(loc)?,
-                loc: loc.clone(),
-            },
+            _ => {
+                let (store, pager) = crate::store::build_paged(loc)?;
+                Side::Cloud {
+                    store,
+                    pager,
+                    loc: loc.clone(),
+                }
+            }
         })
     }
 
@@ -49,8 +56,9 @@ impl Side {
     /// The same store at another location (a sub-prefix of the same bucket).
     pub fn with_loc(&self, loc: Location) -> Side {
         match self {
-            Side::Cloud { store, .. } => Side::Cloud {
+            Side::Cloud { store, pager, .. } => Side::Cloud {
                 store: store.clone(),
+                pager: pager.clone(),
                 loc,
             },
             Side::Local { .. } => Side::Local { loc },

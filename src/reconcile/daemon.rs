@@ -127,7 +127,7 @@ pub enum Applied {
 /// The source's current state of `key`, or None when it does not exist (404 now).
 async fn source_state(src: &Side, key: &str) -> Result<Option<Entry>> {
     match src {
-        Side::Cloud { store, loc } => match store.head(&store_path(&loc.key_for(key))?).await {
+        Side::Cloud { store, loc, .. } => match store.head(&store_path(&loc.key_for(key))?).await {
             Ok(meta) => Ok(Some(Entry {
                 rel: key.to_string(),
                 size: meta.size,
