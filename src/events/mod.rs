@@ -232,6 +232,27 @@ impl ParseError {
     }
 }
 
+/// Test helper: `got` is an error whose reason starts with `want` and does not echo `secret`.
+#[cfg(test)]
+pub(crate) fn assert_rejected(
+    got: Result<Parsed, ParseError>,
+    want: &str,
+    secret: &str,
+) -> ParseError {
+    match got {
+        Ok(p) => panic!("{want}: parsed {p:?}"),
+        Err(e) => {
+            assert!(
+                e.reason.starts_with(want),
+                "want '{want}…', got '{}'",
+                e.reason
+            );
+            assert!(!e.reason.contains(secret), "echoed the input: {}", e.reason);
+            e
+        }
+    }
+}
+
 /// Test helper: a change event with nothing but its bucket, key and kind.
 #[cfg(test)]
 pub(crate) fn change(bucket: &str, key: &str, kind: EventKind) -> ChangeEvent {
