@@ -449,6 +449,50 @@ fn dead_letters(db: &std::path::Path) -> i64 {
         .expect("count")
 }
 
+/// A subscription on the emulator's GCS notification topic (push to `endpoint`, or pull),
+/// deleted when dropped so that the emulator stops delivering to a finished test.
+struct Subscription(String);
+
+impl Subscription {
+    fn new(name: &str, endpoint: Option<String>) -> Subscription {
+        let name = unique(name);
+        let mut body = serde_json::json!({
+            "topic": "projects/test-project/topics/gcs-events",
+            "ackDeadlineSeconds": 10,
+        });
+        if let Some(e) = endpoint {
+            body["pushConfig"] = serde_json::json!({ "pushEndpoint": e });
+        }
+        let r = reqwest::blocking::Client::new()
+            .put(Self::url(&name))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .expect("subscription");
+        assert!(
+            r.status().is_success(),
+            "subscription {name}: {}",
+            r.status()
+        );
+        Subscription(name)
+    }
+
+    fn url(name: &str) -> String {
+        format!(
+            "{}/v1/projects/test-project/subscriptions/{name}",
+            pubsub_url()
+        )
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let _ = reqwest::blocking::Client::new()
+            .delete(Self::url(&self.0))
+            .send();
+    }
+}
+
 /// Where a daemon under test replicates to.
 enum Replica {
     Local(std::path::PathBuf),
@@ -730,19 +774,11 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
     }
 
     // the push subscription: the emulator POSTs every GCS notification to slate
-    let sub = unique("slate-push");
+    let _sub = Subscription::new(
+        "slate-push",
+        Some(format!("http://{addr}/events/pubsub?token={token}")),
+    );
     let http = reqwest::blocking::Client::new();
-    let r = http
-        .put(format!("{}/v1/projects/test-project/subscriptions/{sub}", pubsub_url()))
-        .header("content-type", "application/json")
-        .body(serde_json::json!({
-            "topic": "projects/test-project/topics/gcs-events",
-            "pushConfig": {"pushEndpoint": format!("http://{addr}/events/pubsub?token={token}")},
-            "ackDeadlineSeconds": 10,
-        }).to_string())
-        .send()
-        .expect("subscription");
-    assert!(r.status().is_success(), "push subscription: {}", r.status());
 
     // probes need no token; both pairs have finished their backfill
     let r = http
@@ -922,12 +958,6 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         "{text}"
     );
     assert!(!text.contains(token), "the token must not appear");
-    let _ = http
-        .delete(format!(
-            "{}/v1/projects/test-project/subscriptions/{sub}",
-            pubsub_url()
-        ))
-        .send();
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }
 
@@ -959,18 +989,8 @@ fn a_public_listener_needs_a_token() {
 fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
     // fully real: fake-gcs-server publishes OBJECT_FINALIZE / OBJECT_DELETE to the Pub/Sub
     // emulator; slate pulls them (google-cloud-pubsub streaming pull).
-    let sub = unique("slate-pull");
+    let sub = Subscription::new("slate-pull", None);
     let http = reqwest::blocking::Client::new();
-    let r = http
-        .put(format!(
-            "{}/v1/projects/test-project/subscriptions/{sub}",
-            pubsub_url()
-        ))
-        .header("content-type", "application/json")
-        .body(r#"{"topic": "projects/test-project/topics/gcs-events", "ackDeadlineSeconds": 10}"#)
-        .send()
-        .expect("subscription");
-    assert!(r.status().is_success(), "pull subscription: {}", r.status());
 
     let dir = tempfile::tempdir().expect("tmp");
     let (db, log, dst) = (
@@ -985,7 +1005,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
         .collect();
     rt().block_on(seed(&write, &prefix, &initial));
     let su = format!("gs://slate-src/{prefix}");
-    let spec = format!("pubsub://projects/test-project/subscriptions/{sub}");
+    let spec = format!("pubsub://projects/test-project/subscriptions/{}", sub.0);
     let mut daemon = start_with(&db, &su, &dst.url(), Some(&spec), &log);
     assert_same(&dst.read(), &initial);
 
@@ -1045,12 +1065,6 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
         1,
         "the malformed notification is one dead letter"
     );
-    let _ = http
-        .delete(format!(
-            "{}/v1/projects/test-project/subscriptions/{sub}",
-            pubsub_url()
-        ))
-        .send();
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }
 
