@@ -347,8 +347,8 @@ impl AzQueueSource {
             }
             idle = self.idle_min;
             stats.messages.fetch_add(msgs.len() as u64, Relaxed);
-            let mut stored = Vec::with_capacity(msgs.len());
-            for m in msgs {
+            let mut batch = Vec::with_capacity(msgs.len());
+            for m in &msgs {
                 let mut routed = Routed::default();
                 match super::decode_queue_message(&m.text)
                     .and_then(|json| super::parse_eventgrid(&json))
@@ -356,19 +356,15 @@ impl AzQueueSource {
                     Ok(parsed) => routed.add(parsed, &scope, "az"),
                     Err(e) => routed.dead.push(e.to_string()),
                 }
-                match target
-                    .store("azqueue", m.text.as_bytes(), routed, &stats)
-                    .await
-                {
-                    Ok(()) => stored.push(m),
-                    // not deleted: the message comes back after its visibility timeout
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not store a queue message's events; it will be received again")
-                    }
-                }
+                batch.push((m.text.clone().into_bytes(), routed));
+            }
+            if let Err(e) = target.store_batch("azqueue", batch, &stats).await {
+                // not deleted: the messages come back after their visibility timeout
+                tracing::error!(error = %e, "could not store queue messages' events; they will be received again");
+                continue;
             }
             let this = &self;
-            let mut acks = futures::stream::iter(stored)
+            let mut acks = futures::stream::iter(msgs)
                 .map(|m| async move { this.delete(&m).await })
                 .buffer_unordered(8);
             while let Some(r) = acks.next().await {

@@ -213,10 +213,7 @@ impl Target {
         Scope::of(self.src.location())
     }
 
-    /// Stores one message's worth of routing durably: the rows, a row per key under each
-    /// prefix (listed at the source now, plus what the manifest recorded there, so renames
-    /// away and deletions are seen), and dead letters with the raw message. Only after this
-    /// returns Ok may the message be acknowledged.
+    /// Stores one message's worth of routing durably: see [`Target::store_batch`].
     pub async fn store(
         &self,
         source: &'static str,
@@ -224,28 +221,41 @@ impl Target {
         routed: Routed,
         stats: &SourceStats,
     ) -> Result<()> {
-        let mut rows = routed.rows;
-        for p in &routed.prefixes {
-            rows.extend(self.expand_prefix(p).await?);
+        self.store_batch(source, vec![(raw.to_vec(), routed)], stats)
+            .await
+    }
+
+    /// Stores the routing of a batch of messages (raw text, routing) durably, in one inbox
+    /// transaction: the rows, a row per key under each prefix (listed at the source now, plus
+    /// what the manifest recorded there, so renames away and deletions are seen), and dead
+    /// letters with their message's raw text. Only after this returns Ok may the messages be
+    /// acknowledged.
+    pub async fn store_batch(
+        &self,
+        source: &'static str,
+        batch: Vec<(Vec<u8>, Routed)>,
+        stats: &SourceStats,
+    ) -> Result<()> {
+        let mut rows = Vec::new();
+        let mut dead = Vec::new();
+        for (raw, routed) in batch {
+            rows.extend(routed.rows);
+            for p in &routed.prefixes {
+                rows.extend(self.expand_prefix(p).await?);
+            }
+            stats.ignored.fetch_add(routed.ignored, Relaxed);
+            stats
+                .prefixes
+                .fetch_add(routed.prefixes.len() as u64, Relaxed);
+            dead.extend(routed.dead.into_iter().map(|why| (raw.clone(), why)));
         }
         stats.events.fetch_add(rows.len() as u64, Relaxed);
-        stats.ignored.fetch_add(routed.ignored, Relaxed);
-        stats
-            .dead_lettered
-            .fetch_add(routed.dead.len() as u64, Relaxed);
-        stats
-            .prefixes
-            .fetch_add(routed.prefixes.len() as u64, Relaxed);
-        let (m, pair_id, raw, dead) = (
-            self.manifest.clone(),
-            self.pair_id,
-            raw.to_vec(),
-            routed.dead,
-        );
+        stats.dead_lettered.fetch_add(dead.len() as u64, Relaxed);
+        let (m, pair_id) = (self.manifest.clone(), self.pair_id);
         crate::reconcile::blocking(move || {
             let ib = Inbox::new(&m);
             ib.push(pair_id, &rows)?;
-            for why in dead {
+            for (raw, why) in dead {
                 ib.dead_letter(Some(pair_id), source, &raw, &why)?;
             }
             Ok(())

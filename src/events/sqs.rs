@@ -110,6 +110,7 @@ impl SqsSource {
             }
             stats.messages.fetch_add(msgs.len() as u64, Relaxed);
             let mut acks = Vec::new();
+            let mut batch = Vec::with_capacity(msgs.len());
             for (i, m) in msgs.into_iter().enumerate() {
                 let body = m.body.unwrap_or_default();
                 let mut routed = Routed::default();
@@ -117,11 +118,7 @@ impl SqsSource {
                     Ok(parsed) => routed.add(parsed, &scope, "s3"),
                     Err(e) => routed.dead.push(e.to_string()),
                 }
-                if let Err(e) = target.store("sqs", body.as_bytes(), routed, stats).await {
-                    // not stored: not acknowledged, so SQS delivers the message again
-                    tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
-                    continue;
-                }
+                batch.push((body.into_bytes(), routed));
                 if let Some(h) = m.receipt_handle {
                     acks.push(
                         DeleteMessageBatchRequestEntry::builder()
@@ -130,6 +127,11 @@ impl SqsSource {
                             .build(),
                     );
                 }
+            }
+            if let Err(e) = target.store_batch("sqs", batch, stats).await {
+                // not stored: not acknowledged, so SQS delivers the messages again
+                tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
+                continue;
             }
             let acks = acks.into_iter().flatten().collect::<Vec<_>>();
             if acks.is_empty() {
