@@ -75,7 +75,7 @@ impl<'a> Inbox<'a> {
                         token = CASE WHEN inbox.token IS NULL OR excluded.token > inbox.token
                                      THEN COALESCE(excluded.token, inbox.token) ELSE inbox.token END,
                         events = inbox.events + 1,
-                        last_seen = excluded.last_seen, not_before = 0",
+                        last_seen = excluded.last_seen, not_before = 0, attempts = 0",
                 )?;
                     let mut exists =
                         tx.prepare_cached("SELECT 1 FROM inbox WHERE pair_id = ?1 AND key = ?2")?;
@@ -222,6 +222,13 @@ mod tests {
         assert_eq!(ib.take(p, 10).unwrap().len(), 1);
         ib.retry_later(p, "k1", 60_000).unwrap();
         assert!(ib.take(p, 10).unwrap().is_empty(), "backoff hides the key");
+        ib.retry_later(p, "k1", 60_000).unwrap();
+        // a new event is new information: the key is due at once and its backoff starts over
+        ib.push(p, &[("k1".into(), Kind::Upsert, None)]).unwrap();
+        let again = ib.take(p, 10).unwrap();
+        assert_eq!((again.len(), again[0].attempts), (1, 0), "{again:?}");
+        ib.retry_later(p, "k1", 60_000).unwrap();
+        assert!(ib.take(p, 10).unwrap().is_empty());
         ib.dead_letter(Some(p), "sqs", b"{not json", "malformed JSON")
             .unwrap();
         assert_eq!(

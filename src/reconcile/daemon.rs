@@ -168,7 +168,7 @@ pub async fn apply_key(
     dst_loc: &Location,
     key: &str,
 ) -> Result<Applied> {
-    let now = source_state(&ctx.src, key).await?;
+    let mut now = source_state(&ctx.src, key).await?;
     let (m, k) = (manifest.clone(), key.to_string());
     let (m_src, m_dst) = blocking(move || {
         Ok((
@@ -177,53 +177,77 @@ pub async fn apply_key(
         ))
     })
     .await?;
-    match now {
-        Some(e) => {
-            let state = State {
-                size: e.size,
-                etag: e.etag.clone(),
-                mtime_ms: list::millis(e.mtime),
-            };
-            // ETags compared as the planner does (a HEAD may quote what a listing did not);
-            // without ETags (some S3-compatibles) the last-modified time decides
-            if m_dst.is_some() && super::plan::same_as_recorded(&state, &m_src, true) {
-                return Ok(Applied::Unchanged);
-            }
-            let item = copy::item_for(&ctx.src, dst_loc, e);
-            let out = copy_one(ctx, &item).await?;
-            let hash = out.hash.map(|h| h.to_string());
-            let recs = vec![
-                Record {
-                    side: manifest::Side::Src,
-                    key: key.to_string(),
-                    state,
-                    hash: hash.clone(),
-                },
-                Record {
-                    side: manifest::Side::Dst,
-                    key: key.to_string(),
-                    state: State {
-                        size: out.bytes,
-                        etag: out.dst_etag,
-                        mtime_ms: list::millis(Some(SystemTime::now())),
-                    },
-                    hash,
-                },
-            ];
-            let m = manifest.clone();
-            blocking(move || m.record(pair_id, &recs)).await?;
-            Ok(Applied::Copied)
-        }
-        None => {
+    // how many times a source that moved during the copy is followed at once
+    let mut retry_moved = 5;
+    loop {
+        let Some(e) = now else {
             let existed = delete_at_destination(ctx, dst_loc, key).await?;
             let (m, k) = (manifest.clone(), key.to_string());
             blocking(move || m.forget(pair_id, &[k])).await?;
-            Ok(if existed || m_dst.is_some() {
+            return Ok(if existed || m_dst.is_some() {
                 Applied::Deleted
             } else {
                 Applied::AlreadyGone
-            })
+            });
+        };
+        let state = State {
+            size: e.size,
+            etag: e.etag.clone(),
+            mtime_ms: list::millis(e.mtime),
+        };
+        // ETags compared as the planner does (a HEAD may quote what a listing did not);
+        // without ETags (some S3-compatibles) the last-modified time decides
+        if m_dst.is_some() && super::plan::same_as_recorded(&state, &m_src, true) {
+            return Ok(Applied::Unchanged);
         }
+        let item = copy::item_for(&ctx.src, dst_loc, e.clone());
+        let out = match copy_one(ctx, &item).await {
+            Ok(out) => out,
+            Err(err) => {
+                // A key written again (or deleted) while it was copied fails its etag guard.
+                // That is no failure of the key: its newest state is what the event asks
+                // for, and the events of that state may already be coalesced into this one,
+                // so the newer state is reconciled now instead of after a backoff.
+                let again = source_state(&ctx.src, key).await?;
+                if moved(&e, again.as_ref()) && retry_moved > 0 {
+                    retry_moved -= 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    now = again;
+                    continue;
+                }
+                return Err(err);
+            }
+        };
+        let hash = out.hash.map(|h| h.to_string());
+        let recs = vec![
+            Record {
+                side: manifest::Side::Src,
+                key: key.to_string(),
+                state,
+                hash: hash.clone(),
+            },
+            Record {
+                side: manifest::Side::Dst,
+                key: key.to_string(),
+                state: State {
+                    size: out.bytes,
+                    etag: out.dst_etag,
+                    mtime_ms: list::millis(Some(SystemTime::now())),
+                },
+                hash,
+            },
+        ];
+        let m = manifest.clone();
+        blocking(move || m.record(pair_id, &recs)).await?;
+        return Ok(Applied::Copied);
+    }
+}
+
+/// Whether the source's state `again` differs from the `tried` one that a copy started from.
+fn moved(tried: &Entry, again: Option<&Entry>) -> bool {
+    match again {
+        None => true,
+        Some(a) => a.size != tried.size || a.etag != tried.etag || a.mtime != tried.mtime,
     }
 }
 
