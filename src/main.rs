@@ -1,11 +1,16 @@
 //! The `slate` binary: parse the command line, start logging, run, exit with the code.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
     let cli = slate::cli::Cli::parse();
+    // The daemon reports its health once a minute at info; one-shot commands keep quiet.
+    let daemon = matches!(&cli.command, slate::cli::Command::Sync(a) if !a.once && !a.tuning.quiet);
     let level = match cli.verbose {
+        0 if daemon => "slate=info,warn",
         0 => "warn",
         1 => "slate=debug,info",
         _ => "trace",
@@ -14,6 +19,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // colour codes only for a terminal: logs redirected to files and journald stay plain
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
