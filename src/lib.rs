@@ -7,17 +7,23 @@
 //!   files written at offsets, hashing, retries, progress, estimates).
 //! - [`config`]: the TOML config file.
 //! - [`cli`]: one file per subcommand; `main.rs` only parses and dispatches.
-//!
-//! Still to come (see DESIGN.md): `events/` → `inbox` → `reconcile/` → `manifest`, `api/`.
+//! - [`metrics`]: process-wide meters (store request errors and retries, transfers in flight)
+//!   and the lag histogram, rendered on `GET /metrics`.
+//! - [`events`] → [`inbox`] → [`reconcile`] → [`manifest`]: the daemon's path, from a cloud's
+//!   change notification to the replicated object.
+//! - [`jobs`] and [`api`]: jobs started over HTTP, the API server and the dashboard.
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod copy;
 pub mod error;
 pub mod events;
 pub mod inbox;
+pub mod jobs;
 pub mod location;
 pub mod manifest;
+pub mod metrics;
 pub mod reconcile;
 pub mod store;
 

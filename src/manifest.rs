@@ -20,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../schema/0001_init.sql"),
     include_str!("../schema/0002_inbox.sql"),
     include_str!("../schema/0003_tombstones.sql"),
+    include_str!("../schema/0004_jobs.sql"),
 ];
 
 /// Which side of a pair.

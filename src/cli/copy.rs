@@ -100,6 +100,7 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
             (false, Some(s)) => ProgressMode::Lines(Duration::from_secs(s.max(1))),
             (false, None) => ProgressMode::Auto,
         },
+        counters: None,
     }
 }
 

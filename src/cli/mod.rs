@@ -3,7 +3,9 @@
 
 pub mod copy;
 pub mod diff;
+pub mod jobs;
 pub mod pairs;
+pub mod serve;
 pub mod sync;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +32,13 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// The pairs the manifest knows, with object counts and last sync time.
     Pairs(pairs::PairsArgs),
+    /// Serve the API and the dashboard (127.0.0.1:3030 by default) and run the jobs started
+    /// through them.
+    Serve(serve::ServeArgs),
+    /// The jobs in the database: id, kind, state, progress, rate, age.
+    Jobs(jobs::JobsArgs),
+    /// One job in detail; exit 0 succeeded, 1 failed, 3 cancelled or interrupted, 4 not finished.
+    Status(jobs::StatusArgs),
 }
 
 /// Runs the parsed command; returns the process exit code.
@@ -39,5 +48,8 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Sync(args) => sync::run(args).await,
         Command::Diff(args) => diff::run(args).await,
         Command::Pairs(args) => pairs::run(args).await,
+        Command::Serve(args) => serve::run(args).await,
+        Command::Jobs(args) => jobs::run_jobs(args).await,
+        Command::Status(args) => jobs::run_status(args).await,
     }
 }

@@ -94,7 +94,7 @@ pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
 }
 
 /// The listener's bearer token: the first line of `--token-file`, else `SLATE_API_TOKEN`.
-fn api_token(file: &Option<PathBuf>) -> Result<Option<String>, SlateError> {
+pub(crate) fn api_token(file: &Option<PathBuf>) -> Result<Option<String>, SlateError> {
     let token = match file {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| SlateError::BadOption {
@@ -121,6 +121,8 @@ fn api_token(file: &Option<PathBuf>) -> Result<Option<String>, SlateError> {
 /// One pair to run, with its options.
 struct Job {
     name: String,
+    /// The config's own name for the pair.
+    named: Option<String>,
     src: Location,
     dst: Location,
     opts: SyncOptions,
@@ -145,6 +147,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
     match (&args.src, &args.dst) {
         (Some(s), Some(d)) => Ok(vec![Job {
             name: format!("{s} -> {d}"),
+            named: None,
             src: Location::parse(s)?,
             dst: Location::parse(d)?,
             opts: base,
@@ -170,6 +173,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
                         .name
                         .clone()
                         .unwrap_or_else(|| format!("{} -> {}", p.src, p.dst)),
+                    named: p.name.clone(),
                     src: Location::parse(&p.src)?,
                     dst: Location::parse(&p.dst)?,
                     opts,
@@ -214,18 +218,29 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         });
         let listen = args.listen.clone().or_else(|| cfg.daemon.listen.clone());
         let wants_hub = jobs.iter().any(|j| j.events.as_deref() == Some("webhook"));
-        let hub = if wants_hub || listen.is_some() {
+        let listener = if wants_hub || listen.is_some() {
             let token = api_token(&args.token_file)?;
             let hub = crate::events::webhook::Hub::new(manifest.clone(), token.clone());
-            let addr = listen.unwrap_or_else(|| "127.0.0.1:3030".to_string());
-            let (bound, _task) =
-                crate::events::webhook::serve(&addr, token.is_some(), hub.router()).await?;
-            eprintln!("slate: listening on http://{bound}");
             hub.pairs
                 .store(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            Some(hub)
+            let addr = listen.unwrap_or_else(|| "127.0.0.1:3030".to_string());
+            // the same API as `slate serve`: jobs, pairs, the dashboard, next to the deliveries
+            let served = super::serve::start(
+                manifest.clone(),
+                hub.clone(),
+                token.is_some(),
+                &addr,
+                options(&args.tuning, &cfg),
+                2,
+            )
+            .await?;
+            Some((hub, served.jobs))
         } else {
             None
+        };
+        let (hub, api_jobs) = match listener {
+            Some((h, j)) => (Some(h), Some(j)),
+            None => (None, None),
         };
         let mut tasks = Vec::new();
         for job in jobs {
@@ -236,6 +251,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                 shutdown_grace: std::time::Duration::from_secs(30),
                 events: job.events,
                 hub: hub.clone(),
+                name: job.named.clone(),
             };
             let (m, mut rx) = (manifest.clone(), stop_rx.clone());
             tasks.push(tokio::spawn(async move {
@@ -271,6 +287,11 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                 }
             }
         }
+        if let Some(jobs) = &api_jobs {
+            // the API's jobs stop with the pairs: interrupted, to be resumed
+            jobs.interrupt_all().await;
+            crate::copy::transfer::wait_for_aborts(std::time::Duration::from_secs(5)).await;
+        }
         return Ok(code);
     }
     let mut code = 0;
@@ -301,7 +322,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
 }
 
 /// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -46,6 +46,8 @@ pub struct CopyOptions {
     /// fsync local files before renaming them into place.
     pub fsync: bool,
     pub progress: ProgressMode,
+    /// Progress counters to update instead of fresh ones (a job's, which the API streams).
+    pub counters: Option<Arc<Counters>>,
 }
 
 impl Default for CopyOptions {
@@ -58,6 +60,7 @@ impl Default for CopyOptions {
             verify: false,
             fsync: false,
             progress: ProgressMode::Auto,
+            counters: None,
         }
     }
 }
@@ -358,10 +361,13 @@ async fn list_into(
             break;
         }
     }
-    lister.await.map_err(|e| SlateError::List {
+    let listed = lister.await.map_err(|e| SlateError::List {
         url: src.location().to_string(),
         detail: e.to_string(),
-    })?
+    })??;
+    // the totals are final now, long before the last transfer ends
+    counters.listing_done.store(true, Relaxed);
+    Ok(listed)
 }
 
 /// The copy of one listed entry: full source key (or path) and destination key (or path
@@ -393,7 +399,7 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
     opts.validate()?;
     let start = Instant::now();
     let plan = plan(src_loc, dst_loc).await?;
-    let counters = Arc::new(Counters::default());
+    let counters = opts.counters.clone().unwrap_or_default();
     let ctx = Arc::new(Ctx::new(&plan, opts.clone(), counters.clone()));
     let reporter = progress::Reporter::start(counters.clone(), opts.progress);
     let (tx, rx) = mpsc::channel::<Result<Item>>(8192);

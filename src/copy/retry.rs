@@ -1,7 +1,8 @@
 //! Retries for whole chunks. object_store already retries each request (429, 5xx, timeouts)
 //! with backoff and jitter (configured in `store.rs`); this layer retries what escapes it:
 //! a body that breaks or is truncated half-way through a chunk, which only a fresh ranged GET
-//! of the same chunk can repair.
+//! of the same chunk can repair. Every failed attempt, and every retry, is counted on
+//! `/metrics` by store and status (see [`crate::metrics`]) when the store is named.
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,6 +13,9 @@ pub struct Backoff {
     pub initial: Duration,
     pub max: Duration,
     pub attempts: u32,
+    /// The store's scheme (`s3`, `az`, `gs`, `local`) that failed attempts are counted under;
+    /// None: not counted.
+    pub store: Option<&'static str>,
 }
 
 impl Default for Backoff {
@@ -20,6 +24,7 @@ impl Default for Backoff {
             initial: Duration::from_millis(200),
             max: Duration::from_secs(20),
             attempts: 6,
+            store: None,
         }
     }
 }
@@ -41,6 +46,14 @@ impl Backoff {
         half + half.mul_f64(fastrand::f64())
     }
 
+    /// The same backoff, counting failed attempts under `store` (a scheme's short name).
+    pub fn for_store(self, store: &'static str) -> Backoff {
+        Backoff {
+            store: Some(store),
+            ..self
+        }
+    }
+
     /// Runs `op` until it succeeds, fails with an error `retryable` rejects, or attempts run out.
     pub async fn run<T, E, F, Fut>(
         &self,
@@ -55,16 +68,25 @@ impl Backoff {
     {
         let mut n = 1;
         loop {
-            match op(n).await {
+            let e = match op(n).await {
                 Ok(v) => return Ok(v),
-                Err(e) if n < self.attempts && retryable(&e) => {
-                    let d = self.delay(n + 1);
-                    tracing::warn!(what, attempt = n, delay_ms = d.as_millis() as u64, error = %e, "retrying");
-                    tokio::time::sleep(d).await;
-                    n += 1;
-                }
-                Err(e) => return Err(e),
+                Err(e) => e,
+            };
+            let status = self.store.map(|store| {
+                let status = crate::metrics::status_of_text(&e.to_string());
+                crate::metrics::request_error(store, &status);
+                (store, status)
+            });
+            if n >= self.attempts || !retryable(&e) {
+                return Err(e);
             }
+            if let Some((store, status)) = &status {
+                crate::metrics::request_retry(store, status);
+            }
+            let d = self.delay(n + 1);
+            tracing::warn!(what, attempt = n, delay_ms = d.as_millis() as u64, error = %e, "retrying");
+            tokio::time::sleep(d).await;
+            n += 1;
         }
     }
 }
@@ -79,6 +101,7 @@ mod tests {
             initial: Duration::from_millis(100),
             max: Duration::from_secs(1),
             attempts: 10,
+            store: None,
         };
         let caps: Vec<u128> = (1..=7).map(|n| b.cap(n).as_millis()).collect();
         assert_eq!(caps, vec![0, 100, 200, 400, 800, 1000, 1000]);
@@ -138,5 +161,33 @@ mod tests {
             )
             .await;
         assert_eq!((r.is_err(), calls), (true, 4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn counts_failed_attempts_and_retries_by_store_and_status() {
+        // a label no other test uses: the registry is shared by the whole test binary
+        let count = |rows: Vec<(&'static str, String, u64)>| {
+            rows.into_iter()
+                .find(|(s, st, _)| *s == "az" && st == "418")
+                .map_or(0, |r| r.2)
+        };
+        let teapot = || async { Err::<(), _>("status code: 418 I'm a teapot: no".to_string()) };
+        let b = Backoff {
+            attempts: 3,
+            ..Default::default()
+        };
+        assert!(b
+            .for_store("az")
+            .run("t", |_| true, |_| teapot())
+            .await
+            .is_err());
+        assert_eq!(count(crate::metrics::request_errors()), 3);
+        assert_eq!(count(crate::metrics::request_retries()), 2);
+        // a fatal error is counted, not retried; without a store nothing is counted
+        let fatal = b.for_store("az").run("t", |_| false, |_| teapot()).await;
+        assert!(fatal.is_err());
+        assert!(b.run("t", |_| true, |_| teapot()).await.is_err());
+        assert_eq!(count(crate::metrics::request_errors()), 4);
+        assert_eq!(count(crate::metrics::request_retries()), 2);
     }
 }

@@ -1,6 +1,7 @@
 //! Copies one object: decide the strategy (server-side, into a local file, single PUT,
 //! multipart), split it into block-aligned chunks, run up to `streams` chunks at once with
-//! retries, and make the result visible only when complete.
+//! retries, and make the result visible only when complete. Copies in flight and failed
+//! store requests are counted for `/metrics` ([`crate::metrics`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -105,6 +106,19 @@ pub fn chunks(size: u64, chunk: u64) -> Vec<Range<u64>> {
         .collect()
 }
 
+/// Counts a failed request to `side`'s store (object_store has retried it already).
+fn failed_request(side: &Side, e: &object_store::Error) {
+    crate::metrics::request_error(
+        side.location().scheme.short(),
+        &crate::metrics::status_of(e),
+    );
+}
+
+/// Retries of chunk reads from `side`, counted under its store.
+fn backoff(side: &Side) -> Backoff {
+    Backoff::default().for_store(side.location().scheme.short())
+}
+
 fn retryable(e: &ChunkError) -> bool {
     matches!(e, ChunkError::Retry(_))
 }
@@ -119,7 +133,7 @@ async fn chunk_with_retry(
     whole: bool,
     sink: ChunkSink,
 ) -> Result<ChunkOut, ChunkError> {
-    Backoff::default()
+    backoff(side)
         .run(item_key, retryable, |_| {
             let sink = sink.clone();
             let range = range.clone();
@@ -138,6 +152,8 @@ async fn chunk_with_retry(
 
 /// Copies one object from `ctx.src` to `ctx.dst`.
 pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
+    // dropped on every way out: done, failed, or cancelled mid-copy
+    let _in_flight = crate::metrics::InFlight::start();
     if ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT) {
         return server_side(ctx, item).await;
     }
@@ -171,6 +187,7 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
             .copy_opts(&store_path(&item.src)?, &to, Default::default())
             .await
             .map_err(|e| {
+                failed_request(&ctx.dst, &e);
                 obj_err(
                     item,
                     format!("server-side copy to {}: {}", item.dst, one_line(&e)),
@@ -181,10 +198,10 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     ctx.counters.bytes_done.fetch_add(item.size, Relaxed);
     ctx.counters.objects_server_side.fetch_add(1, Relaxed);
     if ctx.opts.verify {
-        let head = store
-            .head(&to)
-            .await
-            .map_err(|e| obj_err(item, format!("verify: {}", one_line(&e))))?;
+        let head = store.head(&to).await.map_err(|e| {
+            failed_request(&ctx.dst, &e);
+            obj_err(item, format!("verify: {}", one_line(&e)))
+        })?;
         if head.size != item.size {
             return Err(obj_err(
                 item,
@@ -323,7 +340,10 @@ async fn to_cloud_single(
     let put = store
         .put_opts(&dst, payload, Default::default())
         .await
-        .map_err(|e| obj_err(item, format!("writing {}: {}", item.dst, one_line(&e))))?;
+        .map_err(|e| {
+            failed_request(&ctx.dst, &e);
+            obj_err(item, format!("writing {}: {}", item.dst, one_line(&e)))
+        })?;
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),
@@ -375,6 +395,7 @@ async fn to_cloud_multipart(
         .put_multipart_opts(&dst, Default::default())
         .await
         .map_err(|e| {
+            failed_request(&ctx.dst, &e);
             obj_err(
                 item,
                 format!("starting upload of {}: {}", item.dst, one_line(&e)),
@@ -419,6 +440,7 @@ async fn to_cloud_multipart(
         while uploads.len() >= ctx.opts.streams {
             if let Some(r) = uploads.next().await {
                 r.map_err(|e| {
+                    failed_request(&ctx.dst, &e);
                     obj_err(
                         item,
                         format!("uploading part of {}: {}", item.dst, one_line(&e)),
@@ -429,6 +451,7 @@ async fn to_cloud_multipart(
     }
     while let Some(r) = uploads.next().await {
         r.map_err(|e| {
+            failed_request(&ctx.dst, &e);
             obj_err(
                 item,
                 format!("uploading part of {}: {}", item.dst, one_line(&e)),
@@ -442,6 +465,7 @@ async fn to_cloud_multipart(
     let put = match up.complete().await {
         Ok(put) => put,
         Err(e) => {
+            failed_request(&ctx.dst, &e);
             let _ = up.abort().await;
             return Err(obj_err(
                 item,
@@ -476,7 +500,7 @@ async fn hash_object(
     let key_ref = key.as_str();
     let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
         .map(|(i, r)| async move {
-            Backoff::default()
+            backoff(side)
                 .run(key_ref, retryable, |_| {
                     read_chunk(side, key_ref, None, r.clone(), whole, ChunkSink::Discard)
                 })

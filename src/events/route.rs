@@ -206,6 +206,8 @@ pub struct Target {
     pub manifest: Arc<Manifest>,
     pub pair_id: i64,
     pub src: Side,
+    /// The pair's daemon counters (when its events were last stored).
+    pub daemon: Arc<crate::reconcile::daemon::DaemonStats>,
 }
 
 impl Target {
@@ -252,6 +254,7 @@ impl Target {
         stats.events.fetch_add(rows.len() as u64, Relaxed);
         stats.dead_lettered.fetch_add(dead.len() as u64, Relaxed);
         let (m, pair_id) = (self.manifest.clone(), self.pair_id);
+        let stored = !rows.is_empty();
         crate::reconcile::blocking(move || {
             let ib = Inbox::new(&m);
             ib.push(pair_id, &rows)?;
@@ -260,7 +263,13 @@ impl Target {
             }
             Ok(())
         })
-        .await
+        .await?;
+        if stored {
+            self.daemon
+                .last_event_ms
+                .store(crate::metrics::unix_ms(), Relaxed);
+        }
+        Ok(())
     }
 
     /// Every key under `rel_prefix` that the source lists now or the manifest recorded.

@@ -107,7 +107,13 @@ impl Hub {
             .unwrap_or_default()
     }
 
-    fn authorized(&self, headers: &HeaderMap, uri: &Uri) -> bool {
+    /// Every running pair's counters.
+    pub fn meters(&self) -> Vec<PairMeters> {
+        self.meters.read().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Whether the request carries the token (always, when none is set).
+    pub fn authorized(&self, headers: &HeaderMap, uri: &Uri) -> bool {
         let Some(want) = &self.token else {
             return true;
         };
@@ -218,12 +224,16 @@ pub struct PairMeters {
     /// `SRC -> DST`, the pair's label.
     pub pair: String,
     pub pair_id: i64,
+    /// The config's name for the pair, if it has one.
+    pub name: Option<String>,
     pub daemon: Arc<crate::reconcile::daemon::DaemonStats>,
     pub source: Arc<SourceStats>,
 }
 
-/// Prometheus text format (0.0.4): per pair, events and keys by outcome, backlog and dead
-/// letters; the listener's deliveries. Needs the token when one is set.
+/// Prometheus text format (0.0.4): per pair, events, keys by outcome, bytes copied, drift,
+/// replication lag (a histogram), backlog and dead letters; for the process, the listener's
+/// deliveries, failed and retried store requests, and transfers in flight. Needs the token
+/// when one is set.
 async fn metrics(State(hub): State<Arc<Hub>>, headers: HeaderMap, uri: Uri) -> Response {
     if !hub.authorized(&headers, &uri) {
         return unauthorized();
@@ -263,9 +273,11 @@ fn render_metrics(
     hooks: &SourceStats,
 ) -> String {
     use std::fmt::Write;
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, u64)>| {
+    fn header(out: &mut String, name: &str, kind: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    fn family(out: &mut String, name: &str, kind: &str, help: &str, rows: Vec<(String, u64)>) {
+        header(out, name, kind, help);
         for (labels, v) in rows {
             if labels.is_empty() {
                 let _ = writeln!(out, "{name} {v}");
@@ -273,7 +285,9 @@ fn render_metrics(
                 let _ = writeln!(out, "{name}{{{labels}}} {v}");
             }
         }
-    };
+    }
+    let mut text = String::new();
+    let out = &mut text;
     let per_pair = |f: &dyn Fn(&PairMeters) -> u64| -> Vec<(String, u64)> {
         meters
             .iter()
@@ -281,12 +295,14 @@ fn render_metrics(
             .collect()
     };
     family(
+        out,
         "slate_events_received_total",
         "counter",
         "Change events stored in the inbox.",
         per_pair(&|p| p.daemon.received.load(Relaxed) + p.source.events.load(Relaxed)),
     );
     family(
+        out,
         "slate_messages_received_total",
         "counter",
         "Cloud messages received by the pair's event source.",
@@ -309,17 +325,51 @@ fn render_metrics(
         }
     }
     family(
+        out,
         "slate_keys_total",
         "counter",
         "Keys reconciled, by outcome (stale: skipped by their ordering token).",
         keys,
     );
     family(
+        out,
+        "slate_events_applied_total",
+        "counter",
+        "Keys reconciled without error (every outcome of slate_keys_total but failed).",
+        per_pair(&|p| p.daemon.applied.load(Relaxed)),
+    );
+    family(
+        out,
+        "slate_bytes_copied_total",
+        "counter",
+        "Bytes written to the destination (applied keys, backfill and drift checks).",
+        per_pair(&|p| p.daemon.bytes_copied.load(Relaxed)),
+    );
+    family(
+        out,
+        "slate_drift_found_total",
+        "counter",
+        "Differences drift checks found (new, changed and extra keys), repaired or not.",
+        per_pair(&|p| p.daemon.drift_found.load(Relaxed)),
+    );
+    family(
+        out,
         "slate_drift_repaired_total",
         "counter",
         "Objects copied or deleted by drift checks (changes the events missed).",
         per_pair(&|p| p.daemon.drift_repaired.load(Relaxed)),
     );
+    let lag = "slate_replication_lag_seconds";
+    header(
+        out,
+        lag,
+        "histogram",
+        "Time from a key's first pending event to its reconcile, per key applied.",
+    );
+    for p in meters {
+        let pair = format!("pair=\"{}\"", label(&p.pair));
+        p.daemon.lag.write_samples(out, lag, &pair);
+    }
     let gauge = |f: fn(&crate::inbox::Stats) -> u64| -> Vec<(String, u64)> {
         meters
             .iter()
@@ -328,24 +378,56 @@ fn render_metrics(
             .collect()
     };
     family(
+        out,
         "slate_backlog",
         "gauge",
         "Keys waiting in the inbox.",
         gauge(|s| s.pending),
     );
     family(
+        out,
         "slate_dead_letters",
         "gauge",
         "Messages kept as dead letters (the pair's and those of no pair).",
         gauge(|s| s.dead_letters),
     );
     family(
+        out,
         "slate_webhook_deliveries_total",
         "counter",
         "Deliveries received on the listener.",
         vec![(String::new(), hooks.messages.load(Relaxed))],
     );
-    out
+    let by_store = |rows: Vec<(&'static str, String, u64)>| -> Vec<(String, u64)> {
+        rows.into_iter()
+            .map(|(store, status, n)| {
+                let labels = format!("store=\"{}\",status=\"{}\"", label(store), label(&status));
+                (labels, n)
+            })
+            .collect()
+    };
+    family(
+        out,
+        "slate_request_errors_total",
+        "counter",
+        "Failed store requests seen by the copier, every attempt, by store scheme and HTTP status (or timeout, connection, other).",
+        by_store(crate::metrics::request_errors()),
+    );
+    family(
+        out,
+        "slate_request_retries_total",
+        "counter",
+        "Failed store requests the copier tried again, by store scheme and HTTP status (or timeout, connection, other).",
+        by_store(crate::metrics::request_retries()),
+    );
+    family(
+        out,
+        "slate_transfers_in_flight",
+        "gauge",
+        "Object copies running now.",
+        vec![(String::new(), crate::metrics::transfers_in_flight())],
+    );
+    text
 }
 
 fn unauthorized() -> Response {
@@ -512,11 +594,22 @@ mod tests {
         let d = Arc::new(crate::reconcile::daemon::DaemonStats::default());
         d.copied.store(3, Relaxed);
         d.stale.store(2, Relaxed);
+        d.applied.store(5, Relaxed);
+        d.bytes_copied.store(4096, Relaxed);
+        d.drift_found.store(6, Relaxed);
+        d.drift_repaired.store(4, Relaxed);
+        for ms in [40, 700, 400_000] {
+            d.lag.observe_ms(ms);
+        }
+        // process-wide: labels no other test uses (the registry is shared by the test binary)
+        crate::metrics::request_error("s3", "418");
+        crate::metrics::request_retry("s3", "418");
         let src = Arc::new(SourceStats::default());
         src.events.store(7, Relaxed);
         let meters = vec![PairMeters {
             pair: "az://c/p \"x\" -> s3://b/q".into(),
             pair_id: 1,
+            name: None,
             daemon: d,
             source: src,
         }];
@@ -535,11 +628,58 @@ mod tests {
             "slate_webhook_deliveries_total 0".to_string(),
             "# TYPE slate_keys_total counter".to_string(),
             "# TYPE slate_backlog gauge".to_string(),
+            format!("slate_events_applied_total{{{pair}}} 5"),
+            format!("slate_bytes_copied_total{{{pair}}} 4096"),
+            format!("slate_drift_found_total{{{pair}}} 6"),
+            format!("slate_drift_repaired_total{{{pair}}} 4"),
+            "# TYPE slate_replication_lag_seconds histogram".to_string(),
+            format!("slate_replication_lag_seconds_bucket{{{pair},le=\"0.05\"}} 1"),
+            format!("slate_replication_lag_seconds_bucket{{{pair},le=\"0.5\"}} 1"),
+            format!("slate_replication_lag_seconds_bucket{{{pair},le=\"1\"}} 2"),
+            format!("slate_replication_lag_seconds_bucket{{{pair},le=\"300\"}} 2"),
+            format!("slate_replication_lag_seconds_bucket{{{pair},le=\"+Inf\"}} 3"),
+            format!("slate_replication_lag_seconds_sum{{{pair}}} 400.74"),
+            format!("slate_replication_lag_seconds_count{{{pair}}} 3"),
+            "# TYPE slate_request_errors_total counter".to_string(),
+            "# TYPE slate_request_retries_total counter".to_string(),
+            "# TYPE slate_transfers_in_flight gauge".to_string(),
         ] {
             assert!(
                 text.lines().any(|l| l == want),
                 "missing {want:?} in\n{text}"
             );
+        }
+        // counters only grow, and other tests may add to the same labels: at least ours
+        let value = |prefix: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {prefix:?} in\n{text}"))
+        };
+        let labels = r#"{store="s3",status="418"}"#;
+        assert!(value(&format!("slate_request_errors_total{labels}")) >= 1);
+        assert!(value(&format!("slate_request_retries_total{labels}")) >= 1);
+        value("slate_transfers_in_flight ");
+        // every family has one HELP and one TYPE line, and no sample without a family
+        let mut families = std::collections::HashSet::new();
+        for l in text.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap_or_default();
+                assert!(families.insert(name.to_string()), "{name} twice");
+                let help = format!("# HELP {name} ");
+                assert!(
+                    text.lines().any(|h| h.starts_with(&help)),
+                    "{name} has no HELP"
+                );
+            } else if !l.starts_with('#') {
+                let name = l.split(['{', ' ']).next().unwrap_or_default();
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .filter(|b| families.contains(*b))
+                    .unwrap_or(name);
+                assert!(families.contains(base), "sample {l:?} before its TYPE");
+            }
         }
     }
 

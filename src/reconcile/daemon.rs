@@ -45,6 +45,8 @@ pub struct DaemonOptions {
     pub events: Option<String>,
     /// The listener's delivery hub, for `webhook` sources.
     pub hub: Option<Arc<Hub>>,
+    /// The config's name for the pair (shown by the API).
+    pub name: Option<String>,
 }
 
 /// Where a pair's change events come from.
@@ -95,10 +97,14 @@ impl EventSource {
     }
 }
 
-/// Counters of the daemon (the per-minute health line; metrics later).
+/// Counters of the daemon, for the per-minute health line, `/metrics` and the API's pairs.
+/// Timestamps (`*_ms`) are milliseconds since the Unix epoch, 0 for never.
 #[derive(Debug, Default)]
 pub struct DaemonStats {
+    /// File events of a local folder stored in the inbox (cloud sources count theirs in
+    /// their `SourceStats`).
     pub received: std::sync::atomic::AtomicU64,
+    /// Keys reconciled without error (every outcome but `failed`).
     pub applied: std::sync::atomic::AtomicU64,
     pub copied: std::sync::atomic::AtomicU64,
     pub deleted: std::sync::atomic::AtomicU64,
@@ -106,14 +112,34 @@ pub struct DaemonStats {
     /// Events skipped by their ordering token (older than what was applied).
     pub stale: std::sync::atomic::AtomicU64,
     pub failed: std::sync::atomic::AtomicU64,
+    /// Differences drift checks found (new, changed and extra keys; extras kept by
+    /// `--no-delete` not counted), repaired or not.
+    pub drift_found: std::sync::atomic::AtomicU64,
+    /// Objects drift checks copied or deleted.
     pub drift_repaired: std::sync::atomic::AtomicU64,
+    /// Bytes written to the destination: by applied keys, the backfill and drift checks.
+    pub bytes_copied: std::sync::atomic::AtomicU64,
+    /// When an event of the pair was last stored in the inbox.
+    pub last_event_ms: std::sync::atomic::AtomicU64,
+    /// When a key was last reconciled without error.
+    pub last_applied_ms: std::sync::atomic::AtomicU64,
+    /// When a drift check last finished without error.
+    pub last_drift_check_ms: std::sync::atomic::AtomicU64,
+    /// Replication lag (first event of a key → key reconciled) of the last key applied, ms.
+    pub lag_ms_last: std::sync::atomic::AtomicU64,
+    /// Largest lag since the last health line (which resets it), ms; failed keys included.
     pub lag_ms_max: std::sync::atomic::AtomicU64,
+    /// Replication lag of every key applied.
+    pub lag: crate::metrics::Histogram,
 }
 
 /// What reconciling one key did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
-    Copied,
+    /// Copied `bytes` to the destination.
+    Copied {
+        bytes: u64,
+    },
     Deleted,
     /// Source and destination already agree (a duplicate or stale event).
     Unchanged,
@@ -219,6 +245,7 @@ pub async fn apply_key(
             }
         };
         let hash = out.hash.map(|h| h.to_string());
+        let bytes = out.bytes;
         let recs = vec![
             Record {
                 side: manifest::Side::Src,
@@ -239,7 +266,7 @@ pub async fn apply_key(
         ];
         let m = manifest.clone();
         blocking(move || m.record(pair_id, &recs)).await?;
-        return Ok(Applied::Copied);
+        return Ok(Applied::Copied { bytes });
     }
 }
 
@@ -273,7 +300,7 @@ pub async fn apply_with_token(
     let applied = apply_key(manifest, pair_id, ctx, dst_loc, key).await?;
     let (m, k, t) = (manifest.clone(), key.to_string(), token.to_string());
     blocking(move || match applied {
-        Applied::Copied | Applied::Unchanged => m.set_token(pair_id, &k, &t),
+        Applied::Copied { .. } | Applied::Unchanged => m.set_token(pair_id, &k, &t),
         Applied::Deleted | Applied::AlreadyGone => m.tombstone(pair_id, &k, &t),
         Applied::Stale => Ok(()),
     })
@@ -345,6 +372,11 @@ async fn pump_watch(
         match res {
             Ok(n) => {
                 stats.received.fetch_add(n, Relaxed);
+                if n > 0 {
+                    stats
+                        .last_event_ms
+                        .store(crate::metrics::unix_ms(), Relaxed);
+                }
             }
             Err(e) => tracing::error!(error = %e, "could not store file events"),
         }
@@ -375,6 +407,7 @@ pub async fn run(
         manifest: manifest.clone(),
         pair_id,
         src: plan.src.clone(),
+        daemon: stats.clone(),
     };
     let source_stats = Arc::new(SourceStats::default());
     let mut pumps = Vec::new();
@@ -406,6 +439,7 @@ pub async fn run(
         hub.meter(crate::events::webhook::PairMeters {
             pair: format!("{src} -> {dst}"),
             pair_id,
+            name: opts.name.clone(),
             daemon: stats.clone(),
             source: source_stats.clone(),
         });
@@ -441,6 +475,7 @@ pub async fn run(
     //    changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
         let report = sync_once(manifest.clone(), src, dst, &opts.sync).await?;
+        stats.bytes_copied.fetch_add(report.copied_bytes, Relaxed);
         tracing::info!("backfill: {}", report.line());
         eprintln!("{}", report.line());
     }
@@ -482,8 +517,14 @@ pub async fn run(
                         match r {
                             Ok(a) => {
                                 stats.applied.fetch_add(1, Relaxed);
+                                stats.lag.observe_ms(lag);
+                                stats.lag_ms_last.store(lag, Relaxed);
+                                stats.last_applied_ms.store(crate::metrics::unix_ms(), Relaxed);
                                 match a {
-                                    Applied::Copied => stats.copied.fetch_add(1, Relaxed),
+                                    Applied::Copied { bytes } => {
+                                        stats.bytes_copied.fetch_add(bytes, Relaxed);
+                                        stats.copied.fetch_add(1, Relaxed)
+                                    }
                                     Applied::Deleted => stats.deleted.fetch_add(1, Relaxed),
                                     Applied::Unchanged | Applied::AlreadyGone => {
                                         stats.unchanged.fetch_add(1, Relaxed)
@@ -557,7 +598,14 @@ pub async fn run(
             match sync_once(manifest.clone(), src, dst, &o).await {
                 Ok(r) => {
                     let repaired = r.copied + r.deleted;
+                    let c = &r.counts;
+                    let found = c.only_in_source + c.changed + c.only_in_destination;
+                    stats.drift_found.fetch_add(found, Relaxed);
                     stats.drift_repaired.fetch_add(repaired, Relaxed);
+                    stats.bytes_copied.fetch_add(r.copied_bytes, Relaxed);
+                    stats
+                        .last_drift_check_ms
+                        .store(crate::metrics::unix_ms(), Relaxed);
                     tracing::info!(repaired, "drift check: {}", r.line());
                 }
                 Err(e) => tracing::warn!(error = %e, "drift check failed"),

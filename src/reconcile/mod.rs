@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use crate::copy::list::{self, Entry};
 use crate::copy::side::{one_line, store_path, Side};
 use crate::copy::transfer::{copy_one, Ctx};
-use crate::copy::{self, progress, CopyOptions, Counters};
+use crate::copy::{self, progress, CopyOptions};
 use crate::error::{Result, SlateError};
 use crate::location::Location;
 use crate::manifest::{self, Manifest, PairInfo, Record, ScanRow, State};
@@ -439,7 +439,7 @@ pub async fn sync_once(
         return Ok(report);
     }
 
-    let counters = Arc::new(Counters::default());
+    let counters = opts.copy.counters.clone().unwrap_or_default();
     counters
         .objects_listed
         .store(counts.only_in_source + counts.changed, Relaxed);

@@ -1,0 +1,447 @@
+//! The HTTP API and the dashboard, served by `slate serve` and by the daemon's listener
+//! (`slate sync --listen`). Described in `schema/openapi.yaml`; [`ROUTES`] is the list the
+//! router is built from, which a test compares with that document.
+//!
+//! - `POST /jobs`, `GET /jobs`, `GET /jobs/{id}`, `DELETE /jobs/{id}` (cancel),
+//!   `POST /jobs/{id}/resume`, `GET /jobs/{id}/events` (Server-Sent Events).
+//! - `GET /pairs`: the pairs the database knows, with what this process's daemon knows of them.
+//! - `GET /`: the dashboard; `GET /openapi.yaml`: the API's description.
+//! - `/metrics`, `/healthz`, `/readyz` and the push deliveries come from the event listener
+//!   ([`crate::events::webhook::Hub`]); the two routers are merged.
+//!
+//! Every route but `/`, `/openapi.yaml`, `/healthz` and `/readyz` needs the bearer token when
+//! one is set (`Authorization: Bearer T`, or `?token=T` where a header cannot be set: the
+//! browser's EventSource). Errors are JSON: `{"error": "...", "field": "..."}`.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::{json, Value};
+
+use crate::events::webhook::Hub;
+use crate::inbox::Inbox;
+use crate::jobs::{rfc3339, Job, JobState, Jobs, Refused};
+use crate::manifest::Manifest;
+
+/// Every route the server answers: (method, path), as in `schema/openapi.yaml`.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/openapi.yaml"),
+    ("GET", "/jobs"),
+    ("POST", "/jobs"),
+    ("GET", "/jobs/{id}"),
+    ("DELETE", "/jobs/{id}"),
+    ("GET", "/jobs/{id}/events"),
+    ("POST", "/jobs/{id}/resume"),
+    ("GET", "/pairs"),
+    ("GET", "/metrics"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("POST", "/events/eventgrid"),
+    ("OPTIONS", "/events/eventgrid"),
+    ("POST", "/events/pubsub"),
+];
+
+/// The OpenAPI document.
+pub const OPENAPI: &str = include_str!("../../schema/openapi.yaml");
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// What the API serves from.
+pub struct Api {
+    pub manifest: Arc<Manifest>,
+    pub jobs: Arc<Jobs>,
+    pub hub: Arc<Hub>,
+}
+
+/// The API's routes merged with the listener's (`/metrics`, probes, push deliveries).
+pub fn router(api: Arc<Api>) -> Router {
+    let own = Router::new()
+        .route("/", get(dashboard))
+        .route("/openapi.yaml", get(openapi))
+        .route("/jobs", get(list_jobs).post(create_job))
+        .route("/jobs/{id}", get(get_job).delete(cancel_job))
+        .route("/jobs/{id}/events", get(job_events))
+        .route("/jobs/{id}/resume", axum::routing::post(resume_job))
+        .route("/pairs", get(pairs))
+        .with_state(api.clone());
+    api.hub.router().merge(own).fallback(no_route)
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn refused(r: Refused) -> Response {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut body = json!({ "error": r.message });
+    if let Some(f) = r.field {
+        body["field"] = json!(f);
+    }
+    json_response(status, body)
+}
+
+fn bad(field: &str, message: String) -> Response {
+    refused(Refused {
+        status: 400,
+        field: Some(field.into()),
+        message,
+    })
+}
+
+fn unauthorized() -> Response {
+    json_response(
+        StatusCode::UNAUTHORIZED,
+        json!({"error": "a bearer token is required (Authorization: Bearer TOKEN, or ?token=TOKEN)"}),
+    )
+}
+
+async fn no_route(method: Method, uri: Uri) -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        json!({"error": format!("no route {method} {}", uri.path())}),
+    )
+}
+
+async fn dashboard() -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        DASHBOARD,
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/yaml")],
+        OPENAPI,
+    )
+        .into_response()
+}
+
+fn job_json(j: &Job) -> Value {
+    serde_json::to_value(j).unwrap_or_else(|_| json!({"id": j.id}))
+}
+
+/// 404 for a job id that names no job (or is no number at all).
+fn no_job(raw: &str) -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        json!({"error": format!("no job {raw}")}),
+    )
+}
+
+async fn create_job(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    if !api.hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    match api.jobs.create(&body).await {
+        Ok(j) => json_response(StatusCode::CREATED, job_json(&j)),
+        Err(r) => refused(r),
+    }
+}
+
+async fn list_jobs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Response {
+    if !api.hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let (mut state, mut limit, mut before) = (None, 50usize, None);
+    for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "state" => match JobState::parse(&v) {
+                Some(s) => state = Some(s),
+                None => {
+                    return bad(
+                        "state",
+                        format!(
+                            "unknown state '{v}' (known: queued, running, succeeded, failed, cancelled, interrupted)"
+                        ),
+                    )
+                }
+            },
+            "limit" => match v.parse::<usize>() {
+                Ok(n) if (1..=1000).contains(&n) => limit = n,
+                _ => return bad("limit", format!("limit must be 1 to 1000, got '{v}'")),
+            },
+            "before" => match v.parse::<i64>() {
+                Ok(n) => before = Some(n),
+                _ => return bad("before", format!("before must be a job id, got '{v}'")),
+            },
+            "token" => {}
+            other => {
+                return bad(
+                    other,
+                    format!("unknown parameter '{other}' (known: state, limit, before)"),
+                )
+            }
+        }
+    }
+    // one more than asked tells whether there is a next page
+    match api.jobs.list(state, limit + 1, before).await {
+        Ok(mut jobs) => {
+            let next = if jobs.len() > limit {
+                jobs.truncate(limit);
+                jobs.last().map(|j| j.id)
+            } else {
+                None
+            };
+            json_response(
+                StatusCode::OK,
+                json!({"jobs": jobs.iter().map(job_json).collect::<Vec<_>>(), "next": next}),
+            )
+        }
+        Err(r) => refused(r),
+    }
+}
+
+async fn get_job(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if !api.hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return no_job(&id);
+    };
+    match api.jobs.get(id).await {
+        Ok(Some(j)) => json_response(StatusCode::OK, job_json(&j)),
+        Ok(None) => no_job(&id.to_string()),
+        Err(r) => refused(r),
+    }
+}
+
+async fn cancel_job(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if !api.hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return no_job(&id);
+    };
+    match api.jobs.cancel(id).await {
+        Ok(j) => json_response(StatusCode::OK, job_json(&j)),
+        Err(r) => refused(r),
+    }
+}
+
+async fn resume_job(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if !api.hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return no_job(&id);
+    };
+    match api.jobs.resume(id).await {
+        Ok(j) => json_response(StatusCode::OK, job_json(&j)),
+        Err(r) => refused(r),
+    }
+}
+
+/// Server-Sent Events: `progress` with the job whenever it changed (looked at four times a
+/// second), then `end` with the final job, and the stream closes. Event ids are the job's
+/// version: a client reconnecting with `Last-Event-ID` gets only what is newer, and 204 (stop
+/// reconnecting) once it has seen the end.
+async fn job_events(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if !api.hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return no_job(&id);
+    };
+    let last: u64 = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let job = match api.jobs.get(id).await {
+        Ok(Some(j)) => j,
+        Ok(None) => return no_job(&id.to_string()),
+        Err(r) => return refused(r),
+    };
+    if job.state().is_final() && job.version <= last {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    struct Follow {
+        api: Arc<Api>,
+        id: i64,
+        sent: u64,
+        ended: bool,
+        first: bool,
+    }
+    let start = Follow {
+        api,
+        id,
+        sent: last,
+        ended: false,
+        first: true,
+    };
+    let stream = futures::stream::unfold(start, |mut f| async move {
+        if f.ended {
+            return None;
+        }
+        loop {
+            if !f.first {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            f.first = false;
+            let job = match f.api.jobs.get(f.id).await {
+                Ok(Some(j)) => j,
+                // gone or unreadable: end the stream; the client may reconnect
+                _ => return None,
+            };
+            if job.version <= f.sent && !job.state().is_final() {
+                continue;
+            }
+            f.sent = f.sent.max(job.version);
+            let name = if job.state().is_final() {
+                f.ended = true;
+                "end"
+            } else {
+                "progress"
+            };
+            let ev = Event::default()
+                .event(name)
+                .id(job.version.to_string())
+                .data(job_json(&job).to_string());
+            return Some((Ok::<_, Infallible>(ev), f));
+        }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// How a followed pair is doing: `stalled` when keys wait and nothing was applied for a
+/// minute, `lagging` when the last applied key waited more than 30 s, else `ok`; `idle`
+/// for a pair no daemon of this process follows.
+fn health(
+    following: bool,
+    backlog: u64,
+    lag_ms: u64,
+    last_applied_ms: u64,
+    now_ms: u64,
+) -> &'static str {
+    if !following {
+        "idle"
+    } else if backlog > 0 && now_ms.saturating_sub(last_applied_ms) > 60_000 {
+        "stalled"
+    } else if lag_ms > 30_000 {
+        "lagging"
+    } else {
+        "ok"
+    }
+}
+
+async fn pairs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Response {
+    if !api.hub.authorized(&headers, &uri) {
+        return unauthorized();
+    }
+    let meters = api.hub.meters();
+    let m = api.manifest.clone();
+    let rows = crate::reconcile::blocking(move || {
+        let pairs = m.pairs()?;
+        let mut out = Vec::with_capacity(pairs.len());
+        for p in pairs {
+            let st = Inbox::new(&m).stats(p.id)?;
+            out.push((p, st));
+        }
+        Ok(out)
+    })
+    .await;
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e) => {
+            return json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": e.to_string()}),
+            )
+        }
+    };
+    let now = crate::inbox::now().max(0) as u64;
+    let ms = |v: u64| {
+        if v == 0 {
+            None
+        } else {
+            Some(rfc3339(v as i64))
+        }
+    };
+    let out: Vec<Value> = rows
+        .into_iter()
+        .map(|(p, st)| {
+            let live = meters.iter().find(|x| x.pair_id == p.id);
+            let d = live.map(|x| x.daemon.clone());
+            let lag = d.as_ref().map(|d| d.lag_ms_last.load(Relaxed));
+            let last_applied = d.as_ref().map(|d| d.last_applied_ms.load(Relaxed)).unwrap_or(0);
+            json!({
+                "id": p.id,
+                "name": live.and_then(|x| x.name.clone()),
+                "src": p.src,
+                "dst": p.dst,
+                "objects": p.src_objects,
+                "bytes": p.src_bytes,
+                "backlog": st.pending,
+                "lag_ms": lag,
+                "last_event_at": d.as_ref().and_then(|d| ms(d.last_event_ms.load(Relaxed))),
+                "last_sync_at": p.last_sync_at.map(|s| rfc3339(s * 1000)),
+                "last_drift_check_at": d.as_ref().and_then(|d| ms(d.last_drift_check_ms.load(Relaxed))),
+                "dead_letters": st.dead_letters,
+                "following": live.is_some(),
+                "health": health(live.is_some(), st.pending, lag.unwrap_or(0), last_applied, now),
+            })
+        })
+        .collect();
+    json_response(StatusCode::OK, json!({ "pairs": out }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_reads_backlog_lag_and_progress() {
+        let now = 1_000_000;
+        assert_eq!(health(false, 5, 0, 0, now), "idle");
+        assert_eq!(health(true, 0, 10, now - 5, now), "ok");
+        assert_eq!(health(true, 0, 0, 0, now), "ok", "nothing to do is fine");
+        assert_eq!(health(true, 3, 45_000, now - 1_000, now), "lagging");
+        assert_eq!(health(true, 3, 0, now - 61_000, now), "stalled");
+    }
+}
