@@ -9,6 +9,11 @@
 #   scripts/services.sh env            print `export` lines for the tests:
 #                                          eval "$(scripts/services.sh env)"
 #   scripts/services.sh status         show what answers where (exit 1 if something is down)
+#   scripts/services.sh browser        install the real browser for the dashboard test
+#                                      (idempotent): Debian's chromium (apt, as root) and
+#                                      playwright-core, pinned by tests/browser/package-lock.json,
+#                                      into $SLATE_TEST_HOME/browser. scripts/test.sh runs it
+#                                      before cargo test; `env` prints where both are.
 #
 # Services (NAME, what, port variable and default):
 #   moto           moto_server: S3 + SQS (+ S3 event notifications)   SLATE_MOTO_PORT           5000
@@ -29,6 +34,7 @@
 #   SLATE_STARTED_FILE     if set, `start` appends the NAMEs it actually started to this file
 #                          (scripts/test.sh uses it to stop only what it started)
 #   SLATE_PUBSUB_EMULATOR  path of Google's Pub/Sub emulator launcher
+#   SLATE_TEST_CHROMIUM    the Chromium binary the dashboard test drives (default /usr/bin/chromium)
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,6 +42,8 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SLATE_TEST_HOME=${SLATE_TEST_HOME:-$HOME/.cache/slate-test}
 VENV=$SLATE_TEST_HOME/venv
 AZURITE_DIR=$SLATE_TEST_HOME/azurite
+BROWSER_DIR=$SLATE_TEST_HOME/browser
+CHROMIUM=${SLATE_TEST_CHROMIUM:-/usr/bin/chromium}
 RUN_DIR=${SLATE_RUN_DIR:-$SLATE_TEST_HOME/run}
 
 MOTO_PORT=${SLATE_MOTO_PORT:-5000}
@@ -171,6 +179,56 @@ cmd_install() {
 !!! repository). fake-gcs-server will run WITHOUT Pub/Sub notifications; GCS event tests fail."
     fi
     if command -v flock >/dev/null; then exec 9>&-; fi
+}
+
+# The dashboard's real-browser test (tests/dashboard.rs runs tests/browser/dashboard.mjs):
+# Debian's chromium, driven by playwright-core at the version tests/browser/package-lock.json
+# pins (playwright's own browser download cannot work here: only the npm package is used).
+cmd_browser() {
+    mkdir -p "$SLATE_TEST_HOME"
+    if command -v flock >/dev/null; then
+        exec 8>"$SLATE_TEST_HOME/.browser.lock"
+        flock 8
+    fi
+
+    if ! "$CHROMIUM" --version >/dev/null 2>&1; then
+        [[ $CHROMIUM == /usr/bin/chromium ]] ||
+            die "SLATE_TEST_CHROMIUM=$CHROMIUM does not run"
+        command -v apt-get >/dev/null || die "no $CHROMIUM and no apt-get to install it"
+        [[ $(id -u) == 0 ]] || die "no $CHROMIUM: install it as root (apt-get install chromium)"
+        local log=$SLATE_TEST_HOME/chromium-apt.log
+        say "installing Debian's chromium with apt-get (log: $log)"
+        local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
+        if ! "${apt[@]}" >"$log" 2>&1; then
+            say "apt-get install failed; running apt-get update and trying again"
+            if ! { apt-get update -q && "${apt[@]}"; } >>"$log" 2>&1; then
+                tail -n 30 "$log" >&2
+                die "apt-get install chromium failed (see $log)"
+            fi
+        fi
+        "$CHROMIUM" --version >/dev/null 2>&1 || die "chromium installed but $CHROMIUM does not run"
+    fi
+
+    # playwright-core: reinstalled whenever the committed lock file changes.
+    local src=$SCRIPT_DIR/../tests/browser
+    if ! cmp -s "$src/package-lock.json" "$BROWSER_DIR/package-lock.json" ||
+        [[ ! -f $BROWSER_DIR/node_modules/playwright-core/package.json ]]; then
+        command -v npm >/dev/null || die "npm not found (the browser test needs Node.js and npm)"
+        say "npm ci (playwright-core, pinned by tests/browser/package-lock.json) into $BROWSER_DIR"
+        mkdir -p "$BROWSER_DIR"
+        rm -f "$BROWSER_DIR/package-lock.json"   # so a failed install is retried next time
+        cp "$src/package.json" "$BROWSER_DIR/package.json"
+        cp "$src/package-lock.json" "$BROWSER_DIR/package-lock.tmp"
+        mv "$BROWSER_DIR/package-lock.tmp" "$BROWSER_DIR/package-lock.json"
+        if ! PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$BROWSER_DIR" \
+            --no-audit --no-fund --loglevel=error >&2; then
+            rm -f "$BROWSER_DIR/package-lock.json"
+            die "npm ci in $BROWSER_DIR failed"
+        fi
+    fi
+    say "browser ready: $("$CHROMIUM" --version 2>/dev/null | head -n 1), playwright-core" \
+        "$(sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' "$BROWSER_DIR/node_modules/playwright-core/package.json" | head -n 1)"
+    if command -v flock >/dev/null; then exec 8>&-; fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -470,6 +528,8 @@ export SLATE_TEST_AZURITE_QUEUE=http://127.0.0.1:$AZURITE_QUEUE_PORT/$AZURITE_AC
 export SLATE_TEST_GCS_ENDPOINT=http://127.0.0.1:$FAKEGCS_PORT
 export SLATE_TEST_GCS_WRITE_ENDPOINT=http://127.0.0.1:$GCS_SHIM_PORT
 export PUBSUB_EMULATOR_HOST=127.0.0.1:$PUBSUB_PORT
+export SLATE_TEST_CHROMIUM=$CHROMIUM
+export SLATE_TEST_PLAYWRIGHT=$BROWSER_DIR/node_modules/playwright-core
 EOF
 }
 
@@ -488,7 +548,7 @@ cmd_status() {
 }
 
 usage() {
-    sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -498,5 +558,6 @@ case ${1:-} in
     stop) shift; cmd_stop "$@" ;;
     env) cmd_env ;;
     status) cmd_status ;;
+    browser) cmd_browser ;;
     *) usage ;;
 esac

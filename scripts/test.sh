@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's one test command: start the local cloud emulators, run every cargo test against
+# The project's one test command: start the local cloud emulators (and install the browser the
+# dashboard test drives: `scripts/services.sh browser`), run every cargo test against
 # them, then stop the emulators this run started (ones already running before are left alone).
 #
 #   scripts/test.sh                        all tests
@@ -41,6 +42,8 @@ trap 'on_signal INT 130' INT
 trap 'on_signal TERM 143' TERM
 
 SLATE_STARTED_FILE=$started_file bash scripts/services.sh start
+# Chromium and playwright-core for tests/dashboard.rs (idempotent; apt as root on first use).
+bash scripts/services.sh browser
 eval "$(bash scripts/services.sh env)"
 
 # Split "$@" at the first `--`: before it for cargo, after it for the test binaries.
