@@ -81,6 +81,7 @@ impl S3CrossBucket {
         dst_key: &str,
     ) -> std::result::Result<Option<String>, String> {
         Backoff::default()
+            .for_store("s3")
             .run(
                 dst_key,
                 |e| matches!(e, ChunkError::Retry(_)),
