@@ -626,6 +626,29 @@ impl<'a> JobStore<'a> {
         })
     }
 
+    /// How many jobs are in each state (as read: a dead process's running job is interrupted),
+    /// with the bytes finished jobs copied.
+    pub fn count_by_state(&self) -> Result<JobCounts> {
+        let rows: Vec<(String, Option<String>, i64)> = self.m.with(|c| {
+            let mut st = c.prepare_cached("SELECT state, owner, bytes_done FROM jobs")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect()
+        })?;
+        let mut counts = JobCounts::default();
+        for (state, owner, bytes) in rows {
+            let state = match JobState::parse(&state) {
+                Some(JobState::Running) if !owner.as_deref().is_some_and(owner_alive) => {
+                    JobState::Interrupted
+                }
+                Some(s) => s,
+                None => continue,
+            };
+            counts.by_state[state as usize] += 1;
+            counts.bytes_done += bytes.max(0) as u64;
+        }
+        Ok(counts)
+    }
+
     /// Jobs marked running by processes that are gone become interrupted; returns their ids
     /// and the ids of queued jobs no live process has taken.
     fn recover(&self) -> Result<(Vec<i64>, Vec<i64>)> {
@@ -648,6 +671,38 @@ impl<'a> JobStore<'a> {
         }
         Ok((interrupted, queued))
     }
+}
+
+/// Jobs per state, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobCounts {
+    /// Indexed by `JobState as usize`.
+    pub by_state: [u64; 6],
+    /// Bytes copied by all jobs in the database.
+    pub bytes_done: u64,
+}
+
+/// `slate_jobs{state}` and `slate_job_bytes_total` in Prometheus text.
+pub fn render_metrics(c: &JobCounts) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "# HELP slate_jobs Jobs in the database, by state.\n# TYPE slate_jobs gauge\n",
+    );
+    for s in JobState::ALL {
+        let _ = writeln!(
+            out,
+            "slate_jobs{{state=\"{}\"}} {}",
+            s.name(),
+            c.by_state[s as usize]
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP slate_job_bytes_total Bytes copied by the jobs in the database.\n\
+         # TYPE slate_job_bytes_total counter\nslate_job_bytes_total {}",
+        c.bytes_done
+    );
+    out
 }
 
 /// A point in a job's progress.
@@ -1241,5 +1296,16 @@ mod tests {
         let only = s.list(Some(JobState::Interrupted), 10, None).unwrap();
         assert_eq!(only.len(), 1);
         assert_eq!(s.list(None, 10, Some(b)).unwrap()[0].id, a, "paged by id");
+        let counts = s.count_by_state().unwrap();
+        assert_eq!(counts.by_state[JobState::Succeeded as usize], 1);
+        assert_eq!(counts.by_state[JobState::Interrupted as usize], 1);
+        assert_eq!(counts.bytes_done, 30);
+        let text = render_metrics(&counts);
+        assert!(
+            text.contains("slate_jobs{state=\"succeeded\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("slate_jobs{state=\"running\"} 0\n"), "{text}");
+        assert!(text.contains("slate_job_bytes_total 30\n"), "{text}");
     }
 }

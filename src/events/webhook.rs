@@ -248,7 +248,13 @@ async fn metrics(State(hub): State<Arc<Hub>>, headers: HeaderMap, uri: Uri) -> R
     })
     .await
     .unwrap_or_default();
-    let text = render_metrics(&meters, &inbox, &hub.stats);
+    let mut text = render_metrics(&meters, &inbox, &hub.stats);
+    let m = hub.manifest.clone();
+    if let Ok(counts) =
+        crate::reconcile::blocking(move || crate::jobs::JobStore::new(&m).count_by_state()).await
+    {
+        text.push_str(&crate::jobs::render_metrics(&counts));
+    }
     (
         StatusCode::OK,
         [(
