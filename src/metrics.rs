@@ -1,13 +1,13 @@
 //! Meters that `GET /metrics` (events/webhook.rs) renders, beside each pair's `DaemonStats`:
 //! the lock-free [`Histogram`] a pair keeps of its replication lag, and the process-wide
-//! meters of the copier: failed and retried store requests by store and status, and the
-//! transfers in flight.
+//! meters of the copier: failed and retried store requests by store and status, the
+//! transfers in flight, and the adaptive transfer limits (`copy::limit`) by store and side.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, the unit of the `*_ms` timestamps of `DaemonStats`.
@@ -251,6 +251,61 @@ impl Drop for InFlight {
     }
 }
 
+/// The adaptive limit of one side of one copy (`copy::limit`): its value now and the permits
+/// taken from it, for `slate_transfer_limit`.
+#[derive(Debug)]
+pub struct LimitGauge {
+    /// The store's scheme (`s3`, `az`, `gs`).
+    pub store: &'static str,
+    /// `src` or `dst`.
+    pub side: &'static str,
+    pub limit: AtomicU64,
+    pub in_flight: AtomicU64,
+}
+
+static LIMITS: Mutex<Vec<Weak<LimitGauge>>> = Mutex::new(Vec::new());
+
+fn limits() -> std::sync::MutexGuard<'static, Vec<Weak<LimitGauge>>> {
+    LIMITS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A gauge for a new adaptive limit, shown while the returned `Arc` lives.
+pub fn limit_gauge(store: &'static str, side: &'static str, limit: u64) -> Arc<LimitGauge> {
+    let g = Arc::new(LimitGauge {
+        store,
+        side,
+        limit: AtomicU64::new(limit),
+        in_flight: AtomicU64::new(0),
+    });
+    let mut all = limits();
+    all.retain(|w| w.strong_count() > 0);
+    all.push(Arc::downgrade(&g));
+    g
+}
+
+/// `(store, side, limit, in flight)` of the adaptive limits alive now, summed over the copies
+/// that share a store and side, sorted.
+pub fn transfer_limits() -> Vec<(&'static str, &'static str, u64, u64)> {
+    let mut sums: BTreeMap<(&'static str, &'static str), (u64, u64)> = BTreeMap::new();
+    for g in limits().iter().filter_map(Weak::upgrade) {
+        let e = sums.entry((g.store, g.side)).or_default();
+        e.0 += g.limit.load(Relaxed);
+        e.1 += g.in_flight.load(Relaxed);
+    }
+    sums.into_iter()
+        .map(|((store, side), (l, f))| (store, side, l, f))
+        .collect()
+}
+
+/// The samples of `slate_transfer_limit` (a gauge: objects the copies may have in flight now,
+/// by store and side), labels rendered: `store="s3",side="dst"`.
+pub fn transfer_limit_samples() -> Vec<(String, u64)> {
+    transfer_limits()
+        .into_iter()
+        .map(|(store, side, limit, _)| (format!("store=\"{store}\",side=\"{side}\""), limit))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,6 +452,29 @@ mod tests {
             source: "Server returned non-2xx status code: 500 Internal Server Error: x".into(),
         };
         assert_eq!(status_of(&text), "500");
+    }
+
+    #[test]
+    fn transfer_limits_sum_the_live_copies_by_store_and_side() {
+        // a store label no other test uses: the registry is shared by the whole test binary
+        let find = |side: &str| {
+            transfer_limits()
+                .into_iter()
+                .find(|(st, si, _, _)| *st == "t1" && *si == side)
+                .map(|(_, _, l, f)| (l, f))
+        };
+        let a = limit_gauge("t1", "dst", 16);
+        let b = limit_gauge("t1", "dst", 4);
+        let c = limit_gauge("t1", "src", 8);
+        b.in_flight.store(3, Relaxed);
+        assert_eq!(find("dst"), Some((20, 3)));
+        assert_eq!(find("src"), Some((8, 0)));
+        a.limit.store(2, Relaxed);
+        drop(b);
+        assert_eq!(find("dst"), Some((2, 0)));
+        assert!(transfer_limit_samples().contains(&("store=\"t1\",side=\"src\"".into(), 8)));
+        drop((a, c));
+        assert_eq!(find("dst"), None);
     }
 
     #[test]

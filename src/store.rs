@@ -3,6 +3,9 @@
 //!
 //! Missing credentials are detected here, before any request: object_store would otherwise
 //! fall back to a cloud metadata endpoint, which hangs or fails far from the cause.
+//!
+//! `SLATE_FAULTS` (a test hook, see [`crate::faults`]) wraps every store built here in a
+//! [`FaultyStore`] that fails a share of the requests.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +14,11 @@ use object_store::aws::AmazonS3Builder;
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::list::PaginatedListStore;
+use object_store::multipart::MultipartStore;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use crate::error::{Result, SlateError};
+use crate::faults::{self, FaultConfig, FaultyStore};
 use crate::location::{Location, Scheme};
 
 /// The environment variables slate reads, with what they do (shown by `--help`).
@@ -89,21 +94,55 @@ fn store_err(loc: &Location, e: object_store::Error) -> SlateError {
     }
 }
 
-/// A store and its paginated listing (one request per page, with a delimiter if wanted):
-/// what a listing needs to walk "folders" without holding a whole level in memory.
-pub type Stores = (Arc<dyn ObjectStore>, Arc<dyn PaginatedListStore>);
-
-fn both<S: ObjectStore + PaginatedListStore>(s: S) -> Stores {
-    let s = Arc::new(s);
-    (
-        s.clone() as Arc<dyn ObjectStore>,
-        s as Arc<dyn PaginatedListStore>,
-    )
+/// A store client with the other faces of the same client: its paginated listing (one
+/// request per page, with a delimiter if wanted: what walking "folders" without holding a whole
+/// level in memory needs) and its multipart API (parts by number, so that one failed part can
+/// be sent again).
+#[derive(Clone)]
+pub struct Stores {
+    pub store: Arc<dyn ObjectStore>,
+    pub pager: Arc<dyn PaginatedListStore>,
+    pub parts: Arc<dyn MultipartStore>,
 }
 
-/// Builds the store client for a cloud location, with the paginated listing of the same
-/// client. Panics never; local locations are an error (they are served by slate's own file
-/// code, not object_store).
+fn all<S: ObjectStore + PaginatedListStore + MultipartStore>(s: S) -> Stores {
+    let s = Arc::new(s);
+    Stores {
+        store: s.clone(),
+        pager: s.clone(),
+        parts: s,
+    }
+}
+
+/// The faces of `s`, behind a [`FaultyStore`] when `SLATE_FAULTS` asks for one (a test hook;
+/// see `faults.rs`). `name` is object_store's name of the store in its errors.
+fn wrap<S: ObjectStore + PaginatedListStore + MultipartStore>(
+    loc: &Location,
+    s: S,
+    name: &'static str,
+) -> Result<Stores> {
+    let Some(cfg) = FaultConfig::from_env() else {
+        return Ok(all(s));
+    };
+    let cfg = cfg.map_err(|why| SlateError::BadOption {
+        option: faults::ENV.into(),
+        why,
+    })?;
+    static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+    ANNOUNCED.call_once(|| {
+        tracing::warn!(
+            "{} is set ({}): failing store requests on purpose, a test hook",
+            faults::ENV,
+            cfg.describe()
+        )
+    });
+    tracing::debug!(store = %loc, "store requests faulted");
+    Ok(all(FaultyStore::new(s, cfg, name)))
+}
+
+/// Builds the store client for a cloud location, with the paginated listing and multipart
+/// API of the same client. Panics never; local locations are an error (they are served by
+/// slate's own file code, not object_store, and so are never faulted either).
 pub fn build_paged(loc: &Location) -> Result<Stores> {
     match loc.scheme {
         Scheme::S3 => build_s3(loc),
@@ -175,11 +214,11 @@ pub fn http_options(allow_http: bool) -> ClientOptions {
 }
 
 fn build_s3(loc: &Location) -> Result<Stores> {
-    s3_settings(loc)?
+    let s3 = s3_settings(loc)?
         .builder
         .build()
-        .map(both)
-        .map_err(|e| store_err(loc, e))
+        .map_err(|e| store_err(loc, e))?;
+    wrap(loc, s3, "S3")
 }
 
 /// The parts of an Azure connection string slate uses.
@@ -267,11 +306,12 @@ fn build_azure(loc: &Location) -> Result<Stores> {
              AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_KEY (Azurite: AZURE_STORAGE_USE_EMULATOR=true)",
         ));
     }
-    b.with_client_options(client_options(allow_http))
+    let azure = b
+        .with_client_options(client_options(allow_http))
         .with_retry(retry_config())
         .build()
-        .map(both)
-        .map_err(|e| store_err(loc, e))
+        .map_err(|e| store_err(loc, e))?;
+    wrap(loc, azure, "MicrosoftAzure")
 }
 
 fn build_gcs(loc: &Location) -> Result<Stores> {
@@ -310,11 +350,12 @@ fn build_gcs(loc: &Location) -> Result<Stores> {
              STORAGE_EMULATOR_HOST; on GCE: SLATE_USE_INSTANCE_METADATA=true)",
         ));
     }
-    b.with_client_options(client_options(allow_http))
+    let gcs = b
+        .with_client_options(client_options(allow_http))
         .with_retry(retry_config())
         .build()
-        .map(both)
-        .map_err(|e| store_err(loc, e))
+        .map_err(|e| store_err(loc, e))?;
+    wrap(loc, gcs, "GCS")
 }
 
 #[cfg(test)]

@@ -1,17 +1,19 @@
 //! Listing one side recursively as a stream of [`Entry`] (key relative to the side's prefix,
 //! size, change token, mtime), sent through a bounded channel so that the consumer (the copier,
-//! or the manifest scan) runs while pages are still being fetched.
+//! or the manifest scan) runs while pages are still being fetched. A page whose request fails
+//! with a transient error is asked for again (same token), so one bad answer does not end a
+//! listing of millions of keys.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use object_store::list::{PaginatedListOptions, PaginatedListStore};
-use object_store::ObjectStore;
+use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedListStore};
 
 use tokio::sync::mpsc;
 
 use super::local;
+use super::retry::Backoff;
 use super::side::{one_line, store_path, Side};
 use crate::error::{Result, SlateError};
 use crate::location::Location;
@@ -47,7 +49,7 @@ pub async fn list_entries(
     classify: fn(&Location, &object_store::Error) -> SlateError,
 ) -> Result<u64> {
     match side {
-        Side::Cloud { store, pager, loc } => list_cloud(store, pager, loc, tx, classify).await,
+        Side::Cloud { pager, loc, .. } => list_cloud(pager, loc, tx, classify).await,
         Side::Local { loc } => {
             let root = loc.local_path();
             let url = loc.to_string();
@@ -84,7 +86,6 @@ const LIST_FANOUT: usize = 8;
 /// in parallel (up to [`LIST_FANOUT`] at once): a listing's pages are sequential, so one
 /// listing per folder is what makes a large bucket list faster.
 async fn list_cloud(
-    store: &Arc<dyn ObjectStore>,
     pager: &Arc<dyn PaginatedListStore>,
     loc: &Location,
     tx: mpsc::Sender<Result<Entry>>,
@@ -120,8 +121,7 @@ async fn list_cloud(
             async move {
                 let (mut n, deeper) = level.list(Some(&folder), false).await?;
                 for p in deeper {
-                    n += list_one(store, loc, Some(p), level.strip, level.tx.clone(), classify)
-                        .await?;
+                    n += level.list_flat(&p).await?;
                 }
                 Ok::<u64, SlateError>(n)
             }
@@ -143,6 +143,24 @@ struct Level<'a> {
 }
 
 impl Level<'_> {
+    /// One page of the listing, its request retried while the error is transient (never a
+    /// missing bucket or denied access, which the first page reports).
+    async fn page(
+        &self,
+        prefix: Option<&str>,
+        opts: PaginatedListOptions,
+    ) -> std::result::Result<PaginatedListResult, object_store::Error> {
+        let plain = |e: &object_store::Error| {
+            matches!((self.classify)(self.loc, e), SlateError::List { .. })
+        };
+        Backoff::default()
+            .for_store(self.loc.scheme.short())
+            .request("listing", plain, |_| {
+                self.pager.list_paginated(prefix, opts.clone())
+            })
+            .await
+    }
+
     /// Sends the objects directly under `prefix` and returns how many, with the folders found
     /// there. `first`: a failure of the first page is classified (missing bucket, denied).
     async fn list(
@@ -159,7 +177,7 @@ impl Level<'_> {
                 page_token: token.take(),
                 ..Default::default()
             };
-            let page = match self.pager.list_paginated(with_slash.as_deref(), opts).await {
+            let page = match self.page(with_slash.as_deref(), opts).await {
                 Ok(p) => p,
                 Err(e) if first && n == 0 && folders.is_empty() => {
                     return Err((self.classify)(self.loc, &e))
@@ -184,6 +202,40 @@ impl Level<'_> {
             }
         }
     }
+
+    /// Sends everything under `prefix` (recursive, no delimiter), page after page; returns
+    /// how many.
+    async fn list_flat(&self, prefix: &object_store::path::Path) -> Result<u64> {
+        let with_slash = format!("{prefix}/");
+        let (mut n, mut token) = (0u64, None);
+        loop {
+            let opts = PaginatedListOptions {
+                max_keys: Some(1000),
+                page_token: token.take(),
+                ..Default::default()
+            };
+            let page = match self.page(Some(&with_slash), opts).await {
+                Ok(p) => p,
+                Err(e) if n == 0 => return Err((self.classify)(self.loc, &e)),
+                Err(e) => {
+                    return Err(SlateError::List {
+                        url: self.loc.to_string(),
+                        detail: one_line(&e),
+                    })
+                }
+            };
+            for meta in page.result.objects {
+                n += 1;
+                if self.tx.send(Ok(entry(meta, self.strip))).await.is_err() {
+                    return Ok(n);
+                }
+            }
+            match page.page_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok(n),
+            }
+        }
+    }
 }
 
 fn entry(meta: object_store::ObjectMeta, strip: &str) -> Entry {
@@ -194,36 +246,6 @@ fn entry(meta: object_store::ObjectMeta, strip: &str) -> Entry {
         etag: meta.e_tag,
         mtime: Some(meta.last_modified.into()),
     }
-}
-
-/// One recursive listing, page after page.
-async fn list_one(
-    store: &Arc<dyn ObjectStore>,
-    loc: &Location,
-    prefix: Option<object_store::path::Path>,
-    strip: &str,
-    tx: mpsc::Sender<Result<Entry>>,
-    classify: fn(&Location, &object_store::Error) -> SlateError,
-) -> Result<u64> {
-    let mut stream = store.list(prefix.as_ref());
-    let mut n = 0u64;
-    while let Some(meta) = stream.next().await {
-        let meta = match meta {
-            Ok(m) => m,
-            Err(e) if n == 0 => return Err(classify(loc, &e)),
-            Err(e) => {
-                return Err(SlateError::List {
-                    url: loc.to_string(),
-                    detail: one_line(&e),
-                })
-            }
-        };
-        n += 1;
-        if tx.send(Ok(entry(meta, strip))).await.is_err() {
-            break;
-        }
-    }
-    Ok(n)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 pub mod estimate;
 pub mod hash;
+pub mod limit;
 pub mod list;
 pub mod local;
 pub mod progress;
@@ -229,8 +230,14 @@ async fn probe(pager: &Arc<dyn PaginatedListStore>, loc: &Location) -> Result<bo
         max_keys: Some(1),
         ..Default::default()
     };
-    let page = pager
-        .list_paginated(prefix.as_deref(), opts)
+    // sent again while the error is transient; a missing bucket or denied access is reported
+    let plain =
+        |e: &object_store::Error| matches!(classify_store_error(loc, e), SlateError::List { .. });
+    let page = retry::Backoff::default()
+        .for_store(loc.scheme.short())
+        .request(&loc.raw, plain, |_| {
+            pager.list_paginated(prefix.as_deref(), opts.clone())
+        })
         .await
         .map_err(|e| classify_store_error(loc, &e))?;
     Ok(!page.result.objects.is_empty() || !page.result.common_prefixes.is_empty())
@@ -246,14 +253,20 @@ pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
         probe(pager, loc).await?;
     }
     let single = match &src {
-        Side::Cloud { store, pager, loc } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
+        Side::Cloud {
+            store, pager, loc, ..
+        } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
             // A listing first: a prefix copy (the common case) then needs no HEAD, and servers
             // that answer a HEAD on a "folder" with an error (s3s-fs: 500) do not matter.
             let path = store_path(&loc.prefix)?;
             if probe(pager, loc).await? {
                 None
             } else {
-                match store.head(&path).await {
+                let head = retry::Backoff::default()
+                    .for_store(loc.scheme.short())
+                    .request(&loc.raw, |_| true, |_| store.head(&path))
+                    .await;
+                match head {
                     Ok(meta) => Some(Item {
                         src: loc.prefix.clone(),
                         dst: String::new(),
@@ -432,6 +445,8 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
                 }
             }
         })
+        // the ceiling: each copy also waits for a slot under the adaptive limits of the cloud
+        // sides (limit.rs), lower while a store throttles
         .buffer_unordered(opts.transfers);
     while let Some((item, res)) = results.next().await {
         match res {

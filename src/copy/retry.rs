@@ -1,14 +1,21 @@
-//! Retries for whole chunks. object_store already retries each request (429, 5xx, timeouts)
-//! with backoff and jitter (configured in `store.rs`); this layer retries what escapes it:
-//! a body that breaks or is truncated half-way through a chunk, which only a fresh ranged GET
-//! of the same chunk can repair. Every failed attempt, and every retry, is counted on
-//! `/metrics` by store and status (see [`crate::metrics`]) when the store is named.
+//! Retries with exponential backoff and full jitter, for whole chunks and for single store
+//! requests. object_store already retries each HTTP request (429, 5xx, timeouts) with backoff
+//! (configured in `store.rs`); this layer retries what escapes it: a body that breaks or is
+//! truncated half-way through a chunk, which only a fresh ranged GET of the same chunk can
+//! repair, and a request whose error is transient ([`transient`]: throttled, 5xx, timeout,
+//! connection) after object_store gave up on it. Every failed attempt, and every retry, is
+//! counted on `/metrics` by store and status (see [`crate::metrics`]) when the store is named,
+//! and throttles and successes are reported to the side's adaptive limit ([`super::limit`]).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::limit::Limiter;
+use super::side::ChunkError;
+
 /// Exponential backoff with full jitter.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Backoff {
     pub initial: Duration,
     pub max: Duration,
@@ -16,16 +23,65 @@ pub struct Backoff {
     /// The store's scheme (`s3`, `az`, `gs`, `local`) that failed attempts are counted under;
     /// None: not counted.
     pub store: Option<&'static str>,
+    /// The adaptive limit told about throttles and successes; None: none.
+    pub limit: Option<Arc<Limiter>>,
 }
 
 impl Default for Backoff {
+    /// Eight attempts, 0.2 s to 12.8 s apart (25 s at most in all): a request failing one time
+    /// in five still gets through 999,997 times in a million.
     fn default() -> Self {
         Backoff {
             initial: Duration::from_millis(200),
             max: Duration::from_secs(20),
-            attempts: 6,
+            attempts: 8,
             store: None,
+            limit: None,
         }
+    }
+}
+
+/// The status label of a failed attempt (`503`, `timeout`, …; see
+/// [`crate::metrics::status_of`]).
+pub trait Status {
+    fn status(&self) -> String;
+}
+
+impl Status for String {
+    fn status(&self) -> String {
+        crate::metrics::status_of_text(self)
+    }
+}
+
+impl Status for ChunkError {
+    fn status(&self) -> String {
+        crate::metrics::status_of_text(&self.to_string())
+    }
+}
+
+impl Status for object_store::Error {
+    fn status(&self) -> String {
+        crate::metrics::status_of(self)
+    }
+}
+
+/// Whether a failed request's status says that the store throttles (429, 503 — S3's
+/// `SlowDown`, Azure's `ServerBusy`, GCS's rate limits all come as one of them).
+pub fn throttle(status: &str) -> bool {
+    matches!(status, "429" | "503")
+}
+
+/// Whether a failed store request may succeed when sent again: the store throttled, failed
+/// inside (5xx), timed out (408 or no answer) or the connection broke. Not: missing objects,
+/// failed preconditions, denied access, and errors of any other kind.
+pub fn transient(e: &object_store::Error) -> bool {
+    if !matches!(e, object_store::Error::Generic { .. }) {
+        return false;
+    }
+    let status = crate::metrics::status_of(e);
+    match status.as_str() {
+        "timeout" | "connection" | "408" | "429" => true,
+        s => s.len() == 3 && s.starts_with('5'),
     }
 }
 
@@ -54,6 +110,11 @@ impl Backoff {
         }
     }
 
+    /// The same backoff, telling `limit` about throttles and successes.
+    pub fn limited(self, limit: Option<Arc<Limiter>>) -> Backoff {
+        Backoff { limit, ..self }
+    }
+
     /// Runs `op` until it succeeds, fails with an error `retryable` rejects, or attempts run out.
     pub async fn run<T, E, F, Fut>(
         &self,
@@ -64,23 +125,33 @@ impl Backoff {
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
-        E: std::fmt::Display,
+        E: std::fmt::Display + Status,
     {
         let mut n = 1;
         loop {
+            let epoch = self.limit.as_ref().map(|l| l.epoch());
             let e = match op(n).await {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    if let Some(l) = &self.limit {
+                        l.succeeded();
+                    }
+                    return Ok(v);
+                }
                 Err(e) => e,
             };
-            let status = self.store.map(|store| {
-                let status = crate::metrics::status_of_text(&e.to_string());
-                crate::metrics::request_error(store, &status);
-                (store, status)
-            });
+            let status = (self.store.is_some() || self.limit.is_some()).then(|| e.status());
+            if let (Some(store), Some(status)) = (self.store, &status) {
+                crate::metrics::request_error(store, status);
+            }
+            if let (Some(l), Some(epoch), Some(status)) = (&self.limit, epoch, &status) {
+                if throttle(status) {
+                    l.throttled(epoch);
+                }
+            }
             if n >= self.attempts || !retryable(&e) {
                 return Err(e);
             }
-            if let Some((store, status)) = &status {
+            if let (Some(store), Some(status)) = (self.store, &status) {
                 crate::metrics::request_retry(store, status);
             }
             let d = self.delay(n + 1);
@@ -88,6 +159,21 @@ impl Backoff {
             tokio::time::sleep(d).await;
             n += 1;
         }
+    }
+
+    /// Runs one store request until it succeeds, fails for good, or attempts run out: what
+    /// `retryable` accepts among the [`transient`] errors is sent again.
+    pub async fn request<T, F, Fut>(
+        &self,
+        what: &str,
+        retryable: impl Fn(&object_store::Error) -> bool,
+        op: F,
+    ) -> Result<T, object_store::Error>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, object_store::Error>>,
+    {
+        self.run(what, |e| transient(e) && retryable(e), op).await
     }
 }
 
@@ -101,7 +187,7 @@ mod tests {
             initial: Duration::from_millis(100),
             max: Duration::from_secs(1),
             attempts: 10,
-            store: None,
+            ..Default::default()
         };
         let caps: Vec<u128> = (1..=7).map(|n| b.cap(n).as_millis()).collect();
         assert_eq!(caps, vec![0, 100, 200, 400, 800, 1000, 1000]);
@@ -177,6 +263,7 @@ mod tests {
             ..Default::default()
         };
         assert!(b
+            .clone()
             .for_store("az")
             .run("t", |_| true, |_| teapot())
             .await
@@ -184,10 +271,94 @@ mod tests {
         assert_eq!(count(crate::metrics::request_errors()), 3);
         assert_eq!(count(crate::metrics::request_retries()), 2);
         // a fatal error is counted, not retried; without a store nothing is counted
-        let fatal = b.for_store("az").run("t", |_| false, |_| teapot()).await;
+        let fatal = b
+            .clone()
+            .for_store("az")
+            .run("t", |_| false, |_| teapot())
+            .await;
         assert!(fatal.is_err());
         assert!(b.run("t", |_| true, |_| teapot()).await.is_err());
         assert_eq!(count(crate::metrics::request_errors()), 4);
         assert_eq!(count(crate::metrics::request_retries()), 2);
+    }
+
+    #[test]
+    fn transient_errors_are_the_ones_worth_sending_again() {
+        let generic = |text: &str| object_store::Error::Generic {
+            store: "S3",
+            source: text.to_string().into(),
+        };
+        let status = |code: &str| {
+            generic(&format!(
+                "Error performing PUT b/k in 3s - Server returned non-2xx status code: {code}: x"
+            ))
+        };
+        for (e, want) in [
+            (status("503 Service Unavailable"), true),
+            (status("500 Internal Server Error"), true),
+            (status("502 Bad Gateway"), true),
+            (status("429 Too Many Requests"), true),
+            (status("408 Request Timeout"), true),
+            (status("400 Bad Request"), false),
+            (status("416 Range Not Satisfiable"), false),
+            (generic("HTTP error: error sending request"), true),
+            (generic("operation timed out"), true),
+            (generic("something else entirely"), false),
+            (
+                object_store::Error::NotFound {
+                    path: "k".into(),
+                    source: "gone".into(),
+                },
+                false,
+            ),
+            (
+                object_store::Error::Precondition {
+                    path: "k".into(),
+                    source: "changed".into(),
+                },
+                false,
+            ),
+        ] {
+            assert_eq!(transient(&e), want, "{e}");
+        }
+        assert!(throttle("503") && throttle("429") && !throttle("500"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttles_and_successes_reach_the_limit() {
+        let limit = Limiter::new(8, "t3", "dst");
+        let b = Backoff::default().limited(Some(limit.clone()));
+        let slow = "Server returned non-2xx status code: 503 Service Unavailable: SlowDown";
+        // throttled twice, then through: each attempt started after the cut before it, so both
+        // cut (8 → 4 → 2), then one success
+        let r: Result<u32, String> = b
+            .run(
+                "t",
+                |_| true,
+                |n| async move {
+                    if n < 3 {
+                        Err(slow.to_string())
+                    } else {
+                        Ok(n)
+                    }
+                },
+            )
+            .await;
+        assert_eq!(r, Ok(3));
+        assert_eq!(limit.limit(), 2, "8 → 4 → 2");
+        // a 500 is no throttle
+        let r: Result<(), String> = b
+            .run(
+                "t",
+                |_| false,
+                |_| async { Err("500 Internal Server Error".to_string()) },
+            )
+            .await;
+        assert!(r.is_err());
+        assert_eq!(limit.limit(), 2);
+        // successes raise it again: 1 success was counted above, one more makes 3
+        let ok: Result<(), String> = b.run("t", |_| true, |_| async { Ok(()) }).await;
+        assert!(ok.is_ok());
+        assert_eq!(limit.limit(), 3);
     }
 }

@@ -17,6 +17,7 @@ use super::local::TempFile;
 use crate::error::SlateError;
 use crate::location::Location;
 use object_store::list::PaginatedListStore;
+use object_store::multipart::MultipartStore;
 
 /// One end of a copy.
 #[derive(Clone)]
@@ -25,6 +26,8 @@ pub enum Side {
         store: Arc<dyn ObjectStore>,
         /// The same store's page-at-a-time listing (with a delimiter when wanted).
         pager: Arc<dyn PaginatedListStore>,
+        /// The same store's multipart API (parts by number, each one retried on its own).
+        parts: Arc<dyn MultipartStore>,
         loc: Location,
     },
     Local {
@@ -37,10 +40,11 @@ impl Side {
         Ok(match loc.scheme {
             crate::location::Scheme::Local => Side::Local { loc: loc.clone() },
             _ => {
-                let (store, pager) = crate::store::build_paged(loc)?;
+                let s = crate::store::build_paged(loc)?;
                 Side::Cloud {
-                    store,
-                    pager,
+                    store: s.store,
+                    pager: s.pager,
+                    parts: s.parts,
                     loc: loc.clone(),
                 }
             }
@@ -56,9 +60,15 @@ impl Side {
     /// The same store at another location (a sub-prefix of the same bucket).
     pub fn with_loc(&self, loc: Location) -> Side {
         match self {
-            Side::Cloud { store, pager, .. } => Side::Cloud {
+            Side::Cloud {
+                store,
+                pager,
+                parts,
+                ..
+            } => Side::Cloud {
                 store: store.clone(),
                 pager: pager.clone(),
+                parts: parts.clone(),
                 loc,
             },
             Side::Local { .. } => Side::Local { loc },

@@ -1,7 +1,9 @@
-//! Copies one object: decide the strategy (server-side, into a local file, single PUT,
-//! multipart), split it into block-aligned chunks, run up to `streams` chunks at once with
-//! retries, and make the result visible only when complete. Copies in flight and failed
-//! store requests are counted for `/metrics` ([`crate::metrics`]).
+//! Copies one object: wait for a slot under the adaptive limits of both sides ([`Limits`]),
+//! decide the strategy (server-side, into a local file, single PUT, multipart), split it into
+//! block-aligned chunks, run up to `streams` chunks at once with retries (each read, each PUT,
+//! each part and the completion retried on its own), and make the result visible only when
+//! complete. Copies in flight and failed store requests are counted for `/metrics`
+//! ([`crate::metrics`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -10,10 +12,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
-use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path as StorePath;
+use object_store::{MultipartId, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::hash::ContentHash;
+use super::limit::{Limiter, Permit};
 use super::local::{safe_join, DirMaker, TempFile};
 use super::retry::Backoff;
 use super::s3copy::{S3CrossBucket, MAX_COPY_OBJECT};
@@ -60,6 +65,62 @@ pub struct Ctx {
     pub server_side: bool,
     /// Source and destination are two buckets of one S3 endpoint.
     pub cross: Option<Arc<S3CrossBucket>>,
+    /// How many objects each cloud side takes at once now.
+    pub limits: Limits,
+}
+
+/// One end of a copy, for the retries and limits that belong to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Src,
+    Dst,
+}
+
+/// The adaptive limits of a copy's cloud sides ([`Limiter`]); a local side has none, and one
+/// bucket on both ends shares one.
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    pub src: Option<Arc<Limiter>>,
+    pub dst: Option<Arc<Limiter>>,
+}
+
+impl Limits {
+    /// Limits starting (and ending) at `transfers` for the cloud sides of `src` → `dst`.
+    pub fn new(src: &Side, dst: &Side, transfers: usize, same_bucket: bool) -> Limits {
+        let limit = |side: &Side, name: &'static str| match side {
+            Side::Cloud { loc, .. } => Some(Limiter::new(transfers, loc.scheme.short(), name)),
+            Side::Local { .. } => None,
+        };
+        let dst = limit(dst, "dst");
+        let src = if same_bucket {
+            dst.clone()
+        } else {
+            limit(src, "src")
+        };
+        Limits { src, dst }
+    }
+
+    /// Waits for a slot on both sides: the source's first, always, so that no two copies ever
+    /// wait for each other's slot.
+    pub async fn acquire(&self) -> (Option<Permit>, Option<Permit>) {
+        let src = match &self.src {
+            Some(l) => Some(l.acquire().await),
+            None => None,
+        };
+        let dst = match (&self.dst, &self.src) {
+            (Some(d), Some(s)) if Arc::ptr_eq(d, s) => None,
+            (Some(d), _) => Some(d.acquire().await),
+            (None, _) => None,
+        };
+        (src, dst)
+    }
+
+    pub fn of(&self, end: End) -> Option<Arc<Limiter>> {
+        match end {
+            End::Src => self.src.clone(),
+            End::Dst => self.dst.clone(),
+        }
+    }
 }
 
 /// Granularity of the memory budget.
@@ -73,6 +134,7 @@ impl Ctx {
             src: plan.src.clone(),
             dst: plan.dst.clone(),
             dst_root: plan.dst_root.clone(),
+            limits: Limits::new(&plan.src, &plan.dst, opts.transfers, plan.server_side),
             opts,
             counters,
             budget: Arc::new(Semaphore::new(budget_units)),
@@ -80,6 +142,21 @@ impl Ctx {
             server_side: plan.server_side,
             cross: plan.cross.clone(),
         }
+    }
+
+    pub fn side(&self, end: End) -> &Side {
+        match end {
+            End::Src => &self.src,
+            End::Dst => &self.dst,
+        }
+    }
+
+    /// Retries of requests to `end`: counted under its store, throttles and successes told to
+    /// its limit.
+    pub fn retry(&self, end: End) -> Backoff {
+        Backoff::default()
+            .for_store(self.side(end).location().scheme.short())
+            .limited(self.limits.of(end))
     }
 
     async fn reserve(&self, bytes: u64) -> Result<OwnedSemaphorePermit, SlateError> {
@@ -106,34 +183,27 @@ pub fn chunks(size: u64, chunk: u64) -> Vec<Range<u64>> {
         .collect()
 }
 
-/// Counts a failed request to `side`'s store (object_store has retried it already).
-fn failed_request(side: &Side, e: &object_store::Error) {
-    crate::metrics::request_error(
-        side.location().scheme.short(),
-        &crate::metrics::status_of(e),
-    );
-}
-
-/// Retries of chunk reads from `side`, counted under its store.
-fn backoff(side: &Side) -> Backoff {
-    Backoff::default().for_store(side.location().scheme.short())
-}
-
 fn retryable(e: &ChunkError) -> bool {
     matches!(e, ChunkError::Retry(_))
 }
 
-/// Reads one chunk with retries; the chunk is re-read from its start on each attempt.
+/// Any transient error of a write is worth sending again (see [`super::retry::transient`]).
+fn any(_: &object_store::Error) -> bool {
+    true
+}
+
+/// Reads one chunk of the source with retries; the chunk is re-read from its start on each
+/// attempt, so a body cut short is read again whole, never kept.
 async fn chunk_with_retry(
     ctx: &Ctx,
-    side: &Side,
     item_key: &str,
     etag: Option<&str>,
     range: Range<u64>,
     whole: bool,
     sink: ChunkSink,
 ) -> Result<ChunkOut, ChunkError> {
-    backoff(side)
+    let side = &ctx.src;
+    ctx.retry(End::Src)
         .run(item_key, retryable, |_| {
             let sink = sink.clone();
             let range = range.clone();
@@ -152,18 +222,20 @@ async fn chunk_with_retry(
 
 /// Copies one object from `ctx.src` to `ctx.dst`.
 pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
-    // dropped on every way out: done, failed, or cancelled mid-copy
+    // a slot under both sides' adaptive limits; like the in-flight count, dropped on every way
+    // out: done, failed, or cancelled mid-copy
+    let _slots = ctx.limits.acquire().await;
     let _in_flight = crate::metrics::InFlight::start();
     if ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT) {
         return server_side(ctx, item).await;
     }
     let out = match &ctx.dst {
         Side::Local { .. } => to_local(ctx, item).await?,
-        Side::Cloud { store, .. } => {
+        Side::Cloud { store, parts, .. } => {
             if item.size <= ctx.opts.chunk_size {
                 to_cloud_single(ctx, store, item).await?
             } else {
-                to_cloud_multipart(ctx, store, item).await?
+                to_cloud_multipart(ctx, parts, item).await?
             }
         }
     };
@@ -183,25 +255,30 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
             .copy(&item.src, &item.dst)
             .await
             .map_err(|e| obj_err(item, format!("copy to {}: {e}", item.dst)))?,
-        None => store
-            .copy_opts(&store_path(&item.src)?, &to, Default::default())
-            .await
-            .map_err(|e| {
-                failed_request(&ctx.dst, &e);
-                obj_err(
-                    item,
-                    format!("server-side copy to {}: {}", item.dst, one_line(&e)),
-                )
-            })
-            .map(|_| None)?,
+        None => {
+            let from = store_path(&item.src)?;
+            ctx.retry(End::Dst)
+                .request(&item.dst, any, |_| {
+                    store.copy_opts(&from, &to, Default::default())
+                })
+                .await
+                .map_err(|e| {
+                    obj_err(
+                        item,
+                        format!("server-side copy to {}: {}", item.dst, one_line(&e)),
+                    )
+                })
+                .map(|_| None)?
+        }
     };
     ctx.counters.bytes_done.fetch_add(item.size, Relaxed);
     ctx.counters.objects_server_side.fetch_add(1, Relaxed);
     if ctx.opts.verify {
-        let head = store.head(&to).await.map_err(|e| {
-            failed_request(&ctx.dst, &e);
-            obj_err(item, format!("verify: {}", one_line(&e)))
-        })?;
+        let head = ctx
+            .retry(End::Dst)
+            .request(&item.dst, any, |_| store.head(&to))
+            .await
+            .map_err(|e| obj_err(item, format!("verify: {}", one_line(&e))))?;
         if head.size != item.size {
             return Err(obj_err(
                 item,
@@ -211,8 +288,8 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
                 ),
             ));
         }
-        let a = hash_object(ctx, &ctx.src, &item.src, item.size).await?;
-        let b = hash_object(ctx, &ctx.dst, &item.dst, item.size).await?;
+        let a = hash_object(ctx, End::Src, &item.src, item.size).await?;
+        let b = hash_object(ctx, End::Dst, &item.dst, item.size).await?;
         if a != b {
             return Err(obj_err(
                 item,
@@ -260,17 +337,9 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         .map(|(i, r)| {
             let sink = ChunkSink::File(tmp.clone());
             async move {
-                chunk_with_retry(
-                    ctx,
-                    &ctx.src,
-                    &item.src,
-                    item.etag.as_deref(),
-                    r,
-                    whole,
-                    sink,
-                )
-                .await
-                .map(|o| (i, o))
+                chunk_with_retry(ctx, &item.src, item.etag.as_deref(), r, whole, sink)
+                    .await
+                    .map(|o| (i, o))
             }
         })
         .buffer_unordered(ctx.opts.streams)
@@ -322,7 +391,6 @@ async fn to_cloud_single(
     } else {
         let out = chunk_with_retry(
             ctx,
-            &ctx.src,
             &item.src,
             item.etag.as_deref(),
             0..item.size,
@@ -337,13 +405,13 @@ async fn to_cloud_single(
             PutPayload::from_bytes(data),
         )
     };
-    let put = store
-        .put_opts(&dst, payload, Default::default())
+    let put = ctx
+        .retry(End::Dst)
+        .request(&item.dst, any, |_| {
+            store.put_opts(&dst, payload.clone(), Default::default())
+        })
         .await
-        .map_err(|e| {
-            failed_request(&ctx.dst, &e);
-            obj_err(item, format!("writing {}: {}", item.dst, one_line(&e)))
-        })?;
+        .map_err(|e| obj_err(item, format!("writing {}: {}", item.dst, one_line(&e))))?;
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),
@@ -367,14 +435,14 @@ pub async fn wait_for_aborts(limit: std::time::Duration) {
 }
 
 /// Aborts a multipart upload that was neither completed nor aborted (error, cancel).
-struct AbortGuard(Option<Box<dyn MultipartUpload>>);
+struct AbortGuard(Option<(Arc<dyn MultipartStore>, StorePath, MultipartId)>);
 
 impl Drop for AbortGuard {
     fn drop(&mut self) {
-        if let Some(mut up) = self.0.take() {
+        if let Some((parts, path, id)) = self.0.take() {
             if let Ok(h) = tokio::runtime::Handle::try_current() {
                 let task = h.spawn(async move {
-                    let _ = up.abort().await;
+                    let _ = parts.abort_multipart(&path, &id).await;
                 });
                 if let Ok(mut v) = ABORTS.lock() {
                     v.retain(|t| !t.is_finished());
@@ -385,32 +453,35 @@ impl Drop for AbortGuard {
     }
 }
 
+/// Copies a large object through a multipart upload. Parts are numbered, so a part whose
+/// upload fails is sent again on its own (and so is the start and the completion); a part
+/// never takes the place of another.
 async fn to_cloud_multipart(
     ctx: &Ctx,
-    store: &Arc<dyn ObjectStore>,
+    parts_store: &Arc<dyn MultipartStore>,
     item: &Item,
 ) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
-    let upload = store
-        .put_multipart_opts(&dst, Default::default())
+    let retry = ctx.retry(End::Dst);
+    let id = retry
+        .request(&item.dst, any, |_| parts_store.create_multipart(&dst))
         .await
         .map_err(|e| {
-            failed_request(&ctx.dst, &e);
             obj_err(
                 item,
                 format!("starting upload of {}: {}", item.dst, one_line(&e)),
             )
         })?;
-    let mut guard = AbortGuard(Some(upload));
+    let mut guard = AbortGuard(Some((parts_store.clone(), dst.clone(), id.clone())));
     let parts = chunks(item.size, ctx.opts.chunk_size);
-    // Chunks are read `streams` at a time but handed to put_part in order (part numbers follow
-    // call order); each holds its share of the memory budget until its part is uploaded.
-    let mut reads = futures::stream::iter(parts)
-        .map(|r| async move {
+    let mut done: Vec<Option<PartId>> = vec![None; parts.len()];
+    // Chunks are read `streams` at a time, in order (the content hash is made of their blocks
+    // in order); each holds its share of the memory budget until its part is uploaded.
+    let mut reads = futures::stream::iter(parts.into_iter().enumerate())
+        .map(|(i, r)| async move {
             let permit = ctx.reserve(r.end - r.start).await?;
             let out = chunk_with_retry(
                 ctx,
-                &ctx.src,
                 &item.src,
                 item.etag.as_deref(),
                 r,
@@ -419,54 +490,60 @@ async fn to_cloud_multipart(
             )
             .await
             .map_err(|e| obj_err(item, e.to_string()))?;
-            Ok::<_, SlateError>((out, permit))
+            Ok::<_, SlateError>((i, out, permit))
         })
         .buffered(ctx.opts.streams);
+    let part_err = |e: object_store::Error| {
+        obj_err(
+            item,
+            format!("uploading part of {}: {}", item.dst, one_line(&e)),
+        )
+    };
     let mut uploads = FuturesUnordered::new();
     let mut digests = Vec::new();
     while let Some(res) = reads.next().await {
-        let (out, permit) = res?;
+        let (i, out, permit) = res?;
         digests.extend(out.digests);
         let payload = PutPayload::from_bytes(out.data.unwrap_or_default());
-        let Some(up) = guard.0.as_mut() else {
-            return Err(obj_err(item, "internal: upload gone"));
-        };
-        let fut = up.put_part(payload);
+        let (retry, dst, id) = (&retry, &dst, &id);
         uploads.push(async move {
-            let r = fut.await;
+            let r = retry
+                .request(&item.dst, any, |_| {
+                    parts_store.put_part(dst, id, i, payload.clone())
+                })
+                .await;
             drop(permit);
-            r
+            r.map(|part| (i, part))
         });
         while uploads.len() >= ctx.opts.streams {
             if let Some(r) = uploads.next().await {
-                r.map_err(|e| {
-                    failed_request(&ctx.dst, &e);
-                    obj_err(
-                        item,
-                        format!("uploading part of {}: {}", item.dst, one_line(&e)),
-                    )
-                })?;
+                let (i, part) = r.map_err(part_err)?;
+                done[i] = Some(part);
             }
         }
     }
     while let Some(r) = uploads.next().await {
-        r.map_err(|e| {
-            failed_request(&ctx.dst, &e);
-            obj_err(
-                item,
-                format!("uploading part of {}: {}", item.dst, one_line(&e)),
-            )
-        })?;
+        let (i, part) = r.map_err(part_err)?;
+        done[i] = Some(part);
     }
-    let mut up = guard
-        .0
-        .take()
-        .ok_or_else(|| obj_err(item, "internal: upload gone"))?;
-    let put = match up.complete().await {
-        Ok(put) => put,
+    let done: Vec<PartId> = done
+        .into_iter()
+        .collect::<Option<_>>()
+        .ok_or_else(|| obj_err(item, "internal: a part is missing"))?;
+    let put = retry
+        .request(&item.dst, any, |_| {
+            parts_store.complete_multipart(&dst, &id, done.clone())
+        })
+        .await;
+    let put = match put {
+        Ok(put) => {
+            guard.0 = None;
+            put
+        }
         Err(e) => {
-            failed_request(&ctx.dst, &e);
-            let _ = up.abort().await;
+            if let Some((parts, path, id)) = guard.0.take() {
+                let _ = parts.abort_multipart(&path, &id).await;
+            }
             return Err(obj_err(
                 item,
                 format!("completing upload of {}: {}", item.dst, one_line(&e)),
@@ -482,12 +559,8 @@ async fn to_cloud_multipart(
 }
 
 /// Reads a whole object and returns its content hash (for `--verify`).
-async fn hash_object(
-    ctx: &Ctx,
-    side: &Side,
-    key: &str,
-    size: u64,
-) -> Result<ContentHash, SlateError> {
+async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<ContentHash, SlateError> {
+    let side = ctx.side(end);
     let key = match side {
         Side::Local { .. } => safe_join(&ctx.dst_root, key)?.to_string_lossy().to_string(),
         Side::Cloud { .. } => key.to_string(),
@@ -500,7 +573,7 @@ async fn hash_object(
     let key_ref = key.as_str();
     let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
         .map(|(i, r)| async move {
-            backoff(side)
+            ctx.retry(end)
                 .run(key_ref, retryable, |_| {
                     read_chunk(side, key_ref, None, r.clone(), whole, ChunkSink::Discard)
                 })
@@ -533,7 +606,7 @@ async fn verify(ctx: &Ctx, item: &Item, hash: Option<ContentHash>) -> Result<(),
             ));
         }
     }
-    let got = hash_object(ctx, &ctx.dst, &dst_key, item.size).await?;
+    let got = hash_object(ctx, End::Dst, &dst_key, item.size).await?;
     if got != expected {
         return Err(obj_err(
             item,

@@ -433,6 +433,13 @@ fn render_metrics(
         "Object copies running now.",
         vec![(String::new(), crate::metrics::transfers_in_flight())],
     );
+    family(
+        out,
+        "slate_transfer_limit",
+        "gauge",
+        "Objects the copies may have in flight now (halved when a store throttles, +1 per window of successes), by store and side.",
+        crate::metrics::transfer_limit_samples(),
+    );
     text
 }
 

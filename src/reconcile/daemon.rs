@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use super::{blocking, sync_once, SyncOptions};
 use crate::copy::list::{self, Entry};
 use crate::copy::side::{one_line, store_path, Side};
-use crate::copy::transfer::{copy_one, Ctx};
+use crate::copy::transfer::{copy_one, Ctx, End};
 use crate::copy::{self, Counters};
 use crate::error::{Result, SlateError};
 use crate::events::route::{SourceStats, Target};
@@ -150,22 +150,30 @@ pub enum Applied {
     Stale,
 }
 
-/// The source's current state of `key`, or None when it does not exist (404 now).
-async fn source_state(src: &Side, key: &str) -> Result<Option<Entry>> {
-    match src {
-        Side::Cloud { store, loc, .. } => match store.head(&store_path(&loc.key_for(key))?).await {
-            Ok(meta) => Ok(Some(Entry {
-                rel: key.to_string(),
-                size: meta.size,
-                etag: meta.e_tag,
-                mtime: Some(meta.last_modified.into()),
-            })),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(SlateError::Object {
-                key: key.to_string(),
-                detail: format!("reading the source: {}", one_line(&e)),
-            }),
-        },
+/// The source's current state of `key`, or None when it does not exist (404 now). The HEAD is
+/// sent again while its error is transient.
+async fn source_state(ctx: &Ctx, key: &str) -> Result<Option<Entry>> {
+    match &ctx.src {
+        Side::Cloud { store, loc, .. } => {
+            let path = store_path(&loc.key_for(key))?;
+            let head = ctx
+                .retry(End::Src)
+                .request(key, |_| true, |_| store.head(&path))
+                .await;
+            match head {
+                Ok(meta) => Ok(Some(Entry {
+                    rel: key.to_string(),
+                    size: meta.size,
+                    etag: meta.e_tag,
+                    mtime: Some(meta.last_modified.into()),
+                })),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(SlateError::Object {
+                    key: key.to_string(),
+                    detail: format!("reading the source: {}", one_line(&e)),
+                }),
+            }
+        }
         Side::Local { loc } => match std::fs::metadata(loc.local_path().join(key)) {
             Ok(m) if m.is_file() => {
                 let mtime = m.modified().ok();
@@ -194,7 +202,7 @@ pub async fn apply_key(
     dst_loc: &Location,
     key: &str,
 ) -> Result<Applied> {
-    let mut now = source_state(&ctx.src, key).await?;
+    let mut now = source_state(ctx, key).await?;
     let (m, k) = (manifest.clone(), key.to_string());
     let (m_src, m_dst) = blocking(move || {
         Ok((
@@ -234,7 +242,7 @@ pub async fn apply_key(
                 // That is no failure of the key: its newest state is what the event asks
                 // for, and the events of that state may already be coalesced into this one,
                 // so the newer state is reconciled now instead of after a backoff.
-                let again = source_state(&ctx.src, key).await?;
+                let again = source_state(ctx, key).await?;
                 if moved(&e, again.as_ref()) && retry_moved > 0 {
                     retry_moved -= 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -316,7 +324,16 @@ async fn delete_at_destination(ctx: &Ctx, dst_loc: &Location, key: &str) -> Resu
     };
     match &ctx.dst {
         Side::Cloud { store, .. } => {
-            match store.delete(&store_path(&dst_loc.key_for(key))?).await {
+            let path = store_path(&dst_loc.key_for(key))?;
+            let _slot = match &ctx.limits.dst {
+                Some(l) => Some(l.acquire().await),
+                None => None,
+            };
+            let deleted = ctx
+                .retry(End::Dst)
+                .request(key, |_| true, |_| store.delete(&path))
+                .await;
+            match deleted {
                 Ok(()) => Ok(true),
                 Err(object_store::Error::NotFound { .. }) => Ok(false),
                 Err(e) => Err(err(format!("deleting: {}", one_line(&e)))),
@@ -543,6 +560,8 @@ pub async fn run(
                         }
                     }
                 })
+                // the ceiling: copies and deletes also wait for a slot under the adaptive limit of
+                // each store side (copy::limit), lower while a store throttles
                 .buffer_unordered(opts.sync.copy.transfers);
             // A batch is finished before the next is taken: one key is never reconciled twice at
             // once. Shutdown lets the batch finish, bounded by the grace period.

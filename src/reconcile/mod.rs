@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::copy::list::{self, Entry};
 use crate::copy::side::{one_line, store_path, Side};
-use crate::copy::transfer::{copy_one, Ctx};
+use crate::copy::transfer::{copy_one, Ctx, End};
 use crate::copy::{self, progress, CopyOptions};
 use crate::error::{Result, SlateError};
 use crate::location::Location;
@@ -595,10 +595,11 @@ async fn apply(
         after = last.key.clone();
         let mut results = futures::stream::iter(rows)
             .map(|r| {
-                let (src, dst) = (&ctx.src, &ctx.dst);
-                let (src_loc, dst_loc, root) = (&src_loc, &dst_loc, &ctx.dst_root);
+                let (src_loc, dst_loc) = (&src_loc, &dst_loc);
                 async move {
-                    let res = delete_one(src, dst, src_loc, dst_loc, root, &r.key).await;
+                    // a delete takes a slot like a copy: both ask the stores for something
+                    let _slots = ctx.limits.acquire().await;
+                    let res = delete_one(ctx, src_loc, dst_loc, &r.key).await;
                     (r.key, res)
                 }
             })
@@ -626,45 +627,49 @@ async fn apply(
 }
 
 /// Deletes one key at the destination if the source says it is gone. Returns false when the
-/// source has it again (the delete is skipped: rule 4, deletes are deliberate).
-async fn delete_one(
-    src: &Side,
-    dst: &Side,
-    src_loc: &Location,
-    dst_loc: &Location,
-    dst_root: &std::path::Path,
-    key: &str,
-) -> Result<bool> {
+/// source has it again (the delete is skipped: rule 4, deletes are deliberate). Both requests
+/// are sent again while their errors are transient.
+async fn delete_one(ctx: &Ctx, src_loc: &Location, dst_loc: &Location, key: &str) -> Result<bool> {
     let err = |detail: String| SlateError::Object {
         key: key.to_string(),
         detail,
     };
-    let present = match src {
-        Side::Cloud { store, .. } => match store.head(&store_path(&src_loc.key_for(key))?).await {
-            Ok(_) => true,
-            Err(object_store::Error::NotFound { .. }) => false,
-            Err(e) => {
-                return Err(err(format!(
-                    "checking the source before deleting: {}",
-                    one_line(&e)
-                )))
+    let present = match &ctx.src {
+        Side::Cloud { store, .. } => {
+            let path = store_path(&src_loc.key_for(key))?;
+            let head = ctx
+                .retry(End::Src)
+                .request(key, |_| true, |_| store.head(&path))
+                .await;
+            match head {
+                Ok(_) => true,
+                Err(object_store::Error::NotFound { .. }) => false,
+                Err(e) => {
+                    return Err(err(format!(
+                        "checking the source before deleting: {}",
+                        one_line(&e)
+                    )))
+                }
             }
-        },
+        }
         Side::Local { loc } => loc.local_path().join(key).exists(),
     };
     if present {
         return Ok(false);
     }
-    match dst {
-        Side::Cloud { store, .. } => store
-            .delete(&store_path(&dst_loc.key_for(key))?)
-            .await
-            .or_else(|e| match e {
-                object_store::Error::NotFound { .. } => Ok(()),
-                e => Err(err(format!("deleting: {}", one_line(&e)))),
-            })?,
+    match &ctx.dst {
+        Side::Cloud { store, .. } => {
+            let path = store_path(&dst_loc.key_for(key))?;
+            ctx.retry(End::Dst)
+                .request(key, |_| true, |_| store.delete(&path))
+                .await
+                .or_else(|e| match e {
+                    object_store::Error::NotFound { .. } => Ok(()),
+                    e => Err(err(format!("deleting: {}", one_line(&e)))),
+                })?
+        }
         Side::Local { .. } => {
-            let path = copy::local::safe_join(dst_root, key)?;
+            let path = copy::local::safe_join(&ctx.dst_root, key)?;
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
