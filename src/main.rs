@@ -3,6 +3,8 @@
 use std::io::IsTerminal;
 
 use clap::Parser;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
@@ -16,11 +18,21 @@ fn main() {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // The AWS SDK traces whole responses and errors, and AWS's signature errors echo the
+    // request's signed headers, the session token among them: those traces never show, even
+    // under -vv or RUST_LOG=trace.
+    let no_echoes = tracing_subscriber::filter::filter_fn(|m| {
+        !(*m.level() == tracing::Level::TRACE
+            && m.target()
+                .starts_with("aws_smithy_runtime::client::orchestrator"))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // colour codes only for a terminal: logs redirected to files and journald stay plain
         .with_ansi(std::io::stderr().is_terminal())
+        .finish()
+        .with(no_echoes)
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

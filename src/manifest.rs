@@ -129,21 +129,27 @@ impl Manifest {
              PRAGMA cache_size = -32768;",
         )
         .map_err(|e| err(e.to_string()))?;
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| err(e.to_string()))?;
+        // Each migration in its own IMMEDIATE transaction that reads the version again: two
+        // processes opening a new database at once must not both apply migration 1.
+        let mut conn = conn;
         let known = MIGRATIONS.len() as i64;
-        if version > known {
-            return Err(err(format!(
-                "written by a newer slate (schema version {version}, this slate knows up to {known}); upgrade slate or use another --db"
-            )));
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let v = i + 1;
+        loop {
             let tx = conn
-                .unchecked_transaction()
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(|e| err(e.to_string()))?;
-            tx.execute_batch(sql)
+            let version: i64 = tx
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(|e| err(e.to_string()))?;
+            if version > known {
+                return Err(err(format!(
+                    "written by a newer slate (schema version {version}, this slate knows up to {known}); upgrade slate or use another --db"
+                )));
+            }
+            if version == known {
+                break;
+            }
+            let v = version + 1;
+            tx.execute_batch(MIGRATIONS[version as usize])
                 .map_err(|e| err(format!("migration {v:04}: {e}")))?;
             tx.execute_batch(&format!("PRAGMA user_version = {v}"))
                 .map_err(|e| err(e.to_string()))?;

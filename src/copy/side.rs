@@ -142,7 +142,21 @@ fn classify(e: object_store::Error) -> ChunkError {
         object_store::Error::Precondition { .. } => ChunkError::Fatal(
             "source object changed during the copy (etag no longer matches); run again".into(),
         ),
-        other => ChunkError::Retry(one_line(&other)),
+        e @ (object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }) => ChunkError::Fatal(one_line(&e)),
+        other => {
+            // a client error other than a timeout or throttling does not go away by asking
+            // again (a 403 was tried 8 times, ~20 s per object)
+            let status = crate::metrics::status_of(&other);
+            let client_error = status.len() == 3
+                && status.starts_with('4')
+                && !matches!(status.as_str(), "408" | "429");
+            if client_error {
+                ChunkError::Fatal(one_line(&other))
+            } else {
+                ChunkError::Retry(one_line(&other))
+            }
+        }
     }
 }
 

@@ -29,7 +29,22 @@ pub struct SqsSource {
 fn sqs_err(spec: &str, e: impl std::fmt::Display) -> SlateError {
     SlateError::Store {
         url: spec.to_string(),
-        detail: crate::copy::side::one_line(&e),
+        detail: crate::copy::side::one_line(&sdk_error_text(e)),
+    }
+}
+
+/// An AWS SDK error as text, without what AWS echoes of the request: a `SignatureDoesNotMatch`
+/// message carries "The Canonical String for this request should have been …", the signed
+/// headers with their values, `x-amz-security-token` (the session token) among them. Everything
+/// from there on (the rest of the message and the raw response) is left out.
+fn sdk_error_text(e: impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    match text.find("The Canonical String for this request") {
+        Some(at) => format!(
+            "{}[the canonical request AWS echoed is not shown: it holds credentials]",
+            &text[..at]
+        ),
+        None => text,
     }
 }
 
@@ -100,7 +115,7 @@ impl SqsSource {
                 Err(e) => {
                     failures += 1;
                     let delay = Duration::from_millis((200u64 << failures.min(7)).min(30_000));
-                    tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), delay_ms = delay.as_millis() as u64, "SQS receive failed");
+                    tracing::warn!(error = %sdk_error_text(aws_sdk_sqs::error::DisplayErrorContext(e)), delay_ms = delay.as_millis() as u64, "SQS receive failed");
                     tokio::time::sleep(delay).await;
                     continue;
                 }
@@ -146,7 +161,7 @@ impl SqsSource {
                 .await
             {
                 // stored already: a redelivery only repeats a harmless, coalesced event
-                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "SQS delete failed");
+                tracing::warn!(error = %sdk_error_text(aws_sdk_sqs::error::DisplayErrorContext(e)), "SQS delete failed");
             }
         }
     }

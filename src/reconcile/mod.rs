@@ -307,7 +307,21 @@ pub async fn scan(
         let (a, b) = tokio::join!(src_task, dst_task);
         (a?, Some(b?))
     } else {
-        let listed = src_task.await?;
+        // a listing sweeps the temporary files of a slate killed mid-copy; without one, a
+        // local destination is swept here, or they would stay forever
+        let sweep = async {
+            if let Side::Local { loc } = &plan.dst {
+                let root = loc.local_path();
+                blocking(move || copy::local::sweep_orphan_temps(&root)).await
+            } else {
+                Ok(())
+            }
+        };
+        let (listed, swept) = tokio::join!(src_task, sweep);
+        if let Err(e) = swept {
+            tracing::warn!(error = %e, "sweeping temporary files failed");
+        }
+        let listed = listed?;
         let (m, id) = (manifest.clone(), pair.id);
         blocking(move || m.scan_dst_from_manifest(id)).await?;
         (listed, None)
