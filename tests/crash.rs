@@ -724,55 +724,6 @@ fn sync_once_killed_local_to_local() {
 // ---------------------------------------------------------------------------------------------
 // the daemon
 
-/// A moto bucket whose creates and deletes are notified to a new SQS queue: (bucket, queue).
-/// (After `sqs_bucket` in tests/daemon_e2e.rs.)
-fn sqs_bucket(rt: &tokio::runtime::Runtime, tag: &str) -> (String, String) {
-    let bucket = format!("slate-crash{tag}-{}", std::process::id());
-    let queue = unique("slate-crash-q");
-    let (st, body) = s3_raw("PUT", &format!("/{bucket}"), "");
-    assert!(
-        st == 200 || body.contains("BucketAlreadyOwnedByYou"),
-        "create bucket: {st} {body}"
-    );
-    let arn = rt.block_on(async {
-        let c = sqs_client().await;
-        let url = c
-            .create_queue()
-            .queue_name(&queue)
-            // a message received by a daemon killed before it stored it comes back after this
-            .attributes(
-                aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-                "3",
-            )
-            .send()
-            .await
-            .expect("queue")
-            .queue_url
-            .expect("url");
-        let attrs = c
-            .get_queue_attributes()
-            .queue_url(&url)
-            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .expect("attrs");
-        attrs
-            .attributes
-            .and_then(|a| {
-                a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                    .cloned()
-            })
-            .expect("arn")
-    });
-    let conf = format!(
-        "<NotificationConfiguration><QueueConfiguration><Id>slate</Id><Queue>{arn}</Queue>\
-         <Event>s3:ObjectCreated:*</Event><Event>s3:ObjectRemoved:*</Event></QueueConfiguration></NotificationConfiguration>"
-    );
-    let (st, body) = s3_raw("PUT", &format!("/{bucket}?notification"), &conf);
-    assert_eq!(st, 200, "notification config: {body}");
-    (bucket, queue)
-}
-
 struct Daemon {
     db: PathBuf,
     logs: PathBuf,
@@ -996,7 +947,7 @@ fn daemon_killed_local_to_s3() {
 #[test]
 fn daemon_killed_s3_sqs_to_local() {
     let rt = Arc::new(rt());
-    let (bucket, queue) = sqs_bucket(&rt, "l");
+    let (bucket, queue) = sqs_bucket("crash");
     let dir = tempfile::tempdir().expect("tmp");
     daemon_trials(
         "daemon_killed_s3_sqs_to_local",

@@ -37,25 +37,6 @@ const SAS_SIG: &str = "SLATEsasSig0a1b2c3d4e5f6g7h8i9j0kLmNoPqRsTu%2B%3D";
 const GCS_KEY_ID: &str = "8f1c2d3e4b5a69780f1e2d3c4b5a6978d0c1SLATE";
 const API_TOKEN: &str = "slate-api-3c9e1f7a5b2d4e6f8a0c1e3b5d7f9a1c";
 
-fn b64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                A[((n >> (18 - 6 * i)) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
-
 /// An account key as Azure makes them: 64 random bytes, base64.
 fn azure_key(seed: u64) -> String {
     b64(&bytes(seed, 64))

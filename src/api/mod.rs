@@ -215,11 +215,20 @@ async fn list_jobs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) ->
     }
 }
 
-async fn get_job(
-    State(api): State<Arc<Api>>,
-    Path(id): Path<String>,
+/// What a request on `/jobs/{id}` does.
+#[derive(Clone, Copy)]
+enum JobAction {
+    Get,
+    Cancel,
+    Resume,
+}
+
+async fn job_action(
+    api: Arc<Api>,
+    id: String,
     headers: HeaderMap,
     uri: Uri,
+    action: JobAction,
 ) -> Response {
     if !api.hub.authorized(&headers, &uri) {
         return unauthorized();
@@ -227,11 +236,25 @@ async fn get_job(
     let Ok(id) = id.parse::<i64>() else {
         return no_job(&id);
     };
-    match api.jobs.get(id).await {
+    let r = match action {
+        JobAction::Get => api.jobs.get(id).await,
+        JobAction::Cancel => api.jobs.cancel(id).await.map(Some),
+        JobAction::Resume => api.jobs.resume(id).await.map(Some),
+    };
+    match r {
         Ok(Some(j)) => json_response(StatusCode::OK, job_json(&j)),
         Ok(None) => no_job(&id.to_string()),
         Err(r) => refused(r),
     }
+}
+
+async fn get_job(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    job_action(api, id, headers, uri, JobAction::Get).await
 }
 
 async fn cancel_job(
@@ -240,16 +263,7 @@ async fn cancel_job(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    if !api.hub.authorized(&headers, &uri) {
-        return unauthorized();
-    }
-    let Ok(id) = id.parse::<i64>() else {
-        return no_job(&id);
-    };
-    match api.jobs.cancel(id).await {
-        Ok(j) => json_response(StatusCode::OK, job_json(&j)),
-        Err(r) => refused(r),
-    }
+    job_action(api, id, headers, uri, JobAction::Cancel).await
 }
 
 async fn resume_job(
@@ -258,16 +272,7 @@ async fn resume_job(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    if !api.hub.authorized(&headers, &uri) {
-        return unauthorized();
-    }
-    let Ok(id) = id.parse::<i64>() else {
-        return no_job(&id);
-    };
-    match api.jobs.resume(id).await {
-        Ok(j) => json_response(StatusCode::OK, job_json(&j)),
-        Err(r) => refused(r),
-    }
+    job_action(api, id, headers, uri, JobAction::Resume).await
 }
 
 /// Server-Sent Events: `progress` with the job whenever it changed (looked at four times a

@@ -466,3 +466,72 @@ pub fn gcs_upload_any_name(bucket: &str, name: &str, body: &str) {
         .expect("upload");
     assert!(r.status().is_success(), "{name}: {}", r.status());
 }
+
+/// Standard base64 with padding (what Event Grid's queue delivery and Pub/Sub use).
+pub fn b64<T: AsRef<[u8]> + ?Sized>(data: &T) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.as_ref().chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                A[((n >> (18 - 6 * i)) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// A moto bucket whose notifications for every create and delete go to a new SQS queue:
+/// (bucket, queue name).
+pub fn sqs_bucket(tag: &str) -> (String, String) {
+    let bucket = format!("slate-sqs{tag}-{}", std::process::id());
+    let queue = unique("slate-q");
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}"), "");
+    assert!(
+        st == 200 || body.contains("BucketAlreadyOwnedByYou"),
+        "create bucket: {st} {body}"
+    );
+    let arn = rt().block_on(async {
+        let c = sqs_client().await;
+        let url = c
+            .create_queue()
+            .queue_name(&queue)
+            // a message received by a daemon killed before it stored it comes back after this
+            .attributes(
+                aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+                "3",
+            )
+            .send()
+            .await
+            .expect("queue")
+            .queue_url
+            .expect("url");
+        let attrs = c
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("attrs");
+        attrs
+            .attributes
+            .and_then(|a| {
+                a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                    .cloned()
+            })
+            .expect("arn")
+    });
+    let conf = format!(
+        "<NotificationConfiguration><QueueConfiguration><Id>slate</Id><Queue>{arn}</Queue>\
+         <Event>s3:ObjectCreated:*</Event><Event>s3:ObjectRemoved:*</Event></QueueConfiguration></NotificationConfiguration>"
+    );
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}?notification"), &conf);
+    assert_eq!(st, 200, "notification config: {body}");
+    (bucket, queue)
+}
