@@ -70,7 +70,7 @@ impl Config {
     pub fn validate(&self, origin: &str) -> Result<()> {
         let bad = |why: String| SlateError::Config {
             path: origin.to_string(),
-            why,
+            why: one_line(&why),
         };
         for (i, p) in self.pairs.iter().enumerate() {
             let which = format!(
@@ -158,6 +158,21 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     Ok(v as u64)
 }
 
+/// An error's reason on one line: control characters quoted from the file (a newline, an
+/// escape sequence in a key or a URL) are shown escaped, so they cannot break the line or
+/// drive the terminal.
+fn one_line(why: &str) -> String {
+    let mut out = String::with_capacity(why.len());
+    for c in why.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The default config path, if one exists there.
 pub fn default_path() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
@@ -178,7 +193,7 @@ impl Config {
                 .unwrap_or_default();
             SlateError::Config {
                 path: origin.to_string(),
-                why: format!("{line}{}", e.message().trim()),
+                why: one_line(&format!("{line}{}", e.message().trim())),
             }
         })
     }

@@ -72,8 +72,9 @@ impl<'a> Inbox<'a> {
                     "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
                      VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
                      ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
-                        token = CASE WHEN inbox.token IS NULL OR excluded.token > inbox.token
-                                     THEN COALESCE(excluded.token, inbox.token) ELSE inbox.token END,
+                        token = CASE WHEN inbox.token IS NULL OR excluded.token IS NULL THEN NULL
+                                     WHEN excluded.token > inbox.token THEN excluded.token
+                                     ELSE inbox.token END,
                         events = inbox.events + 1,
                         last_seen = excluded.last_seen, not_before = 0, attempts = 0",
                 )?;
@@ -118,13 +119,15 @@ impl<'a> Inbox<'a> {
         })
     }
 
-    /// Removes a reconciled key, unless an event arrived for it after `taken` (then it stays,
-    /// to be reconciled again: that event may describe a newer state).
-    pub fn done(&self, pair_id: i64, key: &str, taken_at_ms: i64) -> Result<()> {
+    /// Removes a reconciled key, unless an event arrived for it after it was taken (then it
+    /// stays, to be reconciled again: that event may describe a newer state). `events` is the
+    /// row's event count as `take` returned it: every push adds one, so a row with more events
+    /// got some after the take, whatever the clock says.
+    pub fn done(&self, pair_id: i64, key: &str, events: u64) -> Result<()> {
         self.m.with(|c| {
             c.execute(
-                "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND last_seen <= ?3",
-                params![pair_id, key, taken_at_ms],
+                "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3",
+                params![pair_id, key, events as i64],
             )
             .map(|_| ())
         })
@@ -202,23 +205,27 @@ mod tests {
                     ("k2".into(), Kind::Delete, None),
                     ("k1".into(), Kind::Delete, Some("02".into())),
                     ("k1".into(), Kind::Upsert, Some("01".into())), // late: the newest token stays
+                    ("k3".into(), Kind::Upsert, Some("05".into())),
+                    ("k3".into(), Kind::Upsert, Some("07".into())),
                 ],
             )
             .unwrap();
-        assert_eq!(new, 2);
+        assert_eq!(new, 3);
         drop(m);
         let m = Manifest::open(&path).unwrap();
         let ib = Inbox::new(&m);
         let got = ib.take(p, 10).unwrap();
-        assert_eq!(got.len(), 2);
-        let k1 = got.iter().find(|x| x.key == "k1").unwrap();
-        assert_eq!((k1.token.as_deref(), k1.events), (Some("02"), 4));
-        let taken = now();
-        ib.done(p, "k2", taken).unwrap();
-        // an event after `taken` keeps k1 pending
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(got.len(), 3);
+        let k = |key: &str| got.iter().find(|x| x.key == key).unwrap().clone();
+        // an untokened event (a watch, a folder, S3 without sequencers) is never outranked
+        // by a token: the row must be applied whatever the tokens say
+        assert_eq!((k("k1").token, k("k1").events), (None, 4));
+        assert_eq!((k("k3").token.as_deref(), k("k3").events), (Some("07"), 2));
+        ib.done(p, "k2", k("k2").events).unwrap();
+        ib.done(p, "k3", k("k3").events).unwrap();
+        // an event after the take keeps k1 pending, even within the same millisecond
         ib.push(p, &[("k1".into(), Kind::Upsert, None)]).unwrap();
-        ib.done(p, "k1", taken).unwrap();
+        ib.done(p, "k1", k("k1").events).unwrap();
         assert_eq!(ib.take(p, 10).unwrap().len(), 1);
         ib.retry_later(p, "k1", 60_000).unwrap();
         assert!(ib.take(p, 10).unwrap().is_empty(), "backoff hides the key");

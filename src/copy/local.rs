@@ -143,6 +143,38 @@ pub fn walk(
     Ok(())
 }
 
+/// Deletes the destination file of `key` under `root`; false when it was not there. Refuses
+/// to go through a symlinked folder inside the root (it could point anywhere), as writes do.
+pub fn remove_below(root: &Path, key: &str) -> Result<bool, SlateError> {
+    let path = safe_join(root, key)?;
+    let err = |detail: String| SlateError::Object {
+        key: key.to_string(),
+        detail,
+    };
+    if let Some(rel) = path.parent().and_then(|p| p.strip_prefix(root).ok()) {
+        let mut cur = root.to_path_buf();
+        for c in rel.components() {
+            cur.push(c);
+            match std::fs::symlink_metadata(&cur) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(err(format!(
+                        "{} is a symlink; refusing to delete through it",
+                        cur.display()
+                    )))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(err(format!("deleting {}: {e}", path.display()))),
+            }
+        }
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(err(format!("deleting {}: {e}", path.display()))),
+    }
+}
+
 /// Creates parent folders of destination files, refusing to follow a symlink that already
 /// sits inside the root (it could point anywhere). Verified folders are remembered.
 #[derive(Default)]

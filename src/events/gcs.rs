@@ -93,7 +93,12 @@ pub fn parse_gcs_push(body: &str) -> Result<Parsed, ParseError> {
     if let Some(attrs) = message.get("attributes").filter(|a| !a.is_null()) {
         for (name, value) in object(attrs, "message.attributes")? {
             let value = value.as_str().ok_or_else(|| {
-                ParseError::new(format!("message.attributes.{name}: expected a string"))
+                // the name comes from the message: shown, but only its start
+                let shown: String = name.chars().take(40).collect();
+                let cut = if shown.len() < name.len() { "…" } else { "" };
+                ParseError::new(format!(
+                    "message.attributes.{shown}{cut}: expected a string"
+                ))
             })?;
             attributes.insert(name.clone(), value.to_string());
         }
@@ -465,6 +470,7 @@ mod tests {
             (r#"{"message":{}}"#.into(), "attributes.eventType: missing"),
             (r#"{"message":{"attributes":[]}}"#.into(), "message.attributes: expected an object"),
             (r#"{"message":{"attributes":{"eventType":1}}}"#.into(), "message.attributes.eventType: expected a string"),
+            (format!(r#"{{"message":{{"attributes":{{"{}":0}}}}}}"#, "\u{ff}".repeat(200)), "message.attributes.ÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿÿ…: expected a string"),
             (r#"{"message":{"attributes":{"eventType":"OBJECT_FINALIZE","bucketId":"b","objectId":"k"},"data":"!!"}}"#.into(), "message.data: not base64"),
             (r#"{"message":{"attributes":{"eventType":"OBJECT_FINALIZE","bucketId":"b","objectId":"k"},"data":7}}"#.into(), "message.data: expected a string"),
             // base64 of "[]"

@@ -169,8 +169,21 @@ fn parse_eventbridge(v: &Value, path: &str) -> Result<Parsed, ParseError> {
     }]))
 }
 
+/// S3's `sequencer`: hexadecimal digits, ordered after left-padding to 40 digits
+/// (`route::token_text`). Anything else is refused: stored as text, a malformed token (`"ZZ"`,
+/// or 41 digits) would sort above every real one of its key, and the daemon would skip that
+/// key's later events as stale.
 fn sequencer(object: &Value, path: &str) -> Result<Option<Token>, ParseError> {
-    Ok(opt_str(object, "sequencer", path)?.map(|s| Token::S3(s.to_string())))
+    let Some(s) = opt_str(object, "sequencer", path)? else {
+        return Ok(None);
+    };
+    if s.len() > 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ParseError::new(format!(
+            "{}: not a hexadecimal sequencer of at most 40 digits",
+            join(path, "sequencer")
+        )));
+    }
+    Ok(Some(Token::S3(s.to_string())))
 }
 
 #[cfg(test)]
@@ -558,6 +571,8 @@ mod tests {
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","size":-1}}}]}"#.into(), "Records[0].s3.object.size: expected a non-negative integer"),
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","size":"big"}}}]}"#.into(), "Records[0].s3.object.size: expected a non-negative integer"),
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","sequencer":12}}}]}"#.into(), "Records[0].s3.object.sequencer: expected a string"),
+            (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","sequencer":"ZZ-SECRET-SHOULD-NOT-BE-ECHOED"}}}]}"#.into(), "Records[0].s3.object.sequencer: not a hexadecimal sequencer"),
+            (format!(r#"{{"Records":[{{"eventName":"ObjectCreated:Put","s3":{{"bucket":{{"name":"b"}},"object":{{"key":"k","sequencer":"1{}"}}}}}}]}}"#, "0".repeat(40)), "Records[0].s3.object.sequencer: not a hexadecimal sequencer"),
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k"}}},{"eventName":"ObjectCreated:Put"}]}"#.into(), "Records[1].s3: missing"),
             (r#"{"Type":"Notification"}"#.into(), "Message: missing"),
             (r#"{"Type":"Notification","Message":{"Records":[]}}"#.into(), "Message: expected a string"),

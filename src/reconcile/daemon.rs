@@ -339,14 +339,7 @@ async fn delete_at_destination(ctx: &Ctx, dst_loc: &Location, key: &str) -> Resu
                 Err(e) => Err(err(format!("deleting: {}", one_line(&e)))),
             }
         }
-        Side::Local { .. } => {
-            let path = copy::local::safe_join(&ctx.dst_root, key)?;
-            match std::fs::remove_file(&path) {
-                Ok(()) => Ok(true),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-                Err(e) => Err(err(format!("deleting {}: {e}", path.display()))),
-            }
-        }
+        Side::Local { .. } => copy::local::remove_below(&ctx.dst_root, key),
     }
 }
 
@@ -508,7 +501,6 @@ pub async fn run(
     tokio::pin!(shutdown);
     loop {
         let (m, batch) = (manifest.clone(), opts.batch);
-        let taken_at = inbox::now();
         // listen for the bell before looking, so that a push in between is not missed
         let rung = inbox::bell().notified();
         tokio::pin!(rung);
@@ -530,7 +522,7 @@ pub async fn run(
                         let lag = (inbox::now() - p.first_seen).max(0) as u64;
                         stats.lag_ms_max.fetch_max(lag, Relaxed);
                         let m = manifest.clone();
-                        let key = p.key.clone();
+                        let (key, events) = (p.key.clone(), p.events);
                         match r {
                             Ok(a) => {
                                 stats.applied.fetch_add(1, Relaxed);
@@ -549,7 +541,7 @@ pub async fn run(
                                     Applied::Stale => stats.stale.fetch_add(1, Relaxed),
                                 };
                                 tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
-                                blocking(move || Inbox::new(&m).done(pair_id, &key, taken_at)).await
+                                blocking(move || Inbox::new(&m).done(pair_id, &key, events)).await
                             }
                             Err(e) => {
                                 stats.failed.fetch_add(1, Relaxed);

@@ -683,12 +683,7 @@ async fn delete_one(ctx: &Ctx, src_loc: &Location, dst_loc: &Location, key: &str
                 })?
         }
         Side::Local { .. } => {
-            let path = copy::local::safe_join(&ctx.dst_root, key)?;
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(err(format!("deleting {}: {e}", path.display()))),
-            }
+            copy::local::remove_below(&ctx.dst_root, key)?;
         }
     }
     Ok(true)
