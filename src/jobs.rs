@@ -25,7 +25,7 @@ use crate::copy::{self, progress::Counters, CopyOptions, ProgressMode};
 use crate::error::{Result, SlateError};
 use crate::location::Location;
 use crate::manifest::Manifest;
-use crate::reconcile::{self, filter::Filter, MaxDelete, SyncOptions};
+use crate::reconcile::{self, blocking, filter::Filter, MaxDelete, SyncOptions};
 
 /// What a job does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -593,6 +593,23 @@ impl<'a> JobStore<'a> {
         })
     }
 
+    /// Keeps the counts a job reached before it was cancelled or interrupted.
+    fn keep_progress(&self, id: i64, p: &Snapshot) -> Result<()> {
+        self.m.with(|c| {
+            c.execute(
+                "UPDATE jobs SET objects_done = ?2, objects_failed = ?3, bytes_done = ?4,
+                    version = version + 1 WHERE id = ?1",
+                params![
+                    id,
+                    p.objects_done as i64,
+                    p.objects_failed as i64,
+                    p.bytes_done as i64
+                ],
+            )
+            .map(|_| ())
+        })
+    }
+
     /// Records the outcome of a running job (only while it is still running: a cancel wins).
     fn finish(
         &self,
@@ -771,20 +788,12 @@ pub struct Jobs {
     slots: Arc<tokio::sync::Semaphore>,
     live: Mutex<HashMap<i64, Arc<Live>>>,
     owner: String,
-    /// Bytes copied by every job of this process (for the metrics).
-    pub bytes_copied: AtomicU64,
 }
 
 impl std::fmt::Debug for Jobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Jobs").field("owner", &self.owner).finish()
     }
-}
-
-fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> impl std::future::Future<Output = Result<T>> {
-    reconcile::blocking(f)
 }
 
 impl Jobs {
@@ -796,7 +805,6 @@ impl Jobs {
             slots: Arc::new(tokio::sync::Semaphore::new(max_running.max(1))),
             live: Mutex::new(HashMap::new()),
             owner: owner_tag(std::process::id()).unwrap_or_else(|| std::process::id().to_string()),
-            bytes_copied: AtomicU64::new(0),
         })
     }
 
@@ -935,11 +943,6 @@ impl Jobs {
         }
     }
 
-    /// Counts of this process's running jobs and their in-flight bytes (for the metrics).
-    pub fn running(&self) -> usize {
-        self.live.lock().map(|l| l.len()).unwrap_or(0)
-    }
-
     fn spawn(self: &Arc<Self>, id: i64) {
         let live = Arc::new(Live {
             counters: Arc::new(Counters::default()),
@@ -1004,7 +1007,6 @@ impl Jobs {
         ticker.abort();
         let rate = 0.0;
         let snap = Snapshot::of(&live.counters, rate, version.load(Relaxed));
-        self.bytes_copied.fetch_add(snap.bytes_done, Relaxed);
         let (state, error, result) = match outcome {
             Ok(Ok(Outcome { failed: 0, result })) => (JobState::Succeeded, None, Some(result)),
             Ok(Ok(Outcome { failed, result })) => (
@@ -1041,22 +1043,7 @@ impl Jobs {
             // cancelled or interrupted meanwhile: keep the progress it made
             let m = self.manifest.clone();
             let snap = Snapshot::of(&live.counters, 0.0, 0);
-            blocking(move || {
-                m.with(|c| {
-                    c.execute(
-                        "UPDATE jobs SET objects_done = ?2, objects_failed = ?3, bytes_done = ?4,
-                            version = version + 1 WHERE id = ?1",
-                        params![
-                            id,
-                            snap.objects_done as i64,
-                            snap.objects_failed as i64,
-                            snap.bytes_done as i64
-                        ],
-                    )
-                    .map(|_| ())
-                })
-            })
-            .await?;
+            blocking(move || JobStore::new(&m).keep_progress(id, &snap)).await?;
         }
         Ok(())
     }
