@@ -36,6 +36,11 @@ pub enum SlateError {
     #[error("{key}: {detail}")]
     Object { key: String, detail: String },
 
+    /// A key object_store cannot name as it is (see `copy::side::store_path`): no request is
+    /// ever sent for it, and trying again cannot help.
+    #[error("{key}: key cannot be addressed: {why}")]
+    Unaddressable { key: String, why: String },
+
     #[error("{failed} of {total} objects failed; first error: {first}")]
     Partial {
         failed: u64,
@@ -73,6 +78,15 @@ impl SlateError {
             SlateError::Interrupted => 130,
             _ => 1,
         }
+    }
+
+    /// True for an error of one key that no retry can mend: the key itself cannot be written
+    /// or addressed there (the daemon dead-letters such a key instead of retrying it).
+    pub fn is_permanent_for_key(&self) -> bool {
+        matches!(
+            self,
+            SlateError::UnsafeKey { .. } | SlateError::Unaddressable { .. }
+        )
     }
 }
 

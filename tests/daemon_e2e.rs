@@ -216,6 +216,19 @@ fn s3_via_sqs(dst: Replica, tag: &str) {
         c.send_message().queue_url(&url).message_body("{ this is not json").send().await.expect("send");
         let foreign = r#"{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"some-other-bucket"},"object":{"key":"x","size":1}}}]}"#;
         c.send_message().queue_url(&url).message_body(foreign).send().await.expect("send");
+        // keys object_store would address as other keys: a `..` segment (reaches the inbox,
+        // then is dead-lettered by the apply, not retried), an empty segment (dead-lettered
+        // on arrival); and a folder marker, ignored
+        for (name, key) in [
+            ("ObjectRemoved:Delete", "data/a/../f1.bin"),
+            ("ObjectRemoved:Delete", "data//f2.bin"),
+            ("ObjectCreated:Put", "data/sub/"),
+        ] {
+            let body = format!(
+                r#"{{"Records":[{{"eventSource":"aws:s3","eventName":"{name}","s3":{{"bucket":{{"name":"{bucket}"}},"object":{{"key":"{key}","size":0}}}}}}]}}"#
+            );
+            c.send_message().queue_url(&url).message_body(body).send().await.expect("send");
+        }
     });
     // and a change after them: the daemon still follows
     let late = [("after.bin".to_string(), b"late".to_vec())].into();
@@ -250,15 +263,35 @@ fn s3_via_sqs(dst: Replica, tag: &str) {
         let dead: i64 = conn
             .query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get(0))
             .expect("count");
-        if dead >= 2 || Instant::now() > deadline {
+        if dead >= 4 || Instant::now() > deadline {
             break dead;
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(
-        dead, 2,
-        "the malformed and the foreign message are dead letters"
+        dead, 4,
+        "the malformed and the foreign message, and two keys that cannot be addressed, are dead letters"
     );
+    let reasons: Vec<String> = conn
+        .prepare("SELECT reason FROM dead_letters ORDER BY id")
+        .expect("sql")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("a/../f1.bin") && r.contains("cannot be addressed")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("data//f2.bin")),
+        "{reasons:?}"
+    );
+    // neither was applied to another key: f1.bin and f2.bin are still at the destination
+    let got = dst.read();
+    assert!(got.contains_key("f1.bin") && got.contains_key("f2.bin"));
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }
 

@@ -320,3 +320,54 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("newer slate"), "{}", stderr(&out));
 }
+
+#[test]
+fn folder_markers_are_not_objects_and_no_key_is_mangled() {
+    // Consoles create zero-byte `folder/` keys, and object_store lists `folder/` as `folder`:
+    // a copy of it read a key that is not there (404, every run failed), and a request sent
+    // for it would act on another object. Markers at every depth (the pair's own, the two
+    // levels listed with a delimiter, a deep one from a flat listing) are not objects; a real
+    // zero-byte object still is.
+    let prefix = unique("markers");
+    for (key, body) in [
+        ("", ""),
+        ("x/", ""),
+        ("x/f", "hello"),
+        ("a/b/", ""),
+        ("a/b/c/d/", ""),
+        ("a/b/c/d/e.txt", "e"),
+        ("a/b/c/empty", ""),
+        ("y", "yy"),
+    ] {
+        let (status, text) = s3_raw("PUT", &format!("/slate-src/{prefix}/{key}"), body);
+        assert_eq!(status, 200, "PUT {key:?}: {text}");
+    }
+    let want: BTreeMap<String, Vec<u8>> = [
+        ("x/f", "hello"),
+        ("a/b/c/d/e.txt", "e"),
+        ("a/b/c/empty", ""),
+        ("y", "yy"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+    .collect();
+    let src = format!("s3://slate-src/{prefix}");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let db = tmp.path().join("slate.db");
+    let s3_dst = Place::new(End::S3("slate-dst"), "markers-dst");
+    let local_dst = Place::new(End::Local, "markers-local");
+    for dst in [&s3_dst, &local_dst] {
+        let out = sync(&db, &src, &dst.url(), &[]);
+        assert!(out.status.success(), "{} {}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("source 4 listed"), "{}", stdout(&out));
+        assert_same(&dst.read(), &want);
+        let d = diff(&db, &src, &dst.url(), &["--json"]);
+        assert_eq!(d.status.code(), Some(0), "{}", stdout(&d));
+        assert_eq!(json_summary(&d)["equal"], 4, "{}", stdout(&d));
+        // and again: nothing to do, still exit 0
+        let again = sync(&db, &src, &dst.url(), &[]);
+        assert!(again.status.success(), "{}", stderr(&again));
+    }
+    // a marker never overwrote or deleted a same-named object at the destination
+    assert!(!local_dst.root.join("x").is_file());
+}

@@ -14,9 +14,10 @@ use tokio::sync::mpsc;
 
 use super::local;
 use super::retry::Backoff;
-use super::side::{one_line, store_path, Side};
+use super::side::{one_line, prefix_path, Side};
 use crate::error::{Result, SlateError};
 use crate::location::Location;
+use object_store::ObjectStoreExt as _;
 
 /// One object found by a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +50,9 @@ pub async fn list_entries(
     classify: fn(&Location, &object_store::Error) -> SlateError,
 ) -> Result<u64> {
     match side {
-        Side::Cloud { pager, loc, .. } => list_cloud(pager, loc, tx, classify).await,
+        Side::Cloud {
+            store, pager, loc, ..
+        } => list_cloud(store, pager, loc, tx, classify).await,
         Side::Local { loc } => {
             let root = loc.local_path();
             let url = loc.to_string();
@@ -86,6 +89,7 @@ const LIST_FANOUT: usize = 8;
 /// in parallel (up to [`LIST_FANOUT`] at once): a listing's pages are sequential, so one
 /// listing per folder is what makes a large bucket list faster.
 async fn list_cloud(
+    store: &Arc<dyn object_store::ObjectStore>,
     pager: &Arc<dyn PaginatedListStore>,
     loc: &Location,
     tx: mpsc::Sender<Result<Entry>>,
@@ -94,7 +98,7 @@ async fn list_cloud(
     let prefix = if loc.prefix.is_empty() {
         None
     } else {
-        Some(store_path(&loc.prefix)?)
+        Some(prefix_path(&loc.prefix)?)
     };
     let strip = if loc.prefix.is_empty() {
         String::new()
@@ -108,6 +112,7 @@ async fn list_cloud(
     // listing (s3s-fs, some S3-compatibles) only read the folder asked for. Deeper down,
     // listings are flat: one request per 1,000 keys however many small folders there are.
     let level = Level {
+        store,
         pager,
         loc,
         strip: &strip,
@@ -135,6 +140,7 @@ async fn list_cloud(
 
 /// One "folder" level of a cloud listing, with a delimiter.
 struct Level<'a> {
+    store: &'a Arc<dyn object_store::ObjectStore>,
     pager: &'a Arc<dyn PaginatedListStore>,
     loc: &'a Location,
     strip: &'a str,
@@ -190,12 +196,30 @@ impl Level<'_> {
                 }
             };
             for meta in page.result.objects {
+                // The folder's own marker (a key `folder/`, as consoles create them), which
+                // object_store hands back as `folder`: not an object (see `store_path`).
+                if Some(&meta.location) == prefix || meta.location.as_ref().is_empty() {
+                    continue;
+                }
                 n += 1;
                 if self.tx.send(Ok(entry(meta, self.strip))).await.is_err() {
                     return Ok((n, Vec::new()));
                 }
             }
-            folders.extend(page.result.common_prefixes);
+            for folder in page.result.common_prefixes {
+                if folder.as_ref().is_empty() || Some(&folder) == prefix {
+                    // keys beginning with `/` (or `folder//…`): object_store would name
+                    // other keys for them
+                    return Err(SlateError::List {
+                        url: self.loc.to_string(),
+                        detail: format!(
+                            "keys under '{}/' cannot be addressed: object_store drops the empty segment, so they would be read and written as other keys",
+                            folder.as_ref()
+                        ),
+                    });
+                }
+                folders.push(folder);
+            }
             match page.page_token {
                 Some(t) if !t.is_empty() => token = Some(t),
                 _ => return Ok((n, folders)),
@@ -225,6 +249,9 @@ impl Level<'_> {
                 }
             };
             for meta in page.result.objects {
+                if meta.size == 0 && self.is_marker(&meta.location).await {
+                    continue;
+                }
                 n += 1;
                 if self.tx.send(Ok(entry(meta, self.strip))).await.is_err() {
                     return Ok(n);
@@ -235,6 +262,19 @@ impl Level<'_> {
                 _ => return Ok(n),
             }
         }
+    }
+}
+
+impl Level<'_> {
+    /// True when the zero-byte `path` of a flat listing is a folder marker: object_store lists
+    /// the key `a/b/` as `a/b`, and only a HEAD tells them apart (`a/b` itself is not found).
+    /// One HEAD per zero-byte object, not retried: any answer but "not found" keeps it an
+    /// object (a marker kept by mistake fails its copy, which the next run tries again).
+    async fn is_marker(&self, path: &object_store::path::Path) -> bool {
+        matches!(
+            self.store.head(path).await,
+            Err(object_store::Error::NotFound { .. })
+        )
     }
 }
 

@@ -25,7 +25,7 @@ use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
 pub use progress::{Counters, ProgressMode};
-use side::{one_line, store_path, Side};
+use side::{one_line, prefix_path, Side};
 use transfer::{copy_one, Ctx, Item};
 
 use crate::error::{Result, SlateError};
@@ -222,7 +222,7 @@ pub(crate) fn classify_store_error(loc: &Location, e: &object_store::Error) -> S
 /// anything is there. Never more than one request, however big the prefix.
 async fn probe(pager: &Arc<dyn PaginatedListStore>, loc: &Location) -> Result<bool> {
     if !loc.prefix.is_empty() {
-        store_path(&loc.prefix)?; // the same checks as every other use of the prefix
+        prefix_path(&loc.prefix)?; // the same checks as every other use of the prefix
     }
     let prefix = (!loc.prefix.is_empty()).then(|| format!("{}/", loc.prefix));
     let opts = object_store::list::PaginatedListOptions {
@@ -258,7 +258,7 @@ pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
         } if !loc.prefix.is_empty() && !loc.is_dir_hint => {
             // A listing first: a prefix copy (the common case) then needs no HEAD, and servers
             // that answer a HEAD on a "folder" with an error (s3s-fs: 500) do not matter.
-            let path = store_path(&loc.prefix)?;
+            let path = prefix_path(&loc.prefix)?;
             if probe(pager, loc).await? {
                 None
             } else {

@@ -77,11 +77,39 @@ impl Side {
 }
 
 /// Parses a key into an object_store path without re-encoding it (keys are data).
+///
+/// object_store drops a leading and a trailing `/` (`Path::parse("a/")` is `a`, and `/` is the
+/// bucket itself), so such a key would name another object, or the bucket: a HEAD, PUT or
+/// DELETE sent for it would act on that instead (a DELETE on the bucket URL is S3's
+/// DeleteBucket). Those keys are refused, naming the key; nothing is sent for them.
 pub fn store_path(key: &str) -> Result<StorePath, SlateError> {
-    StorePath::parse(key).map_err(|e| SlateError::Object {
+    let refuse = |why: String| SlateError::Unaddressable {
         key: key.to_string(),
-        detail: format!("key cannot be addressed: {e}"),
-    })
+        why,
+    };
+    let path = StorePath::parse(key).map_err(|e| refuse(e.to_string()))?;
+    if path.as_ref() == key && !key.is_empty() {
+        return Ok(path);
+    }
+    Err(refuse(unaddressable(key).to_string()))
+}
+
+/// Why object_store cannot name `key` as it is (see [`store_path`]), or None when it can.
+pub fn unaddressable(key: &str) -> &'static str {
+    if key.is_empty() || key.chars().all(|c| c == '/') {
+        "it names the bucket itself"
+    } else if key.ends_with('/') {
+        "a key ending in '/' (a folder marker) would name the object without the '/'"
+    } else if key.starts_with('/') {
+        "a key beginning with '/' would name the object without the '/'"
+    } else {
+        "it contains an empty segment ('//')"
+    }
+}
+
+/// A bucket prefix (or a pair's prefix) as an object_store path; a trailing `/` is allowed.
+pub fn prefix_path(prefix: &str) -> Result<StorePath, SlateError> {
+    store_path(prefix.strip_suffix('/').unwrap_or(prefix))
 }
 
 /// Where the bytes of a chunk go as they arrive.
@@ -374,4 +402,36 @@ fn hash_range(file: &std::fs::File, range: Range<u64>) -> Result<ChunkOut, Chunk
         digests: hasher.finish(),
         data: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_object_store_would_rename_are_refused() {
+        // key → Ok(the same path) or Err(a phrase of the reason)
+        let table: &[(&str, Result<&str, &str>)] = &[
+            ("a", Ok("a")),
+            ("a/b c+%ü", Ok("a/b c+%ü")),
+            ("", Err("bucket itself")),
+            ("/", Err("bucket itself")),
+            ("//", Err("empty path segment")),
+            ("folder/", Err("folder marker")),
+            ("/etc", Err("beginning with '/'")),
+            ("a//b", Err("empty path segment")),
+        ];
+        for (key, want) in table {
+            match (store_path(key), want) {
+                (Ok(p), Ok(w)) => assert_eq!(p.as_ref(), *w, "{key:?}"),
+                (Err(e), Err(w)) => {
+                    let text = e.to_string();
+                    assert!(e.is_permanent_for_key(), "{key:?}");
+                    assert!(text.contains(w), "{key:?}: {text}");
+                }
+                (got, _) => panic!("{key:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        assert_eq!(prefix_path("data/").expect("prefix").as_ref(), "data");
+    }
 }

@@ -125,6 +125,19 @@ impl Routed {
             Parsed::Events(evs) => {
                 for ev in evs {
                     match scope.rel(&ev.bucket, &ev.key) {
+                        // A folder marker (`folder/`, as consoles create them) is not an object
+                        // slate replicates: listings do not show it either (copy::list).
+                        Some(rel) if rel.ends_with('/') => self.ignored += 1,
+                        // object_store would name another key for it (see store_path): never
+                        // applied, kept with the reason
+                        Some(rel) if rel.starts_with('/') || rel.contains("//") => {
+                            self.dead.push(format!(
+                                "event for {what}://{}/{}: {}",
+                                ev.bucket,
+                                ev.key,
+                                crate::copy::side::unaddressable(rel)
+                            ))
+                        }
                         Some(rel) => {
                             let kind = match ev.kind {
                                 EventKind::Upsert => Kind::Upsert,
@@ -337,9 +350,14 @@ mod tests {
             ("b", "database/x", None),
             ("b", "other/x", None),
             ("c", "data/x", None),
+            // a key object_store would address as another key: dead-lettered, never applied
+            ("b", "data//x", None),
+            ("b", "data/a//b", None),
         ];
         for (bucket, key, want) in table {
-            assert_eq!(scope.rel(bucket, key), *want, "{bucket}/{key}");
+            if !key.contains("//") {
+                assert_eq!(scope.rel(bucket, key), *want, "{bucket}/{key}");
+            }
             let mut r = Routed::default();
             r.add(
                 Parsed::Events(vec![ev(bucket, key, EventKind::Delete)]),
@@ -386,6 +404,35 @@ mod tests {
                 "{bucket}/{prefix}"
             );
         }
+    }
+
+    #[test]
+    fn folder_markers_are_ignored_and_the_bucket_is_never_a_key() {
+        let whole = Scope {
+            bucket: "b".into(),
+            prefix: String::new(),
+        };
+        // (key, kind) → ignored: neither a row (no HEAD, PUT or DELETE) nor a dead letter
+        for (key, kind) in [
+            ("/", EventKind::Delete),
+            ("//", EventKind::Upsert),
+            ("folder/", EventKind::Delete),
+            ("a/b/", EventKind::Upsert),
+        ] {
+            let mut r = Routed::default();
+            r.add(Parsed::Events(vec![ev("b", key, kind)]), &whole, "s3");
+            assert!(r.rows.is_empty(), "{key}: {:?}", r.rows);
+            assert!(r.dead.is_empty(), "{key}: {:?}", r.dead);
+            assert_eq!(r.ignored, 1, "{key}");
+        }
+        let mut r = Routed::default();
+        r.add(
+            Parsed::Events(vec![ev("b", "/etc", EventKind::Delete)]),
+            &whole,
+            "s3",
+        );
+        assert!(r.rows.is_empty());
+        assert!(r.dead[0].contains("beginning with '/'"), "{:?}", r.dead);
     }
 
     #[test]

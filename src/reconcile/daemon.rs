@@ -543,6 +543,19 @@ pub async fn run(
                                 tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
                                 blocking(move || Inbox::new(&m).done(pair_id, &key, events)).await
                             }
+                            Err(e) if e.is_permanent_for_key() => {
+                                // no retry can mend the key itself (it cannot be addressed or
+                                // written there): kept as a dead letter with the reason
+                                stats.failed.fetch_add(1, Relaxed);
+                                tracing::warn!(key = %key, error = %e, "key dead-lettered: no retry can apply it");
+                                let why = one_line(&e);
+                                blocking(move || {
+                                    let ib = Inbox::new(&m);
+                                    ib.dead_letter(Some(pair_id), "apply", key.as_bytes(), &why)?;
+                                    ib.done(pair_id, &key, events)
+                                })
+                                .await
+                            }
                             Err(e) => {
                                 stats.failed.fetch_add(1, Relaxed);
                                 tracing::warn!(key = %key, error = %e, attempt = p.attempts + 1, "reconcile failed; will retry");
