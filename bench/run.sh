@@ -650,7 +650,14 @@ if want diff; then
         expect_re "rclone check" "$WORK/diff.peer.out" \
             ": $((CHG_NEW + CHG_DELETE + CHG_OVERWRITE)) differences found\$" \
             ": $EQUAL_AFTER matching files\$" ": $CHG_NEW files missing\$" ": $CHG_DELETE files missing\$"
+        # The like-for-like peer: s3s-fs lists no ETags, so slate compares sizes there, and
+        # `--size-only` makes rclone compare the same (no HEAD per object for an MD5).
+        EXPECT_RC=1 run_timed diffsize.peer "${RCLONE[@]}" check "$RSYNC_SRC" "$RSYNC_DST" --checkers 64 --size-only
+        expect_re "rclone check --size-only" "$WORK/diffsize.peer.out" \
+            ": $((CHG_NEW + CHG_DELETE + CHG_OVERWRITE)) differences found\$" \
+            ": $EQUAL_AFTER matching files\$" ": $CHG_NEW files missing\$" ": $CHG_DELETE files missing\$"
     done
+    cp "$WORK/res.diff.slate" "$WORK/res.diffsize.slate"
 fi
 
 if want resync; then
@@ -690,7 +697,17 @@ if want resync; then
             "^Transferred: +$((CHG_NEW + CHG_OVERWRITE)) / $((CHG_NEW + CHG_OVERWRITE)), 100%" \
             "^Deleted: +$CHG_DELETE \\(files\\)"
         verify_resync rclone
+
+        # like-for-like: `--size-only` skips the HEAD per object rclone makes for modtimes
+        restore_data "$PRISTINE_SYNC"
+        apply_changes
+        run_timed resyncsize.peer "${RCLONE[@]}" sync "$RSYNC_SRC" "$RSYNC_DST" --transfers 64 --checkers 64 --size-only -v
+        expect_re "rclone sync --size-only" "$WORK/resyncsize.peer.out" \
+            "^Transferred: +$((CHG_NEW + CHG_OVERWRITE)) / $((CHG_NEW + CHG_OVERWRITE)), 100%" \
+            "^Deleted: +$CHG_DELETE \\(files\\)"
+        verify_resync "rclone --size-only"
     done
+    cp "$WORK/res.resync.slate" "$WORK/res.resyncsize.slate"
 fi
 
 # ---------------------------------------------------------------------------------------
@@ -835,8 +852,8 @@ commands=()
 want large && commands+=("\`slate copy s3://$SRC_BUCKET/large/ DIR --quiet\` vs \`rclone copy s3remote:$SRC_BUCKET/large/ DIR --multi-thread-streams 4\`")
 want small && commands+=("\`slate copy s3://$SRC_BUCKET/small/ s3://$DST_BUCKET/small/ --quiet --transfers 64\` vs \`rclone copy s3remote:$SRC_BUCKET/small/ s3remote:$DST_BUCKET/small/ --transfers 64 --checkers 64\`")
 want local && commands+=("\`slate copy SRC DST --quiet\` vs \`cp -r SRC/. DST/\`")
-want diff && commands+=("\`slate diff $SYNC_SRC $SYNC_DST --json --db NEW.db\` vs \`rclone check $RSYNC_SRC $RSYNC_DST --checkers 64\`")
-want resync && commands+=("\`slate sync --once $SYNC_SRC $SYNC_DST --db DB\` (the second run on DB) vs \`rclone sync $RSYNC_SRC $RSYNC_DST --transfers 64 --checkers 64 -v\`, then \`slate diff $SYNC_SRC $SYNC_DST --from-manifest --json --db DB\` with \`AWS_ENDPOINT_URL=http://127.0.0.1:9\` (a closed port)")
+want diff && commands+=("\`slate diff $SYNC_SRC $SYNC_DST --json --db NEW.db\` vs \`rclone check $RSYNC_SRC $RSYNC_DST --checkers 64\` (and with \`--size-only\`)")
+want resync && commands+=("\`slate sync --once $SYNC_SRC $SYNC_DST --db DB\` (the second run on DB) vs \`rclone sync $RSYNC_SRC $RSYNC_DST --transfers 64 --checkers 64 -v\` (and with \`--size-only\`), then \`slate diff $SYNC_SRC $SYNC_DST --from-manifest --json --db DB\` with \`AWS_ENDPOINT_URL=http://127.0.0.1:9\` (a closed port)")
 want million && commands+=("\`slate sync --once SRC DST --db DB\` (the second run on DB) vs \`rclone sync SRC DST -v\`")
 
 {
@@ -857,8 +874,12 @@ want million && commands+=("\`slate sync --once SRC DST --db DB\` (the second ru
     want local && row "local: 1 × $LOCAL_MB MiB file, local → local (peer: cp)" local MB/s "$LOCAL_BYTES" ratio:0.8
     want diff && row "diff: $DIFF_N × 1 KiB in folders of $DIFF_FOLDER, S3 ↔ S3, 100 differences (peer: rclone check)" diff obj/s \
         "$DIFF_N" ratio:3
+    want diff && row "diff, like for like, S3 ↔ S3: the same slate runs (peer: rclone check --size-only, which compares what slate can on this server)" \
+        diffsize obj/s "$DIFF_N"
     want resync && row "resync: 2nd \`sync --once\` after 100 changes in $DIFF_N (folders of $DIFF_FOLDER), S3 → S3 (peer: rclone sync)" \
         resync obj/s "$DIFF_N"
+    want resync && row "resync, like for like, S3 → S3: the same slate runs (peer: rclone sync --size-only)" \
+        resyncsize obj/s "$DIFF_N"
     want resync && row "from-manifest: \`diff --from-manifest\` of $SRC_AFTER_N keys, no request (no peer)" \
         manifest keys/s "$SRC_AFTER_N" wall_s:1
     want million && row "million: idle 2nd \`sync --once\`, $MILLION_N files, local → local (peer: rclone sync)" \
@@ -868,7 +889,7 @@ want million && commands+=("\`slate sync --once SRC DST --db DB\` (the second ru
     if want diff || want resync; then
         echo
         echo "diff / resync: the source changes by 50 overwrites (1 KiB → 1.5 KiB), 30 new and 20 deleted objects; counts are checked exactly." \
-             "s3s-fs lists no ETags, so slate compares by size there (a same-size overwrite would be invisible to it), while rclone check HEADs every object for its MD5 and rclone sync HEADs for modification times." \
+             "s3s-fs lists no ETags, so slate compares by size there (a same-size overwrite would be invisible to it), while rclone check HEADs every object for its MD5 and rclone sync HEADs for modification times; the like-for-like rows give rclone \`--size-only\`, the compare slate makes on this server, so they measure listing and planning alone." \
              "s3s-fs walks the whole bucket for every list page of 1,000, so listing N objects costs it O(N²): both tools pay that (the s3s-fs CPU figures)."
     fi
     notes=()
