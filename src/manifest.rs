@@ -204,6 +204,14 @@ impl Manifest {
             .find(|p| p.src == src && p.dst == dst))
     }
 
+    /// How many pairs the database knows.
+    pub fn pair_count(&self) -> Result<usize> {
+        self.with(|c| {
+            c.query_row("SELECT COUNT(*) FROM pairs", [], |r| r.get::<_, i64>(0))
+                .map(|n| n as usize)
+        })
+    }
+
     /// Every pair, with its object counts.
     pub fn pairs(&self) -> Result<Vec<PairInfo>> {
         self.with(|c| {

@@ -60,6 +60,42 @@ pub struct Api {
     pub manifest: Arc<Manifest>,
     pub jobs: Arc<Jobs>,
     pub hub: Arc<Hub>,
+    /// The pairs with their manifest counts, as `GET /pairs` last read them: counting a pair of
+    /// millions of rows takes a while, and the dashboard asks every 2 s.
+    pub pair_counts: std::sync::Mutex<Option<(std::time::Instant, Vec<crate::manifest::PairInfo>)>>,
+}
+
+/// How long `GET /pairs` reuses the manifest's object counts (backlog, lag and dead letters
+/// are read fresh every time).
+const PAIR_COUNTS_TTL: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl Api {
+    pub fn new(manifest: Arc<Manifest>, jobs: Arc<Jobs>, hub: Arc<Hub>) -> Api {
+        Api {
+            manifest,
+            jobs,
+            hub,
+            pair_counts: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The pairs and their counts, read again when older than [`PAIR_COUNTS_TTL`] or when a
+    /// pair appeared since (a new pair must show at once).
+    fn pairs_counted(&self) -> crate::error::Result<Vec<crate::manifest::PairInfo>> {
+        let n = self.manifest.pair_count()?;
+        if let Ok(g) = self.pair_counts.lock() {
+            if let Some((at, rows)) = g.as_ref() {
+                if at.elapsed() < PAIR_COUNTS_TTL && rows.len() == n {
+                    return Ok(rows.clone());
+                }
+            }
+        }
+        let rows = self.manifest.pairs()?;
+        if let Ok(mut g) = self.pair_counts.lock() {
+            *g = Some((std::time::Instant::now(), rows.clone()));
+        }
+        Ok(rows)
+    }
 }
 
 /// The API's routes merged with the listener's (`/metrics`, probes, push deliveries).
@@ -380,12 +416,12 @@ async fn pairs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Res
         return unauthorized();
     }
     let meters = api.hub.meters();
-    let m = api.manifest.clone();
+    let a = api.clone();
     let rows = crate::reconcile::blocking(move || {
-        let pairs = m.pairs()?;
+        let pairs = a.pairs_counted()?;
         let mut out = Vec::with_capacity(pairs.len());
         for p in pairs {
-            let st = Inbox::new(&m).stats(p.id)?;
+            let st = Inbox::new(&a.manifest).stats(p.id)?;
             out.push((p, st));
         }
         Ok(out)

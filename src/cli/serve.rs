@@ -60,11 +60,7 @@ pub async fn start(
     if queued > 0 {
         eprintln!("slate: starting {queued} queued job(s)");
     }
-    let api = Arc::new(Api {
-        manifest,
-        jobs: jobs.clone(),
-        hub,
-    });
+    let api = Arc::new(Api::new(manifest, jobs.clone(), hub));
     let (bound, _task) =
         crate::events::webhook::serve(addr, has_token, crate::api::router(api)).await?;
     eprintln!("slate: listening on http://{bound}");
