@@ -85,6 +85,9 @@ pub async fn list_entries(
 /// Prefixes listed at once when the source fans out into "folders".
 const LIST_FANOUT: usize = 8;
 
+/// HEADs in flight per listing page to tell folder markers from zero-byte objects.
+const MARKER_HEADS: usize = 16;
+
 /// Lists a cloud prefix. When it holds several common prefixes ("folders"), they are listed
 /// in parallel (up to [`LIST_FANOUT`] at once): a listing's pages are sequential, so one
 /// listing per folder is what makes a large bucket list faster.
@@ -248,8 +251,11 @@ impl Level<'_> {
                     })
                 }
             };
+            // zero-byte keys may be folder markers: asked about together, 16 at a time
+            let zero = page.result.objects.iter().filter(|m| m.size == 0);
+            let markers = markers(self.store, zero.map(|m| m.location.clone()).collect()).await;
             for meta in page.result.objects {
-                if meta.size == 0 && self.is_marker(&meta.location).await {
+                if markers.contains(&meta.location) {
                     continue;
                 }
                 n += 1;
@@ -265,17 +271,29 @@ impl Level<'_> {
     }
 }
 
-impl Level<'_> {
-    /// True when the zero-byte `path` of a flat listing is a folder marker: object_store lists
-    /// the key `a/b/` as `a/b`, and only a HEAD tells them apart (`a/b` itself is not found).
-    /// One HEAD per zero-byte object, not retried: any answer but "not found" keeps it an
-    /// object (a marker kept by mistake fails its copy, which the next run tries again).
-    async fn is_marker(&self, path: &object_store::path::Path) -> bool {
-        matches!(
-            self.store.head(path).await,
-            Err(object_store::Error::NotFound { .. })
-        )
-    }
+/// Which of the zero-byte `paths` of a flat listing are folder markers: object_store lists the
+/// key `a/b/` as `a/b`, and only a HEAD tells them apart (`a/b` itself is not found). One HEAD
+/// per zero-byte object, [`MARKER_HEADS`] at once, not retried: any answer but "not found"
+/// keeps it an object (a marker kept by mistake fails its copy, which the next run retries).
+async fn markers(
+    store: &Arc<dyn object_store::ObjectStore>,
+    paths: Vec<object_store::path::Path>,
+) -> std::collections::HashSet<object_store::path::Path> {
+    let heads = paths.into_iter().map(|p| {
+        let store = store.clone();
+        async move {
+            let gone = matches!(
+                store.head(&p).await,
+                Err(object_store::Error::NotFound { .. })
+            );
+            gone.then_some(p)
+        }
+    });
+    futures::stream::iter(heads)
+        .buffer_unordered(MARKER_HEADS)
+        .filter_map(futures::future::ready)
+        .collect()
+        .await
 }
 
 fn entry(meta: object_store::ObjectMeta, strip: &str) -> Entry {
