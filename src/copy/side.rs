@@ -94,7 +94,7 @@ pub fn store_path(key: &str) -> Result<StorePath, SlateError> {
     Err(refuse(unaddressable(key).to_string()))
 }
 
-/// Why object_store cannot name `key` as it is (see [`store_path`]), or None when it can.
+/// Why object_store cannot name `key` as it is (see [`store_path`]); for a key it refuses.
 pub fn unaddressable(key: &str) -> &'static str {
     if key.is_empty() || key.chars().all(|c| c == '/') {
         "it names the bucket itself"
