@@ -60,9 +60,9 @@ pub async fn list_entries(
                 return Ok(0);
             }
             tokio::task::spawn_blocking(move || {
-                let mut n = 0u64;
-                local::walk(&root, &mut |f| {
-                    n += 1;
+                let n = std::sync::atomic::AtomicU64::new(0);
+                local::walk_parallel(&root, LOCAL_WALKERS, &|f| {
+                    n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let e = f.map(|f| Entry {
                         etag: local_etag(f.mtime, f.size),
                         rel: f.rel,
@@ -71,7 +71,7 @@ pub async fn list_entries(
                     });
                     tx.blocking_send(e).is_ok()
                 })
-                .map(|_| n)
+                .map(|_| n.into_inner())
             })
             .await
             .map_err(|e| SlateError::List {
@@ -84,6 +84,9 @@ pub async fn list_entries(
 
 /// Prefixes listed at once when the source fans out into "folders".
 const LIST_FANOUT: usize = 8;
+
+/// Threads walking a local folder's top-level folders at once.
+const LOCAL_WALKERS: usize = 4;
 
 /// HEADs in flight per listing page to tell folder markers from zero-byte objects.
 const MARKER_HEADS: usize = 16;

@@ -83,59 +83,131 @@ pub fn walk(
     root: &Path,
     out: &mut dyn FnMut(Result<LocalFile, SlateError>) -> bool,
 ) -> Result<(), SlateError> {
-    let mut stack: Vec<(PathBuf, String)> = vec![(root.to_path_buf(), String::new())];
+    walk_from(vec![(root.to_path_buf(), String::new())], out)
+}
+
+/// Walks `root` like [`walk`], its top-level folders `threads` at a time (files in no
+/// particular order across folders): a walk is a stat per file, one thread's worth of system
+/// calls, and listings (unlike copies) only need the set of files.
+pub fn walk_parallel(
+    root: &Path,
+    threads: usize,
+    out: &(dyn Fn(Result<LocalFile, SlateError>) -> bool + Sync),
+) -> Result<(), SlateError> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    // the root itself, one level: its files go out now, its folders are shared out
+    let mut top = Vec::new();
+    let mut first = |f: Result<LocalFile, SlateError>| out(f);
+    let stop = !walk_level(root, "", &mut first, &mut top)?;
+    if stop || top.is_empty() {
+        return Ok(());
+    }
+    let (next, halt) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let first_err = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, top.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Relaxed);
+                let Some(dir) = top.get(i).cloned() else {
+                    break;
+                };
+                if halt.load(Relaxed) {
+                    break;
+                }
+                let mut each = |f: Result<LocalFile, SlateError>| {
+                    let keep = !halt.load(Relaxed) && out(f);
+                    if !keep {
+                        halt.store(true, Relaxed);
+                    }
+                    keep
+                };
+                if let Err(e) = walk_from(vec![dir], &mut each) {
+                    halt.store(true, Relaxed);
+                    if let Ok(mut g) = first_err.lock() {
+                        g.get_or_insert(e);
+                    }
+                    break;
+                }
+            });
+        }
+    });
+    match first_err.into_inner() {
+        Ok(Some(e)) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Sends the files directly in `dir` (keys under `rel_dir`) to `out` and pushes its folders
+/// onto `subdirs`, sorted; false when `out` asked to stop.
+fn walk_level(
+    dir: &Path,
+    rel_dir: &str,
+    out: &mut dyn FnMut(Result<LocalFile, SlateError>) -> bool,
+    subdirs: &mut Vec<(PathBuf, String)>,
+) -> Result<bool, SlateError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| SlateError::List {
+        url: dir.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            let p = e.path();
+            let keep = out(Err(SlateError::Object {
+                key: p.display().to_string(),
+                detail: "file name is not valid UTF-8; keys must be".into(),
+            }));
+            if !keep {
+                return Ok(false);
+            }
+            continue;
+        };
+        if name.starts_with(TMP_PREFIX) {
+            if is_orphan_temp(name) {
+                // left by a slate that was killed mid-copy: garbage, never an object
+                let _ = std::fs::remove_file(e.path());
+            }
+            continue;
+        }
+        let rel = if rel_dir.is_empty() {
+            name.to_string()
+        } else {
+            format!("{rel_dir}/{name}")
+        };
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            subdirs.push((e.path(), rel));
+        } else if ft.is_file() {
+            let md = e.metadata().map_err(|err| SlateError::Object {
+                key: rel.clone(),
+                detail: err.to_string(),
+            });
+            let item = md.map(|m| LocalFile {
+                rel,
+                size: m.len(),
+                mtime: m.modified().ok(),
+            });
+            if !out(item) {
+                return Ok(false);
+            }
+        } else if ft.is_symlink() {
+            tracing::warn!(path = %e.path().display(), "skipping symlink");
+        }
+    }
+    Ok(true)
+}
+
+/// Depth-first walk from the folders of `stack` (each with its key prefix).
+fn walk_from(
+    mut stack: Vec<(PathBuf, String)>,
+    out: &mut dyn FnMut(Result<LocalFile, SlateError>) -> bool,
+) -> Result<(), SlateError> {
     while let Some((dir, rel_dir)) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| SlateError::List {
-            url: dir.display().to_string(),
-            detail: e.to_string(),
-        })?;
-        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
-        entries.sort_by_key(|e| e.file_name());
         let mut subdirs = Vec::new();
-        for e in entries {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else {
-                let p = e.path();
-                let keep = out(Err(SlateError::Object {
-                    key: p.display().to_string(),
-                    detail: "file name is not valid UTF-8; keys must be".into(),
-                }));
-                if !keep {
-                    return Ok(());
-                }
-                continue;
-            };
-            if name.starts_with(TMP_PREFIX) {
-                if is_orphan_temp(name) {
-                    // left by a slate that was killed mid-copy: garbage, never an object
-                    let _ = std::fs::remove_file(e.path());
-                }
-                continue;
-            }
-            let rel = if rel_dir.is_empty() {
-                name.to_string()
-            } else {
-                format!("{rel_dir}/{name}")
-            };
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                subdirs.push((e.path(), rel));
-            } else if ft.is_file() {
-                let md = e.metadata().map_err(|err| SlateError::Object {
-                    key: rel.clone(),
-                    detail: err.to_string(),
-                });
-                let item = md.map(|m| LocalFile {
-                    rel,
-                    size: m.len(),
-                    mtime: m.modified().ok(),
-                });
-                if !out(item) {
-                    return Ok(());
-                }
-            } else if ft.is_symlink() {
-                tracing::warn!(path = %e.path().display(), "skipping symlink");
-            }
+        if !walk_level(&dir, &rel_dir, out, &mut subdirs)? {
+            return Ok(());
         }
         // reverse so that the stack pops folders in sorted order
         stack.extend(subdirs.into_iter().rev());
@@ -415,6 +487,53 @@ mod tests {
         })
         .unwrap();
         assert_eq!(got, vec![("a".to_string(), 1), ("b/c/d e".to_string(), 2)]);
+    }
+
+    #[test]
+    fn a_parallel_walk_finds_what_a_walk_finds_and_stops_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in 0..7 {
+            for f in 0..d * 3 {
+                let p = dir.path().join(format!("d{d}/x/{f}"));
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, vec![b'z'; f]).unwrap();
+            }
+        }
+        std::fs::write(dir.path().join("top"), b"t").unwrap();
+        std::fs::write(dir.path().join(format!("{TMP_PREFIX}x")), b"").unwrap();
+        let mut want = Vec::new();
+        walk(dir.path(), &mut |f| {
+            let f = f.unwrap();
+            want.push((f.rel, f.size));
+            true
+        })
+        .unwrap();
+        for threads in [1, 2, 4, 16] {
+            let got = std::sync::Mutex::new(Vec::new());
+            walk_parallel(dir.path(), threads, &|f| {
+                let f = f.unwrap();
+                got.lock().unwrap().push((f.rel, f.size));
+                true
+            })
+            .unwrap();
+            let mut got = got.into_inner().unwrap();
+            got.sort();
+            let mut w = want.clone();
+            w.sort();
+            assert_eq!(got, w, "{threads} threads");
+        }
+        assert_eq!(want.len(), 1 + (0..7).map(|d| d * 3).sum::<usize>());
+        // a consumer that goes away stops every walker
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        walk_parallel(dir.path(), 4, &|_| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 4
+        })
+        .unwrap();
+        assert!(seen.into_inner() <= 4 + 4, "walkers went on after the stop");
+        // a missing root is an error naming it
+        let gone = dir.path().join("nope");
+        let e = walk_parallel(&gone, 2, &|_| true).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
     }
 
     #[test]
