@@ -446,6 +446,14 @@ impl<T> FaultyStore<T> {
             }
         }
     }
+
+    /// A listing that fails at once, when the dice say so (a listing is one GET per page).
+    fn list_fault(&self, prefix: Option<&Path>) -> Option<BoxStream<'static, Result<ObjectMeta>>> {
+        let where_ = prefix.map(|p| p.to_string()).unwrap_or_default();
+        let k = self.dice.roll(Op::Other, "GET", &where_)?;
+        let e = self.dice.error(k, "GET", &where_);
+        Some(stream::once(futures::future::ready(Err(e))).boxed())
+    }
 }
 
 impl<T: std::fmt::Display> std::fmt::Display for FaultyStore<T> {
@@ -579,14 +587,8 @@ impl<T: ObjectStore> ObjectStore for FaultyStore<T> {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        let where_ = prefix.map(|p| p.to_string()).unwrap_or_default();
-        match self.dice.roll(Op::Other, "GET", &where_) {
-            Some(k) => stream::once(futures::future::ready(Err(self
-                .dice
-                .error(k, "GET", &where_))))
-            .boxed(),
-            None => self.inner.list(prefix),
-        }
+        self.list_fault(prefix)
+            .unwrap_or_else(|| self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -594,14 +596,8 @@ impl<T: ObjectStore> ObjectStore for FaultyStore<T> {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let where_ = prefix.map(|p| p.to_string()).unwrap_or_default();
-        match self.dice.roll(Op::Other, "GET", &where_) {
-            Some(k) => stream::once(futures::future::ready(Err(self
-                .dice
-                .error(k, "GET", &where_))))
-            .boxed(),
-            None => self.inner.list_with_offset(prefix, offset),
-        }
+        self.list_fault(prefix)
+            .unwrap_or_else(|| self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
