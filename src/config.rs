@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer};
 
 use crate::copy::estimate::Prices;
-use crate::error::{Result, SlateError};
+use crate::core::error::{Result, SlateError};
 
 /// The whole config file.
 #[derive(Debug, Default, Deserialize)]
@@ -80,18 +80,18 @@ impl Config {
                     .map(|n| format!(" ({n})"))
                     .unwrap_or_default()
             );
-            crate::location::Location::parse(&p.src)
+            crate::core::location::Location::parse(&p.src)
                 .map_err(|e| bad(format!("{which}.src: {e}")))?;
-            crate::location::Location::parse(&p.dst)
+            crate::core::location::Location::parse(&p.dst)
                 .map_err(|e| bad(format!("{which}.dst: {e}")))?;
             if let Some(m) = &p.max_delete {
-                crate::reconcile::MaxDelete::parse(m)
+                crate::engine::once::MaxDelete::parse(m)
                     .map_err(|e| bad(format!("{which}.max_delete: {e}")))?;
             }
         }
         if let Some(d) = &self.daemon.drift_check_interval {
             if d.trim() != "0" {
-                crate::reconcile::filter::parse_age(d)
+                crate::core::filter::parse_age(d)
                     .map_err(|e| bad(format!("daemon.drift_check_interval: {e}")))?;
             }
         }

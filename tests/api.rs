@@ -542,7 +542,8 @@ fn a_cancelled_job_stops_and_leaves_no_partial_object() {
 
 #[test]
 fn the_openapi_document_matches_the_routes() {
-    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(slate::api::OPENAPI).expect("yaml");
+    let doc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(slate::server::api::OPENAPI).expect("yaml");
     let mut documented = BTreeSet::new();
     let paths = doc["paths"].as_mapping().expect("paths");
     for (path, item) in paths {
@@ -554,7 +555,7 @@ fn the_openapi_document_matches_the_routes() {
             }
         }
     }
-    let routes: BTreeSet<(String, String)> = slate::api::ROUTES
+    let routes: BTreeSet<(String, String)> = slate::server::api::ROUTES
         .iter()
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();

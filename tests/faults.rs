@@ -20,7 +20,7 @@ const FAULTS: &str = "rate=0.2,kinds=503,500,429,reset,timeout,truncate";
 /// `c` with faults on every cloud store it builds, each injected fault in the log.
 fn faulty(mut c: Command, seed: u64) -> Command {
     c.env("SLATE_FAULTS", format!("{FAULTS},seed={seed}"))
-        .env("RUST_LOG", "warn,slate::faults=debug");
+        .env("RUST_LOG", "warn,slate::stores::faults=debug");
     c
 }
 
@@ -299,7 +299,7 @@ fn the_transfer_limit_backs_off_while_the_store_throttles_and_recovers() {
     // half the requests answer 503 SlowDown for the first 3 s of the store's life, then none
     let mut c = slate();
     c.env("SLATE_FAULTS", "rate=0.5,kinds=503,until_ms=3000,seed=5")
-        .env("RUST_LOG", "warn,slate::copy::limit=debug")
+        .env("RUST_LOG", "warn,slate::stores::limit=debug")
         .args(["copy", &src.url(), &dst.url(), "--transfers", "16"]);
     let started = Instant::now();
     let out = run(c);

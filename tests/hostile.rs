@@ -20,15 +20,15 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use slate::copy::local::safe_join;
 use slate::copy::transfer::Ctx;
 use slate::copy::{CopyOptions, Counters, ProgressMode};
+use slate::core::location::Location;
+use slate::engine::key::Engine;
 use slate::events::route::{Routed, Scope};
 use slate::events::{self, ParseError, Parsed, MAX_BODY_BYTES};
-use slate::inbox::{Inbox, Kind};
-use slate::location::Location;
-use slate::manifest::Manifest;
-use slate::reconcile::daemon::apply_with_token;
+use slate::state::inbox::{Inbox, Kind};
+use slate::state::manifest::Manifest;
+use slate::stores::local::safe_join;
 
 // ---------------------------------------------------------------------------------------------
 // The corpus
@@ -597,7 +597,7 @@ fn no_key_maps_outside_a_local_destination() {
         }
         // keys are data for cloud destinations, but `.`/`..` segments are not addressable
         if key.split('/').any(|s| s == "." || s == "..") {
-            assert!(slate::copy::side::store_path(&key).is_err(), "{key:?}");
+            assert!(slate::stores::side::store_path(&key).is_err(), "{key:?}");
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -613,8 +613,7 @@ fn no_key_maps_outside_a_local_destination() {
 struct Daemon {
     manifest: Arc<Manifest>,
     pair: i64,
-    ctx: Ctx,
-    dst_loc: Location,
+    engine: Engine,
 }
 
 impl Daemon {
@@ -631,12 +630,12 @@ impl Daemon {
             progress: ProgressMode::Quiet,
             ..CopyOptions::default()
         };
-        let ctx = Ctx::new(&plan, opts, Arc::new(Counters::default()));
+        let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())));
+        let engine = Engine::new(manifest.clone(), pair, ctx, dst_loc);
         Daemon {
             manifest,
             pair,
-            ctx,
-            dst_loc,
+            engine,
         }
     }
 
@@ -651,15 +650,10 @@ impl Daemon {
         inbox.push(self.pair, &rows).expect("push");
         let mut out = BTreeMap::new();
         for p in inbox.take(self.pair, usize::MAX >> 1).expect("take") {
-            let r = apply_with_token(
-                &self.manifest,
-                self.pair,
-                &self.ctx,
-                &self.dst_loc,
-                &p.key,
-                p.token.as_deref(),
-            )
-            .await;
+            let r = self
+                .engine
+                .reconcile_with_token(&p.key, p.token.as_deref())
+                .await;
             inbox.done(self.pair, &p.key, p.events).expect("done");
             out.insert(p.key, r.map(|_| ()).map_err(|e| e.to_string()));
         }
@@ -845,7 +839,7 @@ fn hostile_directory_events_stay_inside_the_pair() {
             let listed = scope.prefix.clone() + "/" + p.trim_end_matches('/');
             if p.split('/').any(|s| s == "..") {
                 assert!(
-                    slate::copy::side::store_path(&listed).is_err(),
+                    slate::stores::side::store_path(&listed).is_err(),
                     "{name}: {listed:?} can be listed"
                 );
             }

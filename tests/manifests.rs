@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use slate::cli::{Cli, Command};
 use slate::config::Config;
-use slate::location::{Location, Scheme};
-use slate::reconcile::daemon::EventSource;
+use slate::core::location::{Location, Scheme};
+use slate::engine::daemon::EventSource;
 
 const K8S: &str = "manifests/kubernetes";
 const SYSTEMD: &str = "manifests/systemd";
@@ -246,7 +246,7 @@ fn configmap_config() -> LoadedConfig {
 /// The variables of the environment that slate reads: every NAME in `slate sync --help`'s
 /// environment section, and the listener's token (named in src/cli/sync.rs).
 fn env_vars_slate_reads() -> BTreeSet<String> {
-    let mut known: BTreeSet<String> = slate::store::ENV_HELP
+    let mut known: BTreeSet<String> = slate::stores::ENV_HELP
         .split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
         .filter(|w| {
             w.len() > 3 && w.contains('_') && w.starts_with(|c: char| c.is_ascii_uppercase())

@@ -35,8 +35,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 
-use slate::inbox::{self, Inbox};
-use slate::manifest::Manifest;
+use slate::state::inbox::{self, Inbox};
+use slate::state::manifest::Manifest;
 
 #[path = "properties/history.rs"]
 mod history;
@@ -238,7 +238,7 @@ fn directory_delete_then_a_duplicate_create() {
 /// `done` now compares the row's event count with the one `take` returned.
 #[test]
 fn an_event_stored_after_the_take_survives_done() {
-    use slate::inbox::Kind;
+    use slate::state::inbox::Kind;
     let (_db, m) = shared_manifest();
     let pair = m.pair("a", "b").expect("a pair").id;
     let ib = Inbox::new(&m);

@@ -63,7 +63,7 @@ fn check_parsed(p: &Parsed, nested: bool) {
 /// refused.
 pub fn check_key(key: &str) {
     let root = Path::new("/fuzz/root");
-    if let Ok(path) = slate::copy::local::safe_join(root, key) {
+    if let Ok(path) = slate::stores::local::safe_join(root, key) {
         let rel = path.strip_prefix(root).expect("a path under the root");
         let parts: Vec<_> = rel.components().collect();
         assert!(

@@ -7,8 +7,8 @@ use clap::Args;
 
 use crate::config::{parse_size, Config};
 use crate::copy::{self, CopyOptions, ProgressMode};
-use crate::error::SlateError;
-use crate::location::Location;
+use crate::core::error::SlateError;
+use crate::core::location::Location;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -30,7 +30,7 @@ Exit codes: 0 all copied, 1 some objects failed (each named on stderr), 2 bad in
 ";
 
 #[derive(Debug, Args)]
-#[command(after_long_help = format!("{AFTER_HELP}\n{}", crate::store::ENV_HELP))]
+#[command(after_long_help = format!("{AFTER_HELP}\n{}", crate::stores::ENV_HELP))]
 pub struct CopyArgs {
     /// Source: an object or a prefix.
     pub src: String,
@@ -70,6 +70,11 @@ pub struct TuningArgs {
     /// Progress as plain lines every N seconds (default: a bar on a terminal, lines every 10 s otherwise).
     #[arg(long, value_name = "SECONDS")]
     pub progress_lines: Option<u64>,
+    /// Local sources: follow symlinks instead of skipping them, as long as what they point
+    /// to is inside the source folder (checked after resolving; a link leading out of it is
+    /// skipped with a warning).
+    #[arg(long, short = 'L')]
+    pub copy_links: bool,
     /// Config file (default: ~/.config/slate/slate.toml when it exists).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -101,6 +106,7 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
             (false, None) => ProgressMode::Auto,
         },
         counters: None,
+        copy_links: args.copy_links,
     }
 }
 

@@ -8,16 +8,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::Args;
 use serde_json::json;
 
-use super::sync::open_db;
-use crate::error::SlateError;
-use crate::location::Location;
-use crate::manifest::ScanRow;
-use crate::reconcile::filter::Filter;
-use crate::reconcile::plan::Action;
-use crate::reconcile::{self, Counts};
+use super::open_db;
+use crate::core::error::SlateError;
+use crate::core::filter::Filter;
+use crate::core::location::Location;
+use crate::engine::once::{self, Counts};
+use crate::engine::plan::Action;
+use crate::state::manifest::ScanRow;
 
 #[derive(Debug, Args)]
-#[command(after_long_help = crate::store::ENV_HELP)]
+#[command(after_long_help = crate::stores::ENV_HELP)]
 pub struct DiffArgs {
     /// Source prefix or folder.
     pub src: Option<String>,
@@ -121,29 +121,28 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
         };
         (id, Some(belief))
     } else {
-        let scan = reconcile::scan(&manifest, &src, &dst, &filter, true).await?;
+        let scan = once::scan(&manifest, &src, &dst, &filter, true).await?;
         (scan.pair.id, None)
     };
 
     let json = args.json;
     let show = args.show;
     let mut shown = 0usize;
-    let counts: Counts =
-        reconcile::plan_all(&manifest, pair_id, true, &filter, |row: &ScanRow, a| {
-            if json {
-                let line = json!({
-                    "key": row.key,
-                    "status": status(a),
-                    "src_size": row.src.as_ref().map(|s| s.size),
-                    "dst_size": row.dst.as_ref().map(|s| s.size),
-                });
-                println!("{line}");
-            } else if shown < show {
-                shown += 1;
-                println!("{:<20} {}", status(a), row.key);
-            }
-        })
-        .await?;
+    let counts: Counts = once::plan_all(&manifest, pair_id, true, &filter, |row: &ScanRow, a| {
+        if json {
+            let line = json!({
+                "key": row.key,
+                "status": status(a),
+                "src_size": row.src.as_ref().map(|s| s.size),
+                "dst_size": row.dst.as_ref().map(|s| s.size),
+            });
+            println!("{line}");
+        } else if shown < show {
+            shown += 1;
+            println!("{:<20} {}", status(a), row.key);
+        }
+    })
+    .await?;
     if json {
         println!(
             "{}",

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::sync::open_db;
+use super::open_db;
 use crate::copy::progress::human_bytes;
 use crate::jobs::{Job, JobState, JobStore};
 

@@ -8,7 +8,13 @@ pub mod pairs;
 pub mod serve;
 pub mod sync;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use clap::{Parser, Subcommand};
+
+use crate::core::error::SlateError;
+use crate::state::manifest::{self, Manifest};
 
 /// Keeps object stores consistent by replicating only what changed.
 #[derive(Debug, Parser)]
@@ -52,4 +58,70 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Jobs(args) => jobs::run_jobs(args).await,
         Command::Status(args) => jobs::run_status(args).await,
     }
+}
+
+/// Opens the database named by `--db`, or the default one.
+pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
+    let path = db.clone().unwrap_or_else(manifest::default_path);
+    Manifest::open(&path).map(Arc::new)
+}
+
+/// The listener's bearer token: the first line of `--token-file`, else `SLATE_API_TOKEN`.
+pub(crate) fn api_token(file: &Option<PathBuf>) -> Result<Option<String>, SlateError> {
+    let token = match file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| SlateError::BadOption {
+                option: "--token-file".into(),
+                why: format!("{}: {e}", p.display()),
+            })?;
+            let t = text.lines().next().unwrap_or("").trim().to_string();
+            if t.is_empty() {
+                return Err(SlateError::BadOption {
+                    option: "--token-file".into(),
+                    why: format!("{}: the file holds no token", p.display()),
+                });
+            }
+            Some(t)
+        }
+        None => std::env::var("SLATE_API_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty()),
+    };
+    Ok(token)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub(crate) async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Starts the API server, saying where on stderr (and what it found of jobs left behind).
+pub(crate) async fn start_server(
+    setup: crate::server::Setup,
+) -> Result<crate::server::Served, SlateError> {
+    let served = crate::server::start(setup).await?;
+    if served.interrupted > 0 {
+        eprintln!(
+            "slate: {} job(s) were running when their process stopped: now interrupted \
+             (resume with POST /jobs/ID/resume)",
+            served.interrupted
+        );
+    }
+    if served.queued > 0 {
+        eprintln!("slate: starting {} queued job(s)", served.queued);
+    }
+    eprintln!("slate: listening on http://{}", served.addr);
+    Ok(served)
 }

@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::sync::open_db;
+use super::open_db;
 use crate::copy::progress::human_bytes;
-use crate::error::SlateError;
-use crate::manifest::Manifest;
+use crate::core::error::SlateError;
+use crate::state::manifest::Manifest;
 
 #[derive(Debug, Args)]
 pub struct PairsArgs {

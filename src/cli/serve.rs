@@ -1,18 +1,15 @@
 //! `slate serve`: the API and the dashboard, running the jobs started through them.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
 
 use super::copy::{options, TuningArgs};
-use super::sync::{api_token, open_db, shutdown_signal};
-use crate::api::Api;
+use super::{api_token, open_db, shutdown_signal, start_server};
 use crate::config::Config;
-use crate::error::SlateError;
-use crate::events::webhook::Hub;
-use crate::jobs::Jobs;
-use crate::manifest::Manifest;
+use crate::core::error::SlateError;
+use crate::engine::running::Running;
+use crate::events::push::Hub;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -33,40 +30,6 @@ pub struct ServeArgs {
     pub tuning: TuningArgs,
 }
 
-/// A running API server.
-pub struct Served {
-    pub jobs: Arc<Jobs>,
-    pub addr: std::net::SocketAddr,
-}
-
-/// Starts the API on `addr` with `hub`'s routes (metrics, probes, push deliveries) merged in;
-/// jobs left by a process that died are marked interrupted, queued ones are started.
-pub async fn start(
-    manifest: Arc<Manifest>,
-    hub: Arc<Hub>,
-    has_token: bool,
-    addr: &str,
-    copy: crate::copy::CopyOptions,
-    max_jobs: usize,
-) -> Result<Served, SlateError> {
-    let jobs = Jobs::new(manifest.clone(), copy, max_jobs);
-    let (interrupted, queued) = jobs.recover().await?;
-    if interrupted > 0 {
-        eprintln!(
-            "slate: {interrupted} job(s) were running when their process stopped: now interrupted \
-             (resume with POST /jobs/ID/resume)"
-        );
-    }
-    if queued > 0 {
-        eprintln!("slate: starting {queued} queued job(s)");
-    }
-    let api = Arc::new(Api::new(manifest, jobs.clone(), hub));
-    let (bound, _task) =
-        crate::events::webhook::serve(addr, has_token, crate::api::router(api)).await?;
-    eprintln!("slate: listening on http://{bound}");
-    Ok(Served { jobs, addr: bound })
-}
-
 async fn run_inner(args: ServeArgs) -> Result<i32, SlateError> {
     let cfg = Config::load(args.tuning.config.as_deref())?;
     let db = args
@@ -75,20 +38,20 @@ async fn run_inner(args: ServeArgs) -> Result<i32, SlateError> {
         .or_else(|| cfg.daemon.db.clone().map(PathBuf::from));
     let manifest = open_db(&db)?;
     let token = api_token(&args.token_file)?;
-    let hub = Hub::new(manifest.clone(), token.clone());
     let addr = args
         .listen
         .clone()
         .or_else(|| cfg.daemon.listen.clone())
         .unwrap_or_else(|| "127.0.0.1:3030".into());
-    let served = start(
-        manifest,
-        hub,
-        token.is_some(),
-        &addr,
-        options(&args.tuning, &cfg),
-        args.max_jobs,
-    )
+    let served = start_server(crate::server::Setup {
+        hub: Hub::new(manifest.clone()),
+        db: manifest,
+        running: Running::new(),
+        token,
+        addr,
+        copy: options(&args.tuning, &cfg),
+        max_jobs: args.max_jobs,
+    })
     .await?;
     eprintln!("slate: dashboard at http://{}/", served.addr);
     shutdown_signal().await;

@@ -1,17 +1,19 @@
 //! `slate sync SRC DST --once`: the backfill and full reconcile, deletes included.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
 
 use super::copy::{options, TuningArgs};
+use super::{api_token, open_db, shutdown_signal, start_server};
 use crate::config::Config;
-use crate::error::SlateError;
-use crate::location::Location;
-use crate::manifest::{self, Manifest};
-use crate::reconcile::filter::{parse_age, Filter};
-use crate::reconcile::{self, MaxDelete, SyncOptions};
+use crate::core::error::SlateError;
+use crate::core::filter::{parse_age, Filter};
+use crate::core::location::Location;
+use crate::engine::daemon::{run_all, DaemonOptions, PairRun};
+use crate::engine::once::{self, MaxDelete, SyncOptions};
+use crate::engine::running::Running;
+use crate::events::push::Hub;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -31,7 +33,7 @@ Exit codes: 0 done, 1 some objects failed (each named), 2 bad input, setup, or a
 ";
 
 #[derive(Debug, Args)]
-#[command(after_long_help = format!("{AFTER_HELP}\n{}", crate::store::ENV_HELP))]
+#[command(after_long_help = format!("{AFTER_HELP}\n{}", crate::stores::ENV_HELP))]
 pub struct SyncArgs {
     /// Source prefix or folder (omit both SRC and DST to run every pair of --config).
     pub src: Option<String>,
@@ -85,37 +87,6 @@ pub struct SyncArgs {
     pub db: Option<PathBuf>,
     #[command(flatten)]
     pub tuning: TuningArgs,
-}
-
-/// Opens the manifest named by `--db`, or the default one.
-pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
-    let path = db.clone().unwrap_or_else(manifest::default_path);
-    Manifest::open(&path).map(Arc::new)
-}
-
-/// The listener's bearer token: the first line of `--token-file`, else `SLATE_API_TOKEN`.
-pub(crate) fn api_token(file: &Option<PathBuf>) -> Result<Option<String>, SlateError> {
-    let token = match file {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| SlateError::BadOption {
-                option: "--token-file".into(),
-                why: format!("{}: {e}", p.display()),
-            })?;
-            let t = text.lines().next().unwrap_or("").trim().to_string();
-            if t.is_empty() {
-                return Err(SlateError::BadOption {
-                    option: "--token-file".into(),
-                    why: format!("{}: the file holds no token", p.display()),
-                });
-            }
-            Some(t)
-        }
-        None => std::env::var("SLATE_API_TOKEN")
-            .ok()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty()),
-    };
-    Ok(token)
 }
 
 /// One pair to run, with its options.
@@ -218,86 +189,67 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         });
         let listen = args.listen.clone().or_else(|| cfg.daemon.listen.clone());
         let wants_hub = jobs.iter().any(|j| j.events.as_deref() == Some("webhook"));
-        let listener = if wants_hub || listen.is_some() {
-            let token = api_token(&args.token_file)?;
-            let hub = crate::events::webhook::Hub::new(manifest.clone(), token.clone());
-            hub.pairs
-                .store(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            let addr = listen.unwrap_or_else(|| "127.0.0.1:3030".to_string());
+        let running = Running::new();
+        let hub = Hub::new(manifest.clone());
+        let api_jobs = if wants_hub || listen.is_some() {
             // the same API as `slate serve`: jobs, pairs, the dashboard, next to the deliveries
-            let served = super::serve::start(
-                manifest.clone(),
-                hub.clone(),
-                token.is_some(),
-                &addr,
-                options(&args.tuning, &cfg),
-                2,
-            )
+            let served = start_server(crate::server::Setup {
+                db: manifest.clone(),
+                hub: hub.clone(),
+                running: running.clone(),
+                token: api_token(&args.token_file)?,
+                addr: listen.unwrap_or_else(|| "127.0.0.1:3030".to_string()),
+                copy: options(&args.tuning, &cfg),
+                max_jobs: 2,
+            })
             .await?;
-            Some((hub, served.jobs))
+            Some(served.jobs)
         } else {
             None
         };
-        let (hub, api_jobs) = match listener {
-            Some((h, j)) => (Some(h), Some(j)),
-            None => (None, None),
-        };
-        let mut tasks = Vec::new();
-        for job in jobs {
-            let dopts = crate::reconcile::daemon::DaemonOptions {
-                sync: job.opts,
-                drift_interval: drift,
-                batch: 1000,
-                shutdown_grace: std::time::Duration::from_secs(30),
-                events: job.events,
-                hub: hub.clone(),
-                name: job.named.clone(),
-            };
-            let (m, mut rx) = (manifest.clone(), stop_rx.clone());
-            tasks.push(tokio::spawn(async move {
-                let stop = async move {
-                    let _ = rx.wait_for(|v| *v).await;
-                };
-                let r = crate::reconcile::daemon::run(m, &job.src, &job.dst, dopts, stop).await;
-                (job.name, r)
-            }));
-        }
-        let mut code = 0;
-        for t in tasks {
-            match t.await {
-                Ok((name, Ok(stats))) => {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    eprintln!(
-                        "slate: {name}: stopped; {} keys applied ({} copied, {} deleted, {} unchanged, {} stale events skipped), {} failed",
-                        stats.applied.load(Relaxed),
-                        stats.copied.load(Relaxed),
-                        stats.deleted.load(Relaxed),
-                        stats.unchanged.load(Relaxed),
-                        stats.stale.load(Relaxed),
-                        stats.failed.load(Relaxed)
-                    );
-                }
-                Ok((name, Err(e))) => {
-                    eprintln!("slate: {name}: {e}");
-                    code = code.max(e.exit_code());
-                }
-                Err(e) => {
-                    eprintln!("slate: {e}");
-                    code = code.max(1);
-                }
-            }
-        }
+        let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
+        let pairs = jobs
+            .into_iter()
+            .map(|job| PairRun {
+                src: job.src,
+                dst: job.dst,
+                opts: DaemonOptions {
+                    sync: job.opts,
+                    drift_interval: drift,
+                    batch: 1000,
+                    shutdown_grace: std::time::Duration::from_secs(30),
+                    events: job.events,
+                    name: job.named,
+                },
+            })
+            .collect();
+        let hub = (wants_hub || api_jobs.is_some()).then_some(hub);
+        let result = run_all(manifest.clone(), pairs, hub, running, stop_rx).await;
         if let Some(jobs) = &api_jobs {
             // the API's jobs stop with the pairs: interrupted, to be resumed
             jobs.interrupt_all().await;
             crate::copy::transfer::wait_for_aborts(std::time::Duration::from_secs(5)).await;
         }
-        return Ok(code);
+        let handles = result?;
+        for (name, h) in names.iter().zip(handles) {
+            use std::sync::atomic::Ordering::Relaxed;
+            let stats = &h.stats;
+            eprintln!(
+                "slate: {name}: stopped; {} keys applied ({} copied, {} deleted, {} unchanged, {} stale events skipped), {} failed",
+                stats.applied.load(Relaxed),
+                stats.copied.load(Relaxed),
+                stats.deleted.load(Relaxed),
+                stats.unchanged.load(Relaxed),
+                stats.stale.load(Relaxed),
+                stats.failed.load(Relaxed)
+            );
+        }
+        return Ok(0);
     }
     let mut code = 0;
     for job in jobs {
         let finished = tokio::select! {
-            r = reconcile::sync_once(manifest.clone(), &job.src, &job.dst, &job.opts) => Some(r),
+            r = once::sync_once(manifest.clone(), &job.src, &job.dst, &job.opts) => Some(r),
             _ = tokio::signal::ctrl_c() => None,
         };
         let Some(report) = finished else {
@@ -319,22 +271,6 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         }
     }
     Ok(code)
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub(crate) async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 pub async fn run(args: SyncArgs) -> i32 {

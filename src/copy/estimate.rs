@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::transfer::chunks;
-use crate::location::Scheme;
+use crate::core::location::Scheme;
 
 /// Prices in US dollars. Defaults are public list prices (first tier, standard storage class,
 /// internet egress) as of 2026; regions and contracts differ, so override them in the config.

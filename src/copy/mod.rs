@@ -5,13 +5,9 @@
 
 pub mod estimate;
 pub mod hash;
-pub mod limit;
-pub mod list;
 pub mod local;
 pub mod progress;
-pub mod retry;
-pub mod s3copy;
-pub mod side;
+pub mod read;
 pub mod transfer;
 
 use std::path::PathBuf;
@@ -24,12 +20,13 @@ use object_store::list::PaginatedListStore;
 use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
+use crate::stores::side::{one_line, prefix_path, Side};
+use crate::stores::{list, retry, s3copy};
 pub use progress::{Counters, ProgressMode};
-use side::{one_line, prefix_path, Side};
 use transfer::{copy_one, Ctx, Item};
 
-use crate::error::{Result, SlateError};
-use crate::location::{Location, Scheme};
+use crate::core::error::{Result, SlateError};
+use crate::core::location::{Location, Scheme};
 
 /// How a copy runs. Built from CLI flags (and later the config file).
 #[derive(Debug, Clone)]
@@ -49,6 +46,9 @@ pub struct CopyOptions {
     pub progress: ProgressMode,
     /// Progress counters to update instead of fresh ones (a job's, which the API streams).
     pub counters: Option<Arc<Counters>>,
+    /// Local sources: follow symlinks (`--copy-links`) instead of skipping them, but never
+    /// to anything outside the source root.
+    pub copy_links: bool,
 }
 
 impl Default for CopyOptions {
@@ -62,6 +62,7 @@ impl Default for CopyOptions {
             fsync: false,
             progress: ProgressMode::Auto,
             counters: None,
+            copy_links: false,
         }
     }
 }

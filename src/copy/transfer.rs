@@ -3,7 +3,7 @@
 //! block-aligned chunks, run up to `streams` chunks at once with retries (each read, each PUT,
 //! each part and the completion retried on its own), and make the result visible only when
 //! complete. Copies in flight and failed store requests are counted for `/metrics`
-//! ([`crate::metrics`]).
+//! ([`crate::core::metrics`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -18,13 +18,15 @@ use object_store::{MultipartId, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::hash::ContentHash;
-use super::limit::{Limiter, Permit};
-use super::local::{safe_join, DirMaker, TempFile};
-use super::retry::Backoff;
-use super::s3copy::{S3CrossBucket, MAX_COPY_OBJECT};
-use super::side::{one_line, read_chunk, store_path, ChunkError, ChunkOut, ChunkSink, Side};
+use super::local::{DirMaker, TempFile};
+use super::read::{read_chunk, ChunkOut, ChunkSink};
 use super::{CopyOptions, Counters};
-use crate::error::SlateError;
+use crate::core::error::SlateError;
+use crate::stores::limit::{Limiter, Permit};
+use crate::stores::local::safe_join;
+use crate::stores::retry::{Backoff, ChunkError};
+use crate::stores::s3copy::{S3CrossBucket, MAX_COPY_OBJECT};
+use crate::stores::side::{one_line, store_path, Side};
 
 /// One object to copy.
 #[derive(Debug, Clone)]
@@ -187,7 +189,7 @@ fn retryable(e: &ChunkError) -> bool {
     matches!(e, ChunkError::Retry(_))
 }
 
-/// Any transient error of a write is worth sending again (see [`super::retry::transient`]).
+/// Any transient error of a write is worth sending again (see [`crate::stores::retry::transient`]).
 fn any(_: &object_store::Error) -> bool {
     true
 }
@@ -225,7 +227,7 @@ pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     // a slot under both sides' adaptive limits; like the in-flight count, dropped on every way
     // out: done, failed, or cancelled mid-copy
     let _slots = ctx.limits.acquire().await;
-    let _in_flight = crate::metrics::InFlight::start();
+    let _in_flight = crate::core::metrics::InFlight::start();
     if ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT) {
         return server_side(ctx, item).await;
     }
@@ -364,7 +366,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     }
     let dst_etag = std::fs::metadata(&path)
         .ok()
-        .and_then(|m| super::list::local_etag(m.modified().ok(), m.len()));
+        .and_then(|m| crate::stores::list::local_etag(m.modified().ok(), m.len()));
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),

@@ -16,17 +16,15 @@
 //! `AccountKey` / `SharedAccessSignature`, `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`
 //! (or `_SAS_TOKEN`), or Azurite's well-known key.
 
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use ring::hmac;
 
-use super::route::{Routed, SourceStats, Target};
+use super::source::{Message, Source};
 use super::text::{base64_decode, base64_encode};
-use crate::error::{Result, SlateError};
-use crate::store::ConnectionString;
+use crate::core::error::{Result, SlateError};
+use crate::stores::ConnectionString;
 
 /// Azurite's account and key, published in Azure's documentation.
 const AZURITE_ACCOUNT: &str = "devstoreaccount1";
@@ -54,6 +52,8 @@ pub struct AzQueueSource {
     spec: String,
     pub idle_min: Duration,
     pub idle_max: Duration,
+    /// The pause after the next empty receive.
+    idle: Duration,
 }
 
 /// One received message.
@@ -181,6 +181,7 @@ impl AzQueueSource {
             spec: spec.to_string(),
             idle_min: Duration::from_millis(100),
             idle_max: Duration::from_secs(2),
+            idle: Duration::from_millis(100),
         })
     }
 
@@ -309,71 +310,80 @@ impl AzQueueSource {
     }
 
     /// Deletes (acknowledges) one received message.
-    pub async fn delete(&self, m: &QueueMessage) -> Result<()> {
+    pub async fn delete(&self, id: &str, pop_receipt: &str) -> Result<()> {
         self.request(
             reqwest::Method::DELETE,
-            &format!("/messages/{}", m.id),
-            &[("popreceipt", &m.pop_receipt)],
+            &format!("/messages/{id}"),
+            &[("popreceipt", pop_receipt)],
             "",
         )
         .await
         .map(|_| ())
     }
+}
 
-    /// Receives until the task is dropped: each message's events are stored in `target`'s
-    /// inbox, then the message is deleted.
-    pub async fn pump(self, target: Target, stats: Arc<SourceStats>) {
-        let scope = target.scope();
-        let mut idle = self.idle_min;
-        let mut failures = 0u32;
-        loop {
-            let msgs = match self.receive().await {
-                Ok(m) => {
-                    failures = 0;
-                    m
-                }
-                Err(e) => {
-                    failures += 1;
-                    let delay = Duration::from_millis((200u64 << failures.min(7)).min(30_000));
-                    tracing::warn!(error = %e, delay_ms = delay.as_millis() as u64, "queue receive failed");
-                    tokio::time::sleep(delay).await;
-                    continue;
-                }
-            };
-            if msgs.is_empty() {
-                tokio::time::sleep(idle).await;
-                idle = (idle * 2).min(self.idle_max);
-                continue;
-            }
-            idle = self.idle_min;
-            stats.messages.fetch_add(msgs.len() as u64, Relaxed);
-            let mut batch = Vec::with_capacity(msgs.len());
-            for m in &msgs {
-                let mut routed = Routed::default();
-                match super::decode_queue_message(&m.text)
+/// How an Azure queue message is acknowledged: deleted by id with its pop receipt.
+pub struct QueueAck {
+    id: String,
+    pop_receipt: String,
+}
+
+#[async_trait::async_trait]
+impl Source for AzQueueSource {
+    type Ack = QueueAck;
+
+    fn name(&self) -> &'static str {
+        "azqueue"
+    }
+
+    fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// One Get Messages (up to 32). Azure queues have no long poll: an empty answer is
+    /// followed by a pause that doubles from `idle_min` up to `idle_max`.
+    async fn next_batch(&mut self) -> Result<Vec<Message<QueueAck>>> {
+        let msgs = self.receive().await?;
+        if msgs.is_empty() {
+            tokio::time::sleep(self.idle).await;
+            self.idle = (self.idle * 2).min(self.idle_max);
+            return Ok(Vec::new());
+        }
+        self.idle = self.idle_min;
+        Ok(msgs
+            .into_iter()
+            .map(|m| {
+                let parsed = super::decode_queue_message(&m.text)
                     .and_then(|json| super::parse_eventgrid(&json))
-                {
-                    Ok(parsed) => routed.add(parsed, &scope, "az"),
-                    Err(e) => routed.dead.push(e.to_string()),
+                    .map_err(|e| e.to_string());
+                Message {
+                    raw: m.text.into_bytes(),
+                    parsed,
+                    ack: QueueAck {
+                        id: m.id,
+                        pop_receipt: m.pop_receipt,
+                    },
                 }
-                batch.push((m.text.clone().into_bytes(), routed));
-            }
-            if let Err(e) = target.store_batch("azqueue", batch, &stats).await {
-                // not deleted: the messages come back after their visibility timeout
-                tracing::error!(error = %e, "could not store queue messages' events; they will be received again");
-                continue;
-            }
-            let this = &self;
-            let mut acks = futures::stream::iter(msgs)
-                .map(|m| async move { this.delete(&m).await })
-                .buffer_unordered(8);
-            while let Some(r) = acks.next().await {
-                if let Err(e) = r {
-                    // stored already: a redelivery only repeats a harmless, coalesced event
-                    tracing::warn!(error = %e, "queue delete failed");
-                }
+            })
+            .collect())
+    }
+
+    /// Deletes the messages, 8 at a time; returns how many deletes failed (those messages
+    /// come back after their visibility timeout).
+    async fn ack(&mut self, acks: Vec<QueueAck>) -> usize {
+        let this = &*self;
+        let mut deletes = futures::stream::iter(acks)
+            .map(|a| async move { this.delete(&a.id, &a.pop_receipt).await })
+            .buffer_unordered(8);
+        let mut failed = 0;
+        while let Some(r) = deletes.next().await {
+            if let Err(e) = r {
+                // stored already: a redelivery only repeats a harmless, coalesced event
+                tracing::warn!(error = %e, "queue delete failed");
+                failed += 1;
             }
         }
+        failed
     }
 }
 

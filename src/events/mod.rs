@@ -24,11 +24,12 @@ pub mod azqueue;
 pub mod eventgrid;
 pub mod gcs;
 pub mod pubsub;
+pub mod push;
 pub mod route;
 pub mod s3;
+pub mod source;
 pub mod sqs;
 pub mod watch;
-pub mod webhook;
 
 mod text;
 

@@ -10,19 +10,20 @@
 //! `PUBSUB_EMULATOR_HOST=host:port` (the variable Google's tools use for the emulator) slate
 //! talks plain HTTP/2 to the emulator without credentials.
 
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-use std::time::Duration;
-
 use google_cloud_pubsub::client::Subscriber;
+use google_cloud_pubsub::subscriber::handler::Handler;
+use google_cloud_pubsub::subscriber::MessageStream;
 
-use super::route::{Routed, SourceStats, Target};
-use crate::error::{Result, SlateError};
+use super::source::{Message, Source};
+use crate::core::error::{Result, SlateError};
 
 /// One pull subscription.
 pub struct PubSubSource {
     client: Subscriber,
     subscription: String,
+    spec: String,
+    /// The streaming pull, opened at the first receive and again after it breaks.
+    stream: Option<MessageStream>,
 }
 
 /// `projects/P/subscriptions/S` from `pubsub://projects/P/subscriptions/S`.
@@ -68,52 +69,95 @@ impl PubSubSource {
         }
         let client = b.build().await.map_err(|e| SlateError::Store {
             url: spec.to_string(),
-            detail: crate::copy::side::one_line(&e),
+            detail: crate::stores::side::one_line(&e),
         })?;
         Ok(PubSubSource {
             client,
             subscription,
+            spec: spec.to_string(),
+            stream: None,
         })
     }
+}
 
-    /// Pulls until the task is dropped; a broken stream is reopened with a growing pause.
-    pub async fn pump(self, target: Target, stats: Arc<SourceStats>) {
-        let scope = target.scope();
-        let mut failures = 0u32;
-        loop {
-            let mut stream = self
-                .client
+/// Messages taken at once from the stream when more are ready.
+const BATCH: usize = 500;
+
+#[async_trait::async_trait]
+impl Source for PubSubSource {
+    type Ack = Handler;
+
+    fn name(&self) -> &'static str {
+        "pubsub"
+    }
+
+    fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// Waits for one message on the streaming pull, then takes whatever else is already
+    /// there (up to [`BATCH`]), so that a burst is stored in one transaction.
+    async fn next_batch(&mut self) -> Result<Vec<Message<Handler>>> {
+        let stream = self.stream.get_or_insert_with(|| {
+            self.client
                 .subscribe(self.subscription.clone())
                 .set_max_outstanding_messages(1000)
-                .build();
-            while let Some(item) = stream.next().await {
-                let (m, h) = match item {
-                    Ok(x) => x,
-                    Err(e) => {
-                        failures += 1;
-                        tracing::warn!(subscription = %self.subscription, error = %crate::copy::side::one_line(&e), "Pub/Sub pull failed");
-                        break;
-                    }
-                };
-                failures = 0;
-                stats.messages.fetch_add(1, Relaxed);
-                let mut routed = Routed::default();
-                match super::parse_gcs(&m.attributes, &m.data) {
-                    Ok(parsed) => routed.add(parsed, &scope, "gs"),
-                    Err(e) => routed.dead.push(e.to_string()),
+                .build()
+        });
+        let mut out = Vec::new();
+        let first = stream.next().await;
+        let mut item = first;
+        loop {
+            match item {
+                Some(Ok((m, h))) => {
+                    let parsed =
+                        super::parse_gcs(&m.attributes, &m.data).map_err(|e| e.to_string());
+                    out.push(Message {
+                        raw: raw_message(&m.attributes, &m.data).into_bytes(),
+                        parsed,
+                        ack: h,
+                    });
                 }
-                let raw = raw_message(&m.attributes, &m.data);
-                match target.store("pubsub", raw.as_bytes(), routed, &stats).await {
-                    // at-least-once or exactly-once alike: a lost ack only means a redelivery
-                    Ok(()) => h.ack(),
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not store Pub/Sub events; they will be redelivered");
-                        h.nack();
+                Some(Err(e)) => {
+                    // the stream is broken: a new one is opened at the next call
+                    self.stream = None;
+                    if out.is_empty() {
+                        return Err(SlateError::Store {
+                            url: self.spec.clone(),
+                            detail: crate::stores::side::one_line(&e),
+                        });
                     }
+                    return Ok(out);
+                }
+                None => {
+                    self.stream = None;
+                    return Ok(out);
                 }
             }
-            let delay = Duration::from_millis((200u64 << failures.min(7)).min(30_000));
-            tokio::time::sleep(delay).await;
+            if out.len() >= BATCH {
+                return Ok(out);
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                return Ok(out);
+            };
+            match futures::FutureExt::now_or_never(stream.next()) {
+                Some(next) => item = next,
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// At-least-once or exactly-once alike: a lost ack only means a redelivery.
+    async fn ack(&mut self, acks: Vec<Handler>) -> usize {
+        for h in acks {
+            h.ack();
+        }
+        0
+    }
+
+    async fn nack(&mut self, acks: Vec<Handler>) {
+        for h in acks {
+            h.nack();
         }
     }
 }

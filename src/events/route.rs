@@ -1,37 +1,21 @@
-//! From parsed cloud messages to inbox rows: every event source (SQS, a Storage Queue, the
-//! webhook, Pub/Sub) sorts what a message names into the keys of a pair (relative to the
-//! pair's prefix), dead letters (a key of no pair, a malformed message), prefixes to
-//! reconcile as a whole, and the events it may ignore; then stores all of it in one
-//! transaction before it acknowledges the message (DESIGN.md rule 2).
+//! From parsed cloud messages to inbox rows: every transport (SQS, a Storage Queue, Pub/Sub,
+//! the webhook) sorts what a message names into the keys of each pair it feeds (relative to
+//! the pair's prefix), dead letters (a key of no pair, a malformed message), prefixes to
+//! reconcile as a whole, and the events it may ignore; then [`Fanout::store`] stores all of it
+//! in one transaction before the message is acknowledged (rule 2: ack after commit).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use super::{EventKind, Parsed, Token};
-use crate::copy::list::{self, Entry};
-use crate::copy::side::Side;
-use crate::error::Result;
-use crate::inbox::{Inbox, Kind};
-use crate::location::Location;
-use crate::manifest::{self, Manifest};
+use crate::core::error::Result;
+use crate::core::location::Location;
+use crate::state::inbox::{Inbox, Intake, Kind};
+use crate::state::manifest::Manifest;
 
 /// One inbox row to be: key relative to the pair's prefix, what happened, ordering token.
 pub type Row = (String, Kind, Option<String>);
-
-/// Counters of one event source, for health lines and metrics.
-#[derive(Debug, Default)]
-pub struct SourceStats {
-    /// Cloud messages received.
-    pub messages: AtomicU64,
-    /// Key events stored in the inbox.
-    pub events: AtomicU64,
-    /// Well-formed messages that named nothing to do (test events, overwrites, handshakes).
-    pub ignored: AtomicU64,
-    pub dead_lettered: AtomicU64,
-    /// Prefixes reconciled as a whole (directory renames and deletes).
-    pub prefixes: AtomicU64,
-}
 
 /// Where the keys of one pair live at its source: bucket (container) and prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +119,7 @@ impl Routed {
                                 "event for {what}://{}/{}: {}",
                                 ev.bucket,
                                 ev.key,
-                                crate::copy::side::unaddressable(rel)
+                                crate::stores::side::unaddressable(rel)
                             ))
                         }
                         Some(rel) => {
@@ -212,117 +196,158 @@ pub fn strangers(parsed: &Parsed, scopes: &[Scope], what: &str) -> Vec<String> {
     out
 }
 
-/// A pair as an event source sees it: where to store its events, and its source (to expand
-/// prefix events by listing).
-#[derive(Clone)]
-pub struct Target {
-    pub manifest: Arc<Manifest>,
-    pub pair_id: i64,
-    pub src: Side,
-    /// The pair's daemon counters (when its events were last stored).
-    pub daemon: Arc<crate::reconcile::daemon::DaemonStats>,
+/// Counters of one pair's intake (events stored for it by any consumer, the webhook or the
+/// local watcher), for health lines, `/metrics` and `GET /pairs`.
+#[derive(Debug, Default)]
+pub struct IntakeStats {
+    /// Cloud messages (or webhook deliveries) that named the pair.
+    pub messages: AtomicU64,
+    /// Key events stored in the pair's inbox.
+    pub events: AtomicU64,
+    /// Well-formed messages that named nothing to do (test events, overwrites, handshakes).
+    pub ignored: AtomicU64,
+    /// Prefixes to reconcile as a whole (directory renames and deletes, folders the watcher
+    /// saw appear or vanish, a watch queue overflow).
+    pub prefixes: AtomicU64,
+    /// When an event of the pair was last stored (unix ms; 0: never).
+    pub last_event_ms: AtomicU64,
 }
 
-impl Target {
-    pub fn scope(&self) -> Scope {
-        Scope::of(self.src.location())
+/// A pair as the event layer sees it: its id in the database, where its keys live at the
+/// source, and its intake counters.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub pair_id: i64,
+    pub scope: Scope,
+    pub stats: Arc<IntakeStats>,
+}
+
+/// Every pair one transport feeds (one queue, one subscription, the webhook of one cloud):
+/// a message is routed to each pair whose source it names and stored for all of them in one
+/// inbox transaction, so that a message is acknowledged only when every pair has its rows
+/// (DESIGN rule 2), and one queue can feed any number of pairs.
+pub struct Fanout {
+    db: Arc<Manifest>,
+    /// The scheme's short name used in dead-letter reasons (`s3`, `az`, `gs`).
+    what: &'static str,
+    targets: RwLock<Vec<Target>>,
+    /// Dead letters stored by this fan-out (messages no pair could use).
+    pub dead_lettered: AtomicU64,
+}
+
+impl std::fmt::Debug for Fanout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fanout")
+            .field("what", &self.what)
+            .field("targets", &self.targets().len())
+            .finish()
+    }
+}
+
+impl Fanout {
+    pub fn new(db: Arc<Manifest>, what: &'static str) -> Arc<Fanout> {
+        Arc::new(Fanout {
+            db,
+            what,
+            targets: RwLock::new(Vec::new()),
+            dead_lettered: AtomicU64::new(0),
+        })
     }
 
-    /// Stores one message's worth of routing durably: see [`Target::store_batch`].
+    /// Adds a pair (a pair already there is replaced: a restarted pair registers again).
+    pub fn add(&self, t: Target) {
+        if let Ok(mut v) = self.targets.write() {
+            v.retain(|x| x.pair_id != t.pair_id);
+            v.push(t);
+        }
+    }
+
+    pub fn targets(&self) -> Vec<Target> {
+        self.targets.read().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Routes and stores a batch of messages (raw text, what the parser made of it) in one
+    /// transaction: each pair's rows and prefixes, and a dead letter (with the raw text) per
+    /// reason no pair could use. Only after this returns Ok may the messages be acknowledged.
     pub async fn store(
         &self,
         source: &'static str,
-        raw: &[u8],
-        routed: Routed,
-        stats: &SourceStats,
+        batch: Vec<(Vec<u8>, std::result::Result<Parsed, String>)>,
     ) -> Result<()> {
-        self.store_batch(source, vec![(raw.to_vec(), routed)], stats)
-            .await
-    }
-
-    /// Stores the routing of a batch of messages (raw text, routing) durably, in one inbox
-    /// transaction: the rows, a row per key under each prefix (listed at the source now, plus
-    /// what the manifest recorded there, so renames away and deletions are seen), and dead
-    /// letters with their message's raw text. Only after this returns Ok may the messages be
-    /// acknowledged.
-    pub async fn store_batch(
-        &self,
-        source: &'static str,
-        batch: Vec<(Vec<u8>, Routed)>,
-        stats: &SourceStats,
-    ) -> Result<()> {
-        let mut rows = Vec::new();
-        let mut dead = Vec::new();
-        for (raw, routed) in batch {
-            rows.extend(routed.rows);
-            for p in &routed.prefixes {
-                rows.extend(self.expand_prefix(p).await?);
+        let targets = self.targets();
+        let mut intake = Intake::default();
+        let mut touched = vec![(0u64, 0u64, 0u64, 0u64); targets.len()];
+        for (raw, parsed) in batch {
+            let parsed = match parsed {
+                Ok(Parsed::Ignore(_) | Parsed::Handshake { .. }) => {
+                    // well-formed, nothing to do (test events, overwrites' deletes, handshakes)
+                    for c in touched.iter_mut() {
+                        c.2 += 1;
+                    }
+                    continue;
+                }
+                Ok(p) => p,
+                Err(why) => {
+                    intake.dead.push((None, source.to_string(), raw, why));
+                    continue;
+                }
+            };
+            if targets.is_empty() {
+                let why = format!("no {}:// pair follows {source}", self.what);
+                intake.dead.push((None, source.to_string(), raw, why));
+                continue;
             }
-            stats.ignored.fetch_add(routed.ignored, Relaxed);
-            stats
-                .prefixes
-                .fetch_add(routed.prefixes.len() as u64, Relaxed);
-            dead.extend(routed.dead.into_iter().map(|why| (raw.clone(), why)));
+            let scopes: Vec<Scope> = targets.iter().map(|t| t.scope.clone()).collect();
+            for why in strangers(&parsed, &scopes, self.what) {
+                intake
+                    .dead
+                    .push((None, source.to_string(), raw.clone(), why));
+            }
+            for (i, t) in targets.iter().enumerate() {
+                let mut routed = Routed::default();
+                routed.add(parsed.clone(), &t.scope, self.what);
+                let named = !routed.rows.is_empty() || !routed.prefixes.is_empty();
+                let c = &mut touched[i];
+                c.0 += u64::from(named);
+                c.1 += routed.rows.len() as u64;
+                c.2 += routed.ignored;
+                c.3 += routed.prefixes.len() as u64;
+                // unaddressable keys of this pair (never applied, kept with their reason)
+                for why in routed
+                    .dead
+                    .into_iter()
+                    .filter(|w| !w.contains("outside the pair"))
+                {
+                    intake
+                        .dead
+                        .push((Some(t.pair_id), source.to_string(), raw.clone(), why));
+                }
+                intake.rows.extend(
+                    routed
+                        .rows
+                        .into_iter()
+                        .map(|(k, kind, tok)| (t.pair_id, k, kind, tok)),
+                );
+                intake
+                    .prefixes
+                    .extend(routed.prefixes.into_iter().map(|p| (t.pair_id, p)));
+            }
         }
-        stats.events.fetch_add(rows.len() as u64, Relaxed);
-        stats.dead_lettered.fetch_add(dead.len() as u64, Relaxed);
-        let (m, pair_id) = (self.manifest.clone(), self.pair_id);
-        let stored = !rows.is_empty();
-        crate::reconcile::blocking(move || {
-            let ib = Inbox::new(&m);
-            ib.push(pair_id, &rows)?;
-            for (raw, why) in dead {
-                ib.dead_letter(Some(pair_id), source, &raw, &why)?;
+        let dead = intake.dead.len() as u64;
+        let db = self.db.clone();
+        crate::state::blocking(move || Inbox::new(&db).store(&intake)).await?;
+        self.dead_lettered.fetch_add(dead, Relaxed);
+        let now = crate::core::metrics::unix_ms();
+        for (t, (msgs, rows, ignored, prefixes)) in targets.iter().zip(touched) {
+            t.stats.messages.fetch_add(msgs, Relaxed);
+            t.stats.events.fetch_add(rows, Relaxed);
+            t.stats.ignored.fetch_add(ignored, Relaxed);
+            t.stats.prefixes.fetch_add(prefixes, Relaxed);
+            if rows + prefixes > 0 {
+                t.stats.last_event_ms.store(now, Relaxed);
             }
-            Ok(())
-        })
-        .await?;
-        if stored {
-            self.daemon
-                .last_event_ms
-                .store(crate::metrics::unix_ms(), Relaxed);
         }
         Ok(())
-    }
-
-    /// Every key under `rel_prefix` that the source lists now or the manifest recorded.
-    async fn expand_prefix(&self, rel_prefix: &str) -> Result<Vec<Row>> {
-        let mut loc = self.src.location().clone();
-        let sub = rel_prefix.trim_end_matches('/');
-        let base = loc.prefix.clone();
-        if !sub.is_empty() {
-            loc.prefix = if base.is_empty() {
-                sub.to_string()
-            } else {
-                format!("{base}/{sub}")
-            };
-        }
-        let side = self.src.with_loc(loc);
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Entry>>(256);
-        let lister = tokio::spawn(async move {
-            list::list_entries(&side, tx, crate::copy::classify_store_error).await
-        });
-        let mut rows = Vec::new();
-        let join = |rel: &str| {
-            if sub.is_empty() {
-                rel.to_string()
-            } else {
-                format!("{sub}/{rel}")
-            }
-        };
-        while let Some(e) = rx.recv().await {
-            rows.push((join(&e?.rel), Kind::Upsert, None));
-        }
-        lister.await.map_err(|e| crate::error::SlateError::List {
-            url: self.src.location().to_string(),
-            detail: e.to_string(),
-        })??;
-        let (m, pair_id, under) = (self.manifest.clone(), self.pair_id, sub.to_string());
-        let recorded =
-            crate::reconcile::blocking(move || m.keys_under(pair_id, manifest::Side::Src, &under))
-                .await?;
-        rows.extend(recorded.into_iter().map(|k| (k, Kind::Delete, None)));
-        Ok(rows)
     }
 }
 

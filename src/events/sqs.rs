@@ -1,24 +1,26 @@
-//! S3 change events from an SQS queue (aws-sdk-sqs): long-poll batch receive (4 receives in
-//! flight), parse with [`super::parse_s3`], store in the inbox, and only then delete the
-//! messages (ack after commit, DESIGN.md rule 2). Because a message is deleted as soon as its
+//! S3 change events from an SQS queue (aws-sdk-sqs), as a [`Source`]: long-poll batch receive
+//! (the daemon runs 4 receives in flight per queue), parse with [`super::parse_s3`]; the
+//! consumer stores the events in the inbox, and only then are the messages deleted in one
+//! batch (ack after commit, DESIGN rule 2). Because a message is deleted as soon as its
 //! events are durable, not after the copy, no visibility extension is needed however long a
 //! copy takes.
 //! Unparseable messages and events for another bucket or prefix become dead letters.
 
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use aws_sdk_sqs::Client;
 
-use super::route::{Routed, SourceStats, Target};
-use crate::error::{Result, SlateError};
+use super::source::{Message, Source};
+use crate::core::error::{Result, SlateError};
 
-/// A queue to receive from.
+/// A queue to receive from. Clones share the client: a consumer runs several receives in
+/// flight by running several clones.
+#[derive(Clone)]
 pub struct SqsSource {
     client: Client,
     queue_url: String,
+    spec: String,
     /// Long-poll wait per receive.
     pub wait: Duration,
     /// Receives in flight at once: one receive returns at most 10 messages, so intake per
@@ -29,7 +31,7 @@ pub struct SqsSource {
 fn sqs_err(spec: &str, e: impl std::fmt::Display) -> SlateError {
     SlateError::Store {
         url: spec.to_string(),
-        detail: crate::copy::side::one_line(&sdk_error_text(e)),
+        detail: crate::stores::side::one_line(&sdk_error_text(e)),
     }
 }
 
@@ -82,86 +84,92 @@ impl SqsSource {
         Ok(SqsSource {
             client,
             queue_url,
+            spec: spec.to_string(),
             wait: Duration::from_secs(5),
             receivers: 4,
         })
     }
+}
 
-    /// Receives until the task is dropped: every message's events are stored in `target`'s
-    /// inbox, then the batch is deleted from the queue.
-    pub async fn pump(self, target: Target, stats: Arc<SourceStats>) {
-        let loops = (0..self.receivers.max(1)).map(|_| self.receive_loop(&target, &stats));
-        futures::future::join_all(loops).await;
+#[async_trait::async_trait]
+impl Source for SqsSource {
+    type Ack = String;
+
+    fn name(&self) -> &'static str {
+        "sqs"
     }
 
-    /// One receiver: long-poll, store, delete, again.
-    async fn receive_loop(&self, target: &Target, stats: &SourceStats) {
-        let scope = target.scope();
-        let mut failures = 0u32;
-        loop {
-            let out = self
-                .client
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(self.wait.as_secs() as i32)
-                .send()
-                .await;
-            let msgs = match out {
-                Ok(o) => {
-                    failures = 0;
-                    o.messages.unwrap_or_default()
-                }
-                Err(e) => {
-                    failures += 1;
-                    let delay = Duration::from_millis((200u64 << failures.min(7)).min(30_000));
-                    tracing::warn!(error = %sdk_error_text(aws_sdk_sqs::error::DisplayErrorContext(e)), delay_ms = delay.as_millis() as u64, "SQS receive failed");
-                    tokio::time::sleep(delay).await;
-                    continue;
-                }
-            };
-            if msgs.is_empty() {
-                continue;
-            }
-            stats.messages.fetch_add(msgs.len() as u64, Relaxed);
-            let mut acks = Vec::new();
-            let mut batch = Vec::with_capacity(msgs.len());
-            for (i, m) in msgs.into_iter().enumerate() {
+    fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// One long poll (up to 10 messages, the most SQS returns at once).
+    async fn next_batch(&mut self) -> Result<Vec<Message<String>>> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(self.wait.as_secs() as i32)
+            .send()
+            .await
+            .map_err(|e| sqs_err(&self.spec, aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| {
+                // without a receipt handle a message cannot be deleted: it will come back
+                let ack = m.receipt_handle?;
                 let body = m.body.unwrap_or_default();
-                let mut routed = Routed::default();
-                match super::parse_s3(&body) {
-                    Ok(parsed) => routed.add(parsed, &scope, "s3"),
-                    Err(e) => routed.dead.push(e.to_string()),
+                let parsed = super::parse_s3(&body).map_err(|e| e.to_string());
+                Some(Message {
+                    raw: body.into_bytes(),
+                    parsed,
+                    ack,
+                })
+            })
+            .collect())
+    }
+
+    /// One DeleteMessageBatch; entries SQS reports as failed are counted (and come back).
+    async fn ack(&mut self, acks: Vec<String>) -> usize {
+        let total = acks.len();
+        let entries: Vec<_> = acks
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(h)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let built = entries.len();
+        if entries.is_empty() {
+            return total;
+        }
+        match self
+            .client
+            .delete_message_batch()
+            .queue_url(&self.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+        {
+            Ok(out) => {
+                let failed = out.failed.len();
+                for f in &out.failed {
+                    tracing::warn!(queue = %self.spec, code = %f.code, message = ?f.message,
+                        "SQS could not delete a stored message; it will be delivered again");
                 }
-                batch.push((body.into_bytes(), routed));
-                if let Some(h) = m.receipt_handle {
-                    acks.push(
-                        DeleteMessageBatchRequestEntry::builder()
-                            .id(i.to_string())
-                            .receipt_handle(h)
-                            .build(),
-                    );
-                }
+                failed + (total - built)
             }
-            if let Err(e) = target.store_batch("sqs", batch, stats).await {
-                // not stored: not acknowledged, so SQS delivers the messages again
-                tracing::error!(error = %e, "could not store SQS events; they will be redelivered");
-                continue;
-            }
-            let acks = acks.into_iter().flatten().collect::<Vec<_>>();
-            if acks.is_empty() {
-                continue;
-            }
-            if let Err(e) = self
-                .client
-                .delete_message_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(acks))
-                .send()
-                .await
-            {
+            Err(e) => {
                 // stored already: a redelivery only repeats a harmless, coalesced event
                 tracing::warn!(error = %sdk_error_text(aws_sdk_sqs::error::DisplayErrorContext(e)), "SQS delete failed");
+                total
             }
         }
     }

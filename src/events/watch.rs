@@ -9,12 +9,32 @@ use std::time::Duration;
 use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use crate::copy::local::TMP_PREFIX;
-use crate::error::SlateError;
+use crate::core::error::SlateError;
+use crate::stores::local::TMP_PREFIX;
 
 /// What a burst of file events touched: keys relative to the watched root (`/`-separated).
 /// A path that is a folder (or was one) is reported as is; the daemon expands it.
 pub type Keys = BTreeSet<String>;
+
+/// Batches in flight between the watcher and the daemon: when the daemon cannot keep up, the
+/// watcher waits (back-pressure) instead of holding an unbounded queue; events that pile up
+/// meanwhile overflow inotify's own queue, which is reported as a rescan.
+pub const CHANNEL: usize = 64;
+
+/// One debounced batch of the watcher's news.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub keys: Keys,
+    /// Folders (keys relative to the root; `""` for the root) whose events were lost (the
+    /// kernel's queue overflowed): everything under them must be reconciled.
+    pub rescan: Vec<String>,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.rescan.is_empty()
+    }
+}
 
 /// Keeps the watcher alive; dropping it stops watching.
 pub struct WatchHandle {
@@ -36,7 +56,7 @@ pub fn key_of(root: &Path, path: &Path) -> Option<String> {
 pub fn watch(
     root: PathBuf,
     debounce: Duration,
-    tx: mpsc::Sender<Keys>,
+    tx: mpsc::Sender<Batch>,
 ) -> Result<WatchHandle, SlateError> {
     let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<Event>();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| match res {
@@ -52,7 +72,7 @@ pub fn watch(
     tokio::spawn(async move {
         // Keys are sent at most `debounce` after the first event of a batch (not after a quiet
         // spell, which a steady stream of writes would never leave).
-        let mut pending = Keys::new();
+        let mut pending = Batch::default();
         let mut deadline = tokio::time::Instant::now();
         loop {
             let ev = if pending.is_empty() {
@@ -71,12 +91,20 @@ pub fn watch(
                 }
             };
             let Some(ev) = ev else { return };
+            if ev.need_rescan() {
+                // the kernel dropped events (IN_Q_OVERFLOW): what changed is unknown
+                tracing::warn!(root = %root.display(), "file events were lost (the kernel's queue overflowed): reconciling the whole folder");
+                if !pending.rescan.iter().any(|d| d.is_empty()) {
+                    pending.rescan.push(String::new());
+                }
+                continue;
+            }
             if matches!(ev.kind, EventKind::Access(_)) {
                 continue;
             }
             for p in &ev.paths {
                 if let Some(k) = key_of(&root, p) {
-                    pending.insert(k);
+                    pending.keys.insert(k);
                 }
             }
         }
@@ -159,7 +187,7 @@ mod tests {
                 .await
                 .expect("events in time")
                 .unwrap();
-            seen.extend(keys);
+            seen.extend(keys.keys);
         }
     }
 }

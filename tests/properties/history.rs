@@ -14,12 +14,12 @@ use serde_json::json;
 
 use slate::copy::transfer::Ctx;
 use slate::copy::{CopyOptions, Counters, ProgressMode};
-use slate::events::route::{Routed, Scope, SourceStats, Target};
+use slate::core::location::Location;
+use slate::engine::key::{Applied, Engine};
+use slate::events::route::{Fanout, IntakeStats, Routed, Scope, Target};
 use slate::events::{self, Parsed};
-use slate::inbox::Inbox;
-use slate::location::Location;
-use slate::manifest::Manifest;
-use slate::reconcile::daemon::{apply_with_token, Applied, DaemonStats};
+use slate::state::inbox::Inbox;
+use slate::state::manifest::Manifest;
 
 use crate::render::{azure_event, b64, gcs_message, s3_eventbridge, s3_record, sns};
 use crate::{count, fail, SEEN};
@@ -204,12 +204,10 @@ struct Env {
     _dir: tempfile::TempDir,
     src_root: PathBuf,
     dst_root: PathBuf,
-    dst_loc: Location,
     manifest: Arc<Manifest>,
     pair: i64,
-    ctx: Ctx,
-    target: Target,
-    stats: SourceStats,
+    engine: Engine,
+    fanout: Arc<Fanout>,
     scope: Scope,
 }
 
@@ -240,27 +238,27 @@ impl Env {
             progress: ProgressMode::Quiet,
             ..CopyOptions::default()
         };
-        let ctx = Ctx::new(&plan, opts, Arc::new(Counters::default()));
-        let target = Target {
-            manifest: manifest.clone(),
-            pair_id: pair,
-            src: plan.src.clone(),
-            daemon: Arc::new(DaemonStats::default()),
+        let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())));
+        let engine = Engine::new(manifest.clone(), pair, ctx, dst_loc.clone());
+        let scope = Scope {
+            bucket: BUCKET.into(),
+            prefix: prefix.into(),
         };
+        let fanout = Fanout::new(manifest.clone(), "s3");
+        fanout.add(Target {
+            pair_id: pair,
+            scope: scope.clone(),
+            stats: Arc::new(IntakeStats::default()),
+        });
         Ok(Env {
             _dir: dir,
             src_root,
             dst_root,
-            dst_loc,
             manifest,
             pair,
-            ctx,
-            target,
-            stats: SourceStats::default(),
-            scope: Scope {
-                bucket: BUCKET.into(),
-                prefix: prefix.into(),
-            },
+            engine,
+            fanout,
+            scope,
         })
     }
 }
@@ -484,15 +482,15 @@ impl World {
         for group in groups {
             for (raw, parsed) in self.render(&group, shape)? {
                 let mut routed = Routed::default();
-                routed.add(parsed, &env.scope, self.provider.what());
+                routed.add(parsed.clone(), &env.scope, self.provider.what());
                 if !routed.dead.is_empty() {
                     return Err(fail(format!("dead letters: {:?}", routed.dead)));
                 }
-                batch.push((raw, routed));
+                batch.push((raw, Ok(parsed)));
             }
         }
-        env.target
-            .store_batch(self.provider.what(), batch, &env.stats)
+        env.fanout
+            .store("test", batch)
             .await
             .map_err(|e| fail(format!("storing events: {e}")))
     }
@@ -583,16 +581,11 @@ impl World {
         let inbox = Inbox::new(&env.manifest);
         let pending = inbox.take(env.pair, batch).map_err(db)?;
         for p in &pending {
-            let applied = apply_with_token(
-                &env.manifest,
-                env.pair,
-                &env.ctx,
-                &env.dst_loc,
-                &p.key,
-                p.token.as_deref(),
-            )
-            .await
-            .map_err(|e| fail(format!("apply {} (token {:?}): {e}", p.key, p.token)))?;
+            let applied = env
+                .engine
+                .reconcile_with_token(&p.key, p.token.as_deref())
+                .await
+                .map_err(|e| fail(format!("apply {} (token {:?}): {e}", p.key, p.token)))?;
             self.check_key(env, &p.key, applied)?;
             count(match applied {
                 Applied::Copied { .. } => &SEEN.copied,

@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use slate::manifest::{ScanRow, State};
-use slate::reconcile::plan::{plan, Action};
+use slate::engine::plan::{plan, Action};
+use slate::state::manifest::{ScanRow, State};
 
 use crate::fail;
 

@@ -22,10 +22,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::copy::{self, progress::Counters, CopyOptions, ProgressMode};
-use crate::error::{Result, SlateError};
-use crate::location::Location;
-use crate::manifest::Manifest;
-use crate::reconcile::{self, blocking, filter::Filter, MaxDelete, SyncOptions};
+use crate::core::error::{Result, SlateError};
+use crate::core::filter::Filter;
+use crate::core::location::Location;
+use crate::engine::once::{self, MaxDelete, SyncOptions};
+use crate::state::blocking;
+use crate::state::manifest::Manifest;
 
 /// What a job does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,7 +397,7 @@ impl JobRequest {
 }
 
 fn now_ms() -> i64 {
-    crate::inbox::now()
+    crate::state::inbox::now()
 }
 
 /// Unix milliseconds as RFC 3339 UTC.
@@ -1123,7 +1125,7 @@ async fn run_job(
             if req.kind == Kind::Copy {
                 opts.no_delete = true;
             }
-            let r = reconcile::sync_once(manifest, &src, &dst, &opts).await?;
+            let r = once::sync_once(manifest, &src, &dst, &opts).await?;
             Ok(Outcome {
                 failed: r.failed,
                 result: json!({
@@ -1137,8 +1139,8 @@ async fn run_job(
         }
         Kind::Diff => {
             let filter = settings.sync.filter.clone();
-            let scan = reconcile::scan(&manifest, &src, &dst, &filter, true).await?;
-            let c = reconcile::plan_all(&manifest, scan.pair.id, true, &filter, |_, _| {}).await?;
+            let scan = once::scan(&manifest, &src, &dst, &filter, true).await?;
+            let c = once::plan_all(&manifest, scan.pair.id, true, &filter, |_, _| {}).await?;
             Ok(Outcome {
                 failed: 0,
                 result: json!({

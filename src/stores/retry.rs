@@ -4,7 +4,7 @@
 //! truncated half-way through a chunk, which only a fresh ranged GET of the same chunk can
 //! repair, and a request whose error is transient ([`transient`]: throttled, 5xx, timeout,
 //! connection) after object_store gave up on it. Every failed attempt, and every retry, is
-//! counted on `/metrics` by store and status (see [`crate::metrics`]) when the store is named,
+//! counted on `/metrics` by store and status (see [`crate::core::metrics`]) when the store is named,
 //! and throttles and successes are reported to the side's adaptive limit ([`super::limit`]).
 
 use std::future::Future;
@@ -12,7 +12,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::limit::Limiter;
-use super::side::ChunkError;
+
+/// Failure of one chunk: worth another attempt, or final.
+#[derive(Debug)]
+pub enum ChunkError {
+    Retry(String),
+    Fatal(String),
+}
+
+impl std::fmt::Display for ChunkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChunkError::Retry(s) | ChunkError::Fatal(s) => f.write_str(s),
+        }
+    }
+}
 
 /// Exponential backoff with full jitter.
 #[derive(Debug, Clone)]
@@ -42,26 +56,26 @@ impl Default for Backoff {
 }
 
 /// The status label of a failed attempt (`503`, `timeout`, …; see
-/// [`crate::metrics::status_of`]).
+/// [`crate::core::metrics::status_of`]).
 pub trait Status {
     fn status(&self) -> String;
 }
 
 impl Status for String {
     fn status(&self) -> String {
-        crate::metrics::status_of_text(self)
+        crate::core::metrics::status_of_text(self)
     }
 }
 
 impl Status for ChunkError {
     fn status(&self) -> String {
-        crate::metrics::status_of_text(&self.to_string())
+        crate::core::metrics::status_of_text(&self.to_string())
     }
 }
 
 impl Status for object_store::Error {
     fn status(&self) -> String {
-        crate::metrics::status_of(self)
+        crate::core::metrics::status_of(self)
     }
 }
 
@@ -78,7 +92,7 @@ pub fn transient(e: &object_store::Error) -> bool {
     if !matches!(e, object_store::Error::Generic { .. }) {
         return false;
     }
-    let status = crate::metrics::status_of(e);
+    let status = crate::core::metrics::status_of(e);
     match status.as_str() {
         "timeout" | "connection" | "408" | "429" => true,
         s => s.len() == 3 && s.starts_with('5'),
@@ -141,7 +155,7 @@ impl Backoff {
             };
             let status = (self.store.is_some() || self.limit.is_some()).then(|| e.status());
             if let (Some(store), Some(status)) = (self.store, &status) {
-                crate::metrics::request_error(store, status);
+                crate::core::metrics::request_error(store, status);
             }
             if let (Some(l), Some(epoch), Some(status)) = (&self.limit, epoch, &status) {
                 if throttle(status) {
@@ -152,7 +166,7 @@ impl Backoff {
                 return Err(e);
             }
             if let (Some(store), Some(status)) = (self.store, &status) {
-                crate::metrics::request_retry(store, status);
+                crate::core::metrics::request_retry(store, status);
             }
             let d = self.delay(n + 1);
             tracing::warn!(what, attempt = n, delay_ms = d.as_millis() as u64, error = %e, "retrying");
@@ -268,8 +282,8 @@ mod tests {
             .run("t", |_| true, |_| teapot())
             .await
             .is_err());
-        assert_eq!(count(crate::metrics::request_errors()), 3);
-        assert_eq!(count(crate::metrics::request_retries()), 2);
+        assert_eq!(count(crate::core::metrics::request_errors()), 3);
+        assert_eq!(count(crate::core::metrics::request_retries()), 2);
         // a fatal error is counted, not retried; without a store nothing is counted
         let fatal = b
             .clone()
@@ -278,8 +292,8 @@ mod tests {
             .await;
         assert!(fatal.is_err());
         assert!(b.run("t", |_| true, |_| teapot()).await.is_err());
-        assert_eq!(count(crate::metrics::request_errors()), 4);
-        assert_eq!(count(crate::metrics::request_retries()), 2);
+        assert_eq!(count(crate::core::metrics::request_errors()), 4);
+        assert_eq!(count(crate::core::metrics::request_retries()), 2);
     }
 
     #[test]

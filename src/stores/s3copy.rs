@@ -9,10 +9,10 @@ use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestCo
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::retry::Backoff;
-use super::side::ChunkError;
-use crate::error::{Result, SlateError};
-use crate::location::{Location, Scheme};
-use crate::store::{http_options, s3_settings};
+use super::retry::ChunkError;
+use crate::core::error::{Result, SlateError};
+use crate::core::location::{Location, Scheme};
+use crate::stores::{http_options, s3_settings};
 
 /// Largest object one CopyObject may copy; larger ones go through the data path.
 pub const MAX_COPY_OBJECT: u64 = 5 << 30;

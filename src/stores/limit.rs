@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use crate::metrics::LimitGauge;
+use crate::core::metrics::LimitGauge;
 
 /// The arithmetic of the limit, without clocks or locks.
 ///
@@ -113,7 +113,7 @@ impl Limiter {
     /// A limit of `max` objects for `side` (`src`, `dst`) of a `store` (`s3`, `az`, `gs`).
     pub fn new(max: usize, store: &'static str, side: &'static str) -> Arc<Limiter> {
         let aimd = Aimd::new(max);
-        let gauge = crate::metrics::limit_gauge(store, side, aimd.limit() as u64);
+        let gauge = crate::core::metrics::limit_gauge(store, side, aimd.limit() as u64);
         Arc::new(Limiter {
             state: Mutex::new(State { aimd, in_flight: 0 }),
             freed: Notify::new(),

@@ -13,14 +13,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::error::{Result, SlateError};
+use crate::core::error::{Result, SlateError};
 
 /// Migrations, applied in order; `PRAGMA user_version` is the number of the last one applied.
 const MIGRATIONS: &[&str] = &[
-    include_str!("../schema/0001_init.sql"),
-    include_str!("../schema/0002_inbox.sql"),
-    include_str!("../schema/0003_tombstones.sql"),
-    include_str!("../schema/0004_jobs.sql"),
+    include_str!("../../schema/0001_init.sql"),
+    include_str!("../../schema/0002_inbox.sql"),
+    include_str!("../../schema/0003_tombstones.sql"),
+    include_str!("../../schema/0004_jobs.sql"),
+    include_str!("../../schema/0005_expansions.sql"),
 ];
 
 /// Which side of a pair.
@@ -518,15 +519,34 @@ impl Manifest {
         })
     }
 
-    /// Keys recorded on one side under `prefix/` (a folder renamed or removed as a whole).
-    pub fn keys_under(&self, pair_id: i64, side: Side, prefix: &str) -> Result<Vec<String>> {
-        let lo = format!("{prefix}/");
-        let hi = format!("{prefix}0"); // '0' follows '/' in byte order
+    /// Up to `limit` keys recorded on one side under `prefix` (`""`: all, else ending with
+    /// `/`) after the key `after`, in key order: one page of a folder renamed or removed as a
+    /// whole.
+    pub fn keys_under_page(
+        &self,
+        pair_id: i64,
+        side: Side,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        // every key under "a/b/" sorts in ["a/b/", "a/b0"): '0' follows '/' in byte order
+        let hi = match prefix.strip_suffix('/') {
+            Some(p) => format!("{p}0"),
+            None => "\u{10ffff}".repeat(2),
+        };
+        let lo = if after > prefix { after } else { prefix };
+        let strict = after > prefix;
         self.with(|c| {
             let mut st = c.prepare_cached(
-                "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key >= ?3 AND key < ?4",
+                "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2
+                   AND (key > ?3 OR (key = ?3 AND ?4 = 0)) AND key < ?5
+                 ORDER BY key LIMIT ?6",
             )?;
-            let rows = st.query_map(params![pair_id, side as i64, lo, hi], |r| r.get(0))?;
+            let rows = st.query_map(
+                params![pair_id, side as i64, lo, strict as i64, hi, limit as i64],
+                |r| r.get(0),
+            )?;
             rows.collect()
         })
     }

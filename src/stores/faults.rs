@@ -778,7 +778,7 @@ mod tests {
 
     #[test]
     fn injected_errors_are_classified_like_real_ones() {
-        use crate::metrics::{status_of, status_of_text};
+        use crate::core::metrics::{status_of, status_of_text};
         let d = Dice::new(cfg(1.0, &[]), "S3");
         for (kind, status) in [
             (FaultKind::SlowDown, "503"),
@@ -792,14 +792,14 @@ mod tests {
             assert!(matches!(e, object_store::Error::Generic { .. }), "{e}");
             assert_eq!(status_of(&e), status, "{kind:?}: {e}");
             assert_eq!(status_of_text(&e.to_string()), status, "{kind:?}: {e}");
-            assert!(crate::copy::retry::transient(&e), "{kind:?}");
+            assert!(crate::stores::retry::transient(&e), "{kind:?}");
         }
         let e = d.body_error();
         assert_eq!(status_of(&e), "connection");
         assert_eq!(status_of_text(&e.to_string()), "connection", "{e}");
         let slow = d.error(FaultKind::SlowDown, "GET", "b/k").to_string();
         assert!(slow.contains("SlowDown"), "{slow}");
-        assert!(crate::copy::retry::throttle(&status_of_text(&slow)));
+        assert!(crate::stores::retry::throttle(&status_of_text(&slow)));
         let azure = Dice::new(cfg(1.0, &[]), "MicrosoftAzure");
         let busy = azure.error(FaultKind::SlowDown, "PUT", "c/k").to_string();
         assert!(busy.contains("ServerBusy") && busy.starts_with("Generic MicrosoftAzure error"));
@@ -861,7 +861,7 @@ mod tests {
             }
             let e = failed.expect("the body fails");
             assert!(got < data.len(), "{got}");
-            assert_eq!(crate::metrics::status_of(&e), "connection");
+            assert_eq!(crate::core::metrics::status_of(&e), "connection");
         }
         // a HEAD has no body to cut, and lists and pages fail as requests
         assert!(store.head(&p).await.is_ok());

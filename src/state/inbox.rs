@@ -8,8 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::params;
 
-use crate::error::Result;
-use crate::manifest::Manifest;
+use crate::core::error::Result;
+use crate::state::manifest::Manifest;
 
 /// What an event said happened (the reconciler checks the source anyway).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,46 @@ pub fn bell() -> &'static tokio::sync::Notify {
     BELL.get_or_init(tokio::sync::Notify::new)
 }
 
+/// Stores one event for a key, coalescing with the key's pending row: the newest token wins,
+/// but a row with any untokened event stays untokened (it must be applied whatever the tokens
+/// say); a new event makes the key due at once and restarts its backoff.
+const PUSH_SQL: &str =
+    "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
+     VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
+     ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
+        token = CASE WHEN inbox.token IS NULL OR excluded.token IS NULL THEN NULL
+                     WHEN excluded.token > inbox.token THEN excluded.token
+                     ELSE inbox.token END,
+        events = inbox.events + 1,
+        last_seen = excluded.last_seen, not_before = 0, attempts = 0";
+
+/// What one batch of messages names, for every pair it feeds: stored by [`Inbox::store`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Intake {
+    /// (pair, key relative to the pair's prefix, what happened, ordering token).
+    pub rows: Vec<(i64, String, Kind, Option<String>)>,
+    /// (pair, prefix to expand: relative, '' or ending with '/').
+    pub prefixes: Vec<(i64, String)>,
+    /// (pair if one, source, raw message, reason).
+    pub dead: Vec<(Option<i64>, String, Vec<u8>, String)>,
+}
+
+impl Intake {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.prefixes.is_empty() && self.dead.is_empty()
+    }
+}
+
+/// A prefix being expanded (see `schema/0005_expansions.sql`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expansion {
+    pub prefix: String,
+    /// 0: listing the source; 1: the keys the manifest recorded under the prefix.
+    pub phase: u8,
+    /// The last key pushed in this phase.
+    pub cursor: String,
+}
+
 /// The inbox of one database.
 pub struct Inbox<'a> {
     m: &'a Manifest,
@@ -68,16 +108,7 @@ impl<'a> Inbox<'a> {
                 let tx = c.transaction()?;
                 let mut new = 0;
                 {
-                    let mut st = tx.prepare_cached(
-                    "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
-                     VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
-                     ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
-                        token = CASE WHEN inbox.token IS NULL OR excluded.token IS NULL THEN NULL
-                                     WHEN excluded.token > inbox.token THEN excluded.token
-                                     ELSE inbox.token END,
-                        events = inbox.events + 1,
-                        last_seen = excluded.last_seen, not_before = 0, attempts = 0",
-                )?;
+                    let mut st = tx.prepare_cached(PUSH_SQL)?;
                     let mut exists =
                         tx.prepare_cached("SELECT 1 FROM inbox WHERE pair_id = ?1 AND key = ?2")?;
                     for (key, kind, token) in events {
@@ -89,6 +120,95 @@ impl<'a> Inbox<'a> {
                 }
                 tx.commit()?;
                 Ok(new)
+            })
+            .inspect(|_| bell().notify_waiters())
+    }
+
+    /// Stores what one batch of messages names, for every pair, in one transaction: key rows
+    /// (coalesced as [`Inbox::push`] does), prefixes to expand, and dead letters. Only after
+    /// this returns may the messages be acknowledged.
+    pub fn store(&self, intake: &Intake) -> Result<()> {
+        if intake.is_empty() {
+            return Ok(());
+        }
+        let t = now_ms();
+        self.m
+            .with(|c| {
+                let tx = c.transaction()?;
+                {
+                    let mut row = tx.prepare_cached(PUSH_SQL)?;
+                    for (pair_id, key, kind, token) in &intake.rows {
+                        row.execute(params![pair_id, key, *kind as i64, token, t])?;
+                    }
+                    let mut pre = tx.prepare_cached(
+                        "INSERT INTO expansions (pair_id, prefix, created_at) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (pair_id, prefix) DO UPDATE SET phase = 0, cursor = ''",
+                    )?;
+                    for (pair_id, prefix) in &intake.prefixes {
+                        pre.execute(params![pair_id, prefix, t])?;
+                    }
+                    let mut dead = tx.prepare_cached(
+                        "INSERT INTO dead_letters (pair_id, source, raw, reason, received_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?;
+                    for (pair_id, source, raw, reason) in &intake.dead {
+                        dead.execute(params![pair_id, source, raw, reason, t])?;
+                    }
+                }
+                tx.commit()
+            })
+            .inspect(|_| bell().notify_waiters())
+    }
+
+    /// The prefixes of a pair waiting to be expanded, oldest first.
+    pub fn expansions(&self, pair_id: i64) -> Result<Vec<Expansion>> {
+        self.m.with(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT prefix, phase, cursor FROM expansions WHERE pair_id = ?1 ORDER BY created_at, prefix",
+            )?;
+            let rows = st.query_map(params![pair_id], |r| {
+                Ok(Expansion {
+                    prefix: r.get(0)?,
+                    phase: r.get::<_, i64>(1)? as u8,
+                    cursor: r.get(2)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// One durable step of an expansion: pushes `rows` for the pair and moves the expansion of
+    /// `prefix` to (`phase`, `cursor`), or removes it when `finished`, in one transaction.
+    pub fn expansion_step(
+        &self,
+        pair_id: i64,
+        prefix: &str,
+        rows: &[(String, Kind, Option<String>)],
+        phase: u8,
+        cursor: &str,
+        finished: bool,
+    ) -> Result<()> {
+        let t = now_ms();
+        self.m
+            .with(|c| {
+                let tx = c.transaction()?;
+                {
+                    let mut st = tx.prepare_cached(PUSH_SQL)?;
+                    for (key, kind, token) in rows {
+                        st.execute(params![pair_id, key, *kind as i64, token, t])?;
+                    }
+                }
+                if finished {
+                    tx.execute(
+                        "DELETE FROM expansions WHERE pair_id = ?1 AND prefix = ?2",
+                        params![pair_id, prefix],
+                    )?;
+                } else {
+                    tx.execute(
+                        "UPDATE expansions SET phase = ?3, cursor = ?4 WHERE pair_id = ?1 AND prefix = ?2",
+                        params![pair_id, prefix, phase as i64, cursor],
+                    )?;
+                }
+                tx.commit()
             })
             .inspect(|_| bell().notify_waiters())
     }

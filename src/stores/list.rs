@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use super::local;
 use super::retry::Backoff;
 use super::side::{one_line, prefix_path, Side};
-use crate::error::{Result, SlateError};
-use crate::location::Location;
+use crate::core::error::{Result, SlateError};
+use crate::core::location::Location;
 use object_store::ObjectStoreExt as _;
 
 /// One object found by a listing.

@@ -7,7 +7,7 @@
 //! both sides expose (an S3-style single-part MD5 ETag) equal; else sizes alone, counted and
 //! reported as such.
 
-use crate::manifest::{ScanRow, State};
+use crate::state::manifest::{ScanRow, State};
 
 /// What to do with one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,16 @@
 //! Missing credentials are detected here, before any request: object_store would otherwise
 //! fall back to a cloud metadata endpoint, which hangs or fails far from the cause.
 //!
-//! `SLATE_FAULTS` (a test hook, see [`crate::faults`]) wraps every store built here in a
+//! `SLATE_FAULTS` (a test hook, see [`crate::stores::faults`]) wraps every store built here in a
 //! [`FaultyStore`] that fails a share of the requests.
+
+pub mod faults;
+pub mod limit;
+pub mod list;
+pub mod local;
+pub mod retry;
+pub mod s3copy;
+pub mod side;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +25,9 @@ use object_store::list::PaginatedListStore;
 use object_store::multipart::MultipartStore;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
-use crate::error::{Result, SlateError};
-use crate::faults::{self, FaultConfig, FaultyStore};
-use crate::location::{Location, Scheme};
+use crate::core::error::{Result, SlateError};
+use crate::core::location::{Location, Scheme};
+use faults::{FaultConfig, FaultyStore};
 
 /// The environment variables slate reads, with what they do (shown by `--help`).
 pub const ENV_HELP: &str = "\

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::error::SlateError;
+use crate::core::error::SlateError;
 
 /// The kind of store behind a location.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

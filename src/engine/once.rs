@@ -6,10 +6,6 @@
 //! deletes what the source no longer has (only after asking the source again), and records
 //! everything in the manifest.
 
-pub mod daemon;
-pub mod filter;
-pub mod plan;
-
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -18,15 +14,15 @@ use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
-use crate::copy::list::{self, Entry};
-use crate::copy::side::{one_line, store_path, Side};
+use super::plan::{self, Action};
 use crate::copy::transfer::{copy_one, Ctx, End};
 use crate::copy::{self, progress, CopyOptions};
-use crate::error::{Result, SlateError};
-use crate::location::Location;
-use crate::manifest::{self, Manifest, PairInfo, Record, ScanRow, State};
-use filter::Filter;
-use plan::Action;
+use crate::core::error::{Result, SlateError};
+use crate::core::filter::Filter;
+use crate::core::location::Location;
+use crate::state::manifest::{self, Manifest, PairInfo, Record, ScanRow, State};
+use crate::stores::list::{self, Entry};
+use crate::stores::side::{one_line, store_path, Side};
 
 /// Rows per manifest transaction / page.
 const BATCH: usize = 10_000;
@@ -312,7 +308,7 @@ pub async fn scan(
         let sweep = async {
             if let Side::Local { loc } = &plan.dst {
                 let root = loc.local_path();
-                blocking(move || copy::local::sweep_orphan_temps(&root)).await
+                blocking(move || crate::stores::local::sweep_orphan_temps(&root)).await
             } else {
                 Ok(())
             }
@@ -683,7 +679,7 @@ async fn delete_one(ctx: &Ctx, src_loc: &Location, dst_loc: &Location, key: &str
                 })?
         }
         Side::Local { .. } => {
-            copy::local::remove_below(&ctx.dst_root, key)?;
+            crate::stores::local::remove_below(&ctx.dst_root, key)?;
         }
     }
     Ok(true)

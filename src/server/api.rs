@@ -6,12 +6,10 @@
 //!   `POST /jobs/{id}/resume`, `GET /jobs/{id}/events` (Server-Sent Events).
 //! - `GET /pairs`: the pairs the database knows, with what this process's daemon knows of them.
 //! - `GET /`: the dashboard; `GET /openapi.yaml`: the API's description.
-//! - `/metrics`, `/healthz`, `/readyz` and the push deliveries come from the event listener
-//!   ([`crate::events::webhook::Hub`]); the two routers are merged.
+//! - `/metrics`, `/healthz`, `/readyz` ([`super::metrics`]) and the push deliveries
+//!   ([`super::intake`]) complete [`ROUTES`].
 //!
-//! Every route but `/`, `/openapi.yaml`, `/healthz` and `/readyz` needs the bearer token when
-//! one is set (`Authorization: Bearer T`, or `?token=T` where a header cannot be set: the
-//! browser's EventSource). Errors are JSON: `{"error": "...", "field": "..."}`.
+//! Errors are JSON: `{"error": "...", "field": "..."}`.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering::Relaxed;
@@ -27,10 +25,10 @@ use axum::routing::get;
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::events::webhook::Hub;
-use crate::inbox::Inbox;
-use crate::jobs::{rfc3339, Job, JobState, Jobs, Refused};
-use crate::manifest::Manifest;
+use super::Server;
+use crate::engine::running::PairState;
+use crate::jobs::{rfc3339, Job, JobState, Refused};
+use crate::state::inbox::Inbox;
 
 /// Every route the server answers: (method, path), as in `schema/openapi.yaml`.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -55,34 +53,15 @@ pub const ROUTES: &[(&str, &str)] = &[
 pub const OPENAPI: &str = include_str!("../../schema/openapi.yaml");
 const DASHBOARD: &str = include_str!("dashboard.html");
 
-/// What the API serves from.
-pub struct Api {
-    pub manifest: Arc<Manifest>,
-    pub jobs: Arc<Jobs>,
-    pub hub: Arc<Hub>,
-    /// The pairs with their manifest counts, as `GET /pairs` last read them: counting a pair of
-    /// millions of rows takes a while, and the dashboard asks every 2 s.
-    pub pair_counts: std::sync::Mutex<Option<(std::time::Instant, Vec<crate::manifest::PairInfo>)>>,
-}
-
 /// How long `GET /pairs` reuses the manifest's object counts (backlog, lag and dead letters
 /// are read fresh every time).
 const PAIR_COUNTS_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 
-impl Api {
-    pub fn new(manifest: Arc<Manifest>, jobs: Arc<Jobs>, hub: Arc<Hub>) -> Api {
-        Api {
-            manifest,
-            jobs,
-            hub,
-            pair_counts: std::sync::Mutex::new(None),
-        }
-    }
-
+impl Server {
     /// The pairs and their counts, read again when older than [`PAIR_COUNTS_TTL`] or when a
     /// pair appeared since (a new pair must show at once).
-    fn pairs_counted(&self) -> crate::error::Result<Vec<crate::manifest::PairInfo>> {
-        let n = self.manifest.pair_count()?;
+    fn pairs_counted(&self) -> crate::core::error::Result<Vec<crate::state::manifest::PairInfo>> {
+        let n = self.db.pair_count()?;
         if let Ok(g) = self.pair_counts.lock() {
             if let Some((at, rows)) = g.as_ref() {
                 if at.elapsed() < PAIR_COUNTS_TTL && rows.len() == n {
@@ -90,7 +69,7 @@ impl Api {
                 }
             }
         }
-        let rows = self.manifest.pairs()?;
+        let rows = self.db.pairs()?;
         if let Ok(mut g) = self.pair_counts.lock() {
             *g = Some((std::time::Instant::now(), rows.clone()));
         }
@@ -98,18 +77,21 @@ impl Api {
     }
 }
 
-/// The API's routes merged with the listener's (`/metrics`, probes, push deliveries).
-pub fn router(api: Arc<Api>) -> Router {
-    let own = Router::new()
+/// The routes anyone may read: the dashboard and the API's description.
+pub(crate) fn open_routes() -> Router<Arc<Server>> {
+    Router::new()
         .route("/", get(dashboard))
         .route("/openapi.yaml", get(openapi))
+}
+
+/// The API's routes (behind the token when one is set).
+pub(crate) fn routes() -> Router<Arc<Server>> {
+    Router::new()
         .route("/jobs", get(list_jobs).post(create_job))
         .route("/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/jobs/{id}/events", get(job_events))
         .route("/jobs/{id}/resume", axum::routing::post(resume_job))
         .route("/pairs", get(pairs))
-        .with_state(api.clone());
-    api.hub.router().merge(own).fallback(no_route)
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {
@@ -138,14 +120,7 @@ fn bad(field: &str, message: String) -> Response {
     })
 }
 
-fn unauthorized() -> Response {
-    json_response(
-        StatusCode::UNAUTHORIZED,
-        json!({"error": "a bearer token is required (Authorization: Bearer TOKEN, or ?token=TOKEN)"}),
-    )
-}
-
-async fn no_route(method: Method, uri: Uri) -> Response {
+pub(crate) async fn no_route(method: Method, uri: Uri) -> Response {
     json_response(
         StatusCode::NOT_FOUND,
         json!({"error": format!("no route {method} {}", uri.path())}),
@@ -183,25 +158,14 @@ fn no_job(raw: &str) -> Response {
     )
 }
 
-async fn create_job(
-    State(api): State<Arc<Api>>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Bytes,
-) -> Response {
-    if !api.hub.authorized(&headers, &uri) {
-        return unauthorized();
-    }
+async fn create_job(State(api): State<Arc<Server>>, body: Bytes) -> Response {
     match api.jobs.create(&body).await {
         Ok(j) => json_response(StatusCode::CREATED, job_json(&j)),
         Err(r) => refused(r),
     }
 }
 
-async fn list_jobs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Response {
-    if !api.hub.authorized(&headers, &uri) {
-        return unauthorized();
-    }
+async fn list_jobs(State(api): State<Arc<Server>>, uri: Uri) -> Response {
     let (mut state, mut limit, mut before) = (None, 50usize, None);
     for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
         match k.as_ref() {
@@ -259,16 +223,7 @@ enum JobAction {
     Resume,
 }
 
-async fn job_action(
-    api: Arc<Api>,
-    id: String,
-    headers: HeaderMap,
-    uri: Uri,
-    action: JobAction,
-) -> Response {
-    if !api.hub.authorized(&headers, &uri) {
-        return unauthorized();
-    }
+async fn job_action(api: Arc<Server>, id: String, action: JobAction) -> Response {
     let Ok(id) = id.parse::<i64>() else {
         return no_job(&id);
     };
@@ -284,31 +239,16 @@ async fn job_action(
     }
 }
 
-async fn get_job(
-    State(api): State<Arc<Api>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    job_action(api, id, headers, uri, JobAction::Get).await
+async fn get_job(State(api): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    job_action(api, id, JobAction::Get).await
 }
 
-async fn cancel_job(
-    State(api): State<Arc<Api>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    job_action(api, id, headers, uri, JobAction::Cancel).await
+async fn cancel_job(State(api): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    job_action(api, id, JobAction::Cancel).await
 }
 
-async fn resume_job(
-    State(api): State<Arc<Api>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    job_action(api, id, headers, uri, JobAction::Resume).await
+async fn resume_job(State(api): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    job_action(api, id, JobAction::Resume).await
 }
 
 /// Server-Sent Events: `progress` with the job whenever it changed (looked at four times a
@@ -316,14 +256,10 @@ async fn resume_job(
 /// version: a client reconnecting with `Last-Event-ID` gets only what is newer, and 204 (stop
 /// reconnecting) once it has seen the end.
 async fn job_events(
-    State(api): State<Arc<Api>>,
+    State(api): State<Arc<Server>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    uri: Uri,
 ) -> Response {
-    if !api.hub.authorized(&headers, &uri) {
-        return unauthorized();
-    }
     let Ok(id) = id.parse::<i64>() else {
         return no_job(&id);
     };
@@ -341,7 +277,7 @@ async fn job_events(
         return StatusCode::NO_CONTENT.into_response();
     }
     struct Follow {
-        api: Arc<Api>,
+        api: Arc<Server>,
         id: i64,
         sent: u64,
         ended: bool,
@@ -411,17 +347,14 @@ fn health(
     }
 }
 
-async fn pairs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Response {
-    if !api.hub.authorized(&headers, &uri) {
-        return unauthorized();
-    }
-    let meters = api.hub.meters();
+async fn pairs(State(api): State<Arc<Server>>) -> Response {
+    let running = api.running.pairs();
     let a = api.clone();
-    let rows = crate::reconcile::blocking(move || {
+    let rows = crate::state::blocking(move || {
         let pairs = a.pairs_counted()?;
         let mut out = Vec::with_capacity(pairs.len());
         for p in pairs {
-            let st = Inbox::new(&a.manifest).stats(p.id)?;
+            let st = Inbox::new(&a.db).stats(p.id)?;
             out.push((p, st));
         }
         Ok(out)
@@ -436,7 +369,7 @@ async fn pairs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Res
             )
         }
     };
-    let now = crate::inbox::now().max(0) as u64;
+    let now = crate::state::inbox::now().max(0) as u64;
     let ms = |v: u64| {
         if v == 0 {
             None
@@ -447,8 +380,10 @@ async fn pairs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Res
     let out: Vec<Value> = rows
         .into_iter()
         .map(|(p, st)| {
-            let live = meters.iter().find(|x| x.pair_id == p.id);
-            let d = live.map(|x| x.daemon.clone());
+            let live = running.iter().find(|x| x.pair_id == p.id);
+            let d = live.map(|x| x.stats.clone());
+            let intake = live.map(|x| x.intake.clone());
+            let state = live.map(|x| x.state());
             let lag = d.as_ref().map(|d| d.lag_ms_last.load(Relaxed));
             let last_applied = d.as_ref().map(|d| d.last_applied_ms.load(Relaxed)).unwrap_or(0);
             json!({
@@ -460,12 +395,18 @@ async fn pairs(State(api): State<Arc<Api>>, headers: HeaderMap, uri: Uri) -> Res
                 "bytes": p.src_bytes,
                 "backlog": st.pending,
                 "lag_ms": lag,
-                "last_event_at": d.as_ref().and_then(|d| ms(d.last_event_ms.load(Relaxed))),
+                "last_event_at": intake.as_ref().and_then(|i| ms(i.last_event_ms.load(Relaxed))),
                 "last_sync_at": p.last_sync_at.map(|s| rfc3339(s * 1000)),
                 "last_drift_check_at": d.as_ref().and_then(|d| ms(d.last_drift_check_ms.load(Relaxed))),
                 "dead_letters": st.dead_letters,
                 "following": live.is_some(),
-                "health": health(live.is_some(), st.pending, lag.unwrap_or(0), last_applied, now),
+                "state": state.as_ref().map(PairState::name),
+                "error": match &state { Some(PairState::Failed { error, .. }) => Some(error.clone()), _ => None },
+                "restarts": d.as_ref().map(|d| d.restarts.load(Relaxed)),
+                "health": match &state {
+                    Some(PairState::Failed { .. }) => "failed",
+                    _ => health(live.is_some(), st.pending, lag.unwrap_or(0), last_applied, now),
+                },
             })
         })
         .collect();

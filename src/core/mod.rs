@@ -1,0 +1,8 @@
+//! The bottom layer: plain types and pure rules, no I/O. Locations as users type them,
+//! errors, what is known of an object, key filters, and the process's meters.
+
+pub mod backoff;
+pub mod error;
+pub mod filter;
+pub mod location;
+pub mod metrics;

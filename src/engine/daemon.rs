@@ -1,0 +1,570 @@
+//! The daemon: every pair of a process, following change events.
+//!
+//! Start-up, per process: each distinct queue (SQS queue, Storage Queue, Pub/Sub
+//! subscription) gets **one** consumer, whatever the number of pairs it feeds; a message is
+//! routed to every pair whose source it names and acknowledged only after all their inbox rows
+//! are committed ([`crate::events::source::consume`]). Webhook deliveries reach their pairs the
+//! same way through the server's [`Hub`]. Local folders have a watcher each.
+//!
+//! Per pair, under a supervisor: the backfill (a `--once` run) when the pair was never
+//! reconciled, then the loop: expand pending prefixes in bounded, durable steps
+//! ([`super::expand`]), take pending keys, reconcile each through the one [`Engine`] path,
+//! mark it done, retry it later or dead-letter it. Keys run in parallel; one key is never in
+//! two reconciles at once (a batch is finished before the next is taken). A drift check (a
+//! full `--once`) runs on a schedule. A pair whose loop fails says why at once (log,
+//! `GET /pairs`, `/readyz`, metrics) and is restarted with a backoff while the others run on;
+//! its events keep landing in its inbox meanwhile, so nothing is lost.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use super::key::{Applied, Engine};
+use super::once::{sync_once, SyncOptions};
+use super::running::{PairHandle, PairState, Running};
+use crate::copy::transfer::Ctx;
+use crate::copy::{self, Counters};
+use crate::core::backoff::Backoff;
+use crate::core::error::{Result, SlateError};
+use crate::core::location::{Location, Scheme};
+use crate::events::push::Hub;
+use crate::events::route::{Fanout, Scope, Target};
+use crate::events::source::{consume, ConsumerStats};
+use crate::events::watch;
+use crate::state::blocking;
+use crate::state::inbox::{self, Inbox, Intake, Kind};
+use crate::state::manifest::Manifest;
+use crate::stores::side::one_line;
+
+/// How one pair's daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub sync: SyncOptions,
+    /// Full compare on this schedule (zero: never).
+    pub drift_interval: Duration,
+    /// Keys taken from the inbox at once.
+    pub batch: usize,
+    /// How long in-flight work may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+    /// The event source for a cloud source (`sqs://QUEUE`, `azqueue://ACCOUNT/QUEUE`,
+    /// `pubsub://…`, `webhook`); local folders need none.
+    pub events: Option<String>,
+    /// The config's name for the pair (shown by the API).
+    pub name: Option<String>,
+}
+
+/// One pair for [`run_all`].
+#[derive(Debug, Clone)]
+pub struct PairRun {
+    pub src: Location,
+    pub dst: Location,
+    pub opts: DaemonOptions,
+}
+
+/// Where a pair's change events come from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EventSource {
+    /// A local folder: inotify.
+    Watch,
+    /// S3 notifications through SQS (`sqs://…`).
+    Sqs(String),
+    /// Azure Event Grid through a Storage Queue (`azqueue://ACCOUNT/QUEUE`).
+    AzQueue(String),
+    /// GCS notifications through a Pub/Sub pull subscription
+    /// (`pubsub://projects/P/subscriptions/S`).
+    PubSub(String),
+    /// Event Grid or Pub/Sub push deliveries on slate's listener.
+    Webhook,
+}
+
+impl EventSource {
+    /// Decides from the source's scheme and `--events`; a combination that cannot work is an
+    /// error naming what the scheme accepts.
+    pub fn choose(src: &Location, spec: Option<&str>) -> Result<EventSource> {
+        let bad = |why: String| SlateError::BadOption {
+            option: "--events".into(),
+            why,
+        };
+        let accepted = match src.scheme {
+            Scheme::Local => "none (inotify)",
+            Scheme::S3 => "sqs://QUEUE_NAME or sqs://QUEUE_URL",
+            Scheme::Azure => "azqueue://ACCOUNT/QUEUE or webhook",
+            Scheme::Gcs => "pubsub://projects/P/subscriptions/S or webhook (Pub/Sub push)",
+        };
+        match (src.scheme, spec) {
+            (Scheme::Local, None) => Ok(EventSource::Watch),
+            (Scheme::S3, Some(s)) if s.starts_with("sqs://") => Ok(EventSource::Sqs(s.into())),
+            (Scheme::Azure, Some(s)) if s.starts_with("azqueue://") => {
+                Ok(EventSource::AzQueue(s.into()))
+            }
+            (Scheme::Gcs, Some(s)) if s.starts_with("pubsub://") => {
+                Ok(EventSource::PubSub(s.into()))
+            }
+            (Scheme::Azure | Scheme::Gcs, Some("webhook")) => Ok(EventSource::Webhook),
+            (_, None) => Err(bad(format!(
+                "{src} needs an event source ({accepted}), or use --once"
+            ))),
+            (_, Some(s)) => Err(bad(format!("'{s}' cannot feed {src}; it takes {accepted}"))),
+        }
+    }
+}
+
+/// SQS receives in flight per queue: one returns at most 10 messages, so intake per queue is
+/// about 10 × this per round trip.
+const SQS_RECEIVERS: usize = 4;
+
+/// One consumer per distinct queue: connects each (an error names the queue and stops the
+/// start, exit 2) and runs it until `stop`, storing for every pair in its fan-out.
+async fn start_consumers(
+    queues: BTreeMap<EventSource, Arc<Fanout>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    let mut tasks = Vec::new();
+    for (source, fanout) in queues {
+        let stats = Arc::new(ConsumerStats::default());
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        match source {
+            EventSource::Sqs(spec) => {
+                let q = crate::events::sqs::SqsSource::connect(&spec).await?;
+                for _ in 0..SQS_RECEIVERS {
+                    tasks.push(tokio::spawn(consume(
+                        q.clone(),
+                        fanout.clone(),
+                        stats.clone(),
+                        stopped(stop.clone()),
+                    )));
+                }
+            }
+            EventSource::AzQueue(spec) => {
+                let q = crate::events::azqueue::AzQueueSource::connect(&spec).await?;
+                tasks.push(tokio::spawn(consume(
+                    q,
+                    fanout,
+                    stats,
+                    stopped(stop.clone()),
+                )));
+            }
+            EventSource::PubSub(spec) => {
+                let q = crate::events::pubsub::PubSubSource::connect(&spec).await?;
+                tasks.push(tokio::spawn(consume(
+                    q,
+                    fanout,
+                    stats,
+                    stopped(stop.clone()),
+                )));
+            }
+            EventSource::Watch | EventSource::Webhook => {}
+        }
+    }
+    Ok(tasks)
+}
+
+/// Runs every pair until `stop` turns true. Returns each pair's label and counters when it
+/// stopped. Setup errors (a bad option, a missing queue or bucket) end the start with an
+/// error before anything runs; errors of a running pair are the supervisor's.
+pub async fn run_all(
+    db: Arc<Manifest>,
+    pairs: Vec<PairRun>,
+    hub: Option<Arc<Hub>>,
+    running: Arc<Running>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Vec<Arc<PairHandle>>> {
+    // tombstones outlive any queue's retention (SQS keeps messages 14 days at most)
+    let d = db.clone();
+    blocking(move || d.prune_tombstones(15 * 86_400)).await?;
+    let mut queues: BTreeMap<EventSource, Arc<Fanout>> = BTreeMap::new();
+    let mut handles = Vec::new();
+    for p in &pairs {
+        let source = EventSource::choose(&p.src, p.opts.events.as_deref())?;
+        // what a restart cannot mend fails the start (exit 2): a bad location, missing
+        // credentials, a bucket that does not exist
+        copy::plan(&p.src, &p.dst).await?;
+        let (s, d, m) = (p.src.to_string(), p.dst.to_string(), db.clone());
+        let info = blocking(move || m.pair(&s, &d)).await?;
+        let handle = PairHandle::new(
+            info.id,
+            format!("{} -> {}", p.src, p.dst),
+            p.opts.name.clone(),
+        );
+        let target = Target {
+            pair_id: info.id,
+            scope: Scope::of(&p.src),
+            stats: handle.intake.clone(),
+        };
+        match &source {
+            EventSource::Sqs(_) | EventSource::AzQueue(_) | EventSource::PubSub(_) => {
+                let what = p.src.scheme.short();
+                queues
+                    .entry(source.clone())
+                    .or_insert_with(|| Fanout::new(db.clone(), what))
+                    .add(target);
+            }
+            EventSource::Webhook => match &hub {
+                Some(h) if p.src.scheme == Scheme::Azure => h.eventgrid.add(target),
+                Some(h) => h.pubsub.add(target),
+                None => {
+                    return Err(SlateError::BadOption {
+                        option: "--events".into(),
+                        why: "webhook deliveries need the listener (--listen ADDR)".into(),
+                    })
+                }
+            },
+            EventSource::Watch => {}
+        }
+        running.add(handle.clone());
+        handles.push(handle);
+    }
+    // events first, so that nothing changing during a backfill is missed
+    let consumers = start_consumers(queues, stop.clone()).await?;
+    let mut tasks = Vec::new();
+    for (p, handle) in pairs.into_iter().zip(handles.iter().cloned()) {
+        let (db, stop) = (db.clone(), stop.clone());
+        tasks.push(tokio::spawn(supervise(db, p, handle, stop)));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    for c in consumers {
+        c.abort();
+    }
+    Ok(handles)
+}
+
+/// Runs one pair, restarting its loop with a backoff when it fails, until `stop`.
+async fn supervise(
+    db: Arc<Manifest>,
+    p: PairRun,
+    handle: Arc<PairHandle>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let backoff = Backoff::forever();
+    let mut failures = 0u32;
+    loop {
+        let started = Instant::now();
+        let stopped = {
+            let mut rx = stop.clone();
+            async move {
+                let _ = rx.wait_for(|v| *v).await;
+            }
+        };
+        let r = run_pair(db.clone(), &p, &handle, stopped).await;
+        if *stop.borrow() {
+            handle.set_state(PairState::Stopped);
+            if let Err(e) = r {
+                tracing::warn!(pair = %handle.label, error = %e, "pair stopped with an error");
+            }
+            return;
+        }
+        let e = match r {
+            Ok(()) => SlateError::Store {
+                url: handle.label.clone(),
+                detail: "the pair's loop ended without being asked to".into(),
+            },
+            Err(e) => e,
+        };
+        // a loop that ran a good while before failing starts its backoff over
+        if started.elapsed() > Duration::from_secs(600) {
+            failures = 0;
+        }
+        failures += 1;
+        let delay = backoff.delay(failures + 1).max(Duration::from_millis(500));
+        handle.stats.restarts.fetch_add(1, Relaxed);
+        let error = one_line(&e);
+        tracing::error!(pair = %handle.label, error = %error, restart_in_ms = delay.as_millis() as u64,
+            "pair failed; its events are kept in its inbox and it restarts after a pause");
+        handle.set_state(PairState::Failed {
+            error,
+            retry_at_ms: crate::core::metrics::unix_ms() + delay.as_millis() as u64,
+        });
+        tokio::select! {
+            _ = stop.wait_for(|v| *v) => {
+                handle.set_state(PairState::Stopped);
+                return;
+            }
+            _ = tokio::time::sleep(delay) => {}
+        }
+        handle.set_state(PairState::Starting);
+    }
+}
+
+/// Feeds a local folder's file events into the inbox: a file as a key to reconcile; a folder
+/// (or a path that is gone, which may have been one) as a prefix to expand in bounded steps;
+/// a watch queue overflow as a prefix covering the folder it happened in.
+async fn pump_watch(
+    db: Arc<Manifest>,
+    target: Target,
+    root: std::path::PathBuf,
+    mut rx: mpsc::Receiver<watch::Batch>,
+) {
+    while let Some(batch) = rx.recv().await {
+        let (db2, root2, pair_id) = (db.clone(), root.clone(), target.pair_id);
+        let res = blocking(move || {
+            let mut intake = Intake::default();
+            for k in batch.keys {
+                match std::fs::symlink_metadata(root2.join(&k)) {
+                    Ok(m) if m.is_dir() => intake.prefixes.push((pair_id, format!("{k}/"))),
+                    Ok(_) => intake.rows.push((pair_id, k, Kind::Upsert, None)),
+                    Err(_) => {
+                        // gone: the key itself, and whatever the manifest holds under it
+                        intake.prefixes.push((pair_id, format!("{k}/")));
+                        intake.rows.push((pair_id, k, Kind::Delete, None));
+                    }
+                }
+            }
+            for dir in batch.rescan {
+                let p = if dir.is_empty() {
+                    dir
+                } else {
+                    format!("{dir}/")
+                };
+                intake.prefixes.push((pair_id, p));
+            }
+            let n = (intake.rows.len() as u64, intake.prefixes.len() as u64);
+            Inbox::new(&db2).store(&intake)?;
+            Ok(n)
+        })
+        .await;
+        match res {
+            Ok((rows, prefixes)) => {
+                target.stats.events.fetch_add(rows, Relaxed);
+                target.stats.prefixes.fetch_add(prefixes, Relaxed);
+                if rows + prefixes > 0 {
+                    target
+                        .stats
+                        .last_event_ms
+                        .store(crate::core::metrics::unix_ms(), Relaxed);
+                }
+            }
+            // the watcher's channel is bounded: while this fails, the watcher waits, and a
+            // long enough wait overflows inotify's queue, which becomes a rescan
+            Err(e) => tracing::error!(error = %e, "could not store file events"),
+        }
+    }
+}
+
+/// One run of one pair's loop, until `shutdown` resolves or an error ends it.
+async fn run_pair(
+    db: Arc<Manifest>,
+    p: &PairRun,
+    handle: &Arc<PairHandle>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let (src, dst, opts) = (&p.src, &p.dst, &p.opts);
+    let stats = handle.stats.clone();
+    let pair_id = handle.pair_id;
+    let plan = copy::plan(src, dst).await?;
+    let (s, d, m) = (src.to_string(), dst.to_string(), db.clone());
+    let pair = blocking(move || m.pair(&s, &d)).await?;
+
+    let _watch = match src.scheme {
+        Scheme::Local => {
+            let (tx, rx) = mpsc::channel(watch::CHANNEL);
+            let h = watch::watch(src.local_path(), Duration::from_millis(100), tx)?;
+            let target = Target {
+                pair_id,
+                scope: Scope::of(src),
+                stats: handle.intake.clone(),
+            };
+            tokio::spawn(pump_watch(db.clone(), target, src.local_path(), rx));
+            Some(h)
+        }
+        _ => None,
+    };
+
+    // temporary files of a slate killed mid-copy (the walk removes them); a full listing of
+    // the destination does the same, but a pair the manifest vouches for is not listed
+    if dst.scheme == Scheme::Local {
+        let root = dst.local_path();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = crate::stores::local::sweep_orphan_temps(&root) {
+                tracing::warn!(error = %e, "sweeping temporary files failed");
+            }
+        });
+    }
+
+    // the backfill when the pair was never reconciled; a local folder keeps no record of what
+    // changed while slate was down (inotify is not a queue), so it is reconciled at every start
+    if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
+        let report = sync_once(db.clone(), src, dst, &opts.sync).await?;
+        stats.bytes_copied.fetch_add(report.copied_bytes, Relaxed);
+        tracing::info!(pair = %handle.label, "backfill: {}", report.line());
+    }
+    tracing::info!("following changes of {src} -> {dst}");
+    handle.set_state(PairState::Following);
+
+    let counters = Arc::new(Counters::default());
+    let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters));
+    let engine = Arc::new(Engine::new(db.clone(), pair_id, ctx, dst.clone()));
+    let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
+    let mut last_drift = Instant::now();
+    let mut last_health = Instant::now();
+    tokio::pin!(shutdown);
+    loop {
+        // listen for the bell before looking, so that a push in between is not missed
+        let rung = inbox::bell().notified();
+        tokio::pin!(rung);
+        rung.as_mut().enable();
+        // prefixes first, one bounded step each round: their keys join the queue below
+        let expanded = expander.step().await?;
+        let (m, batch) = (db.clone(), opts.batch);
+        let pending = blocking(move || Inbox::new(&m).take(pair_id, batch)).await?;
+        if pending.is_empty() && !expanded {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = &mut rung => {}
+                // retries come due, and pushes from another process
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        } else if !pending.is_empty() {
+            let work = futures::stream::iter(pending)
+                .map(|p| apply_pending(&engine, &db, &stats, pair_id, p))
+                // the ceiling: copies and deletes also wait for a slot under the adaptive
+                // limit of each store side, lower while a store throttles
+                .buffer_unordered(opts.sync.copy.transfers);
+            // A batch is finished before the next is taken: one key is never reconciled twice
+            // at once. Shutdown lets the batch finish, bounded by the grace period.
+            let mut work = std::pin::pin!(work);
+            let drain = async {
+                while let Some(r) = work.next().await {
+                    r?;
+                }
+                Ok::<(), SlateError>(())
+            };
+            let mut drain = std::pin::pin!(drain);
+            let mut stopping = false;
+            tokio::select! {
+                r = &mut drain => r?,
+                _ = &mut shutdown => {
+                    stopping = true;
+                    tracing::info!("shutting down: finishing the work in flight");
+                    match tokio::time::timeout(opts.shutdown_grace, &mut drain).await {
+                        Ok(r) => r?,
+                        Err(_) => tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox"),
+                    }
+                }
+            }
+            if stopping {
+                // keys not finished stay in the inbox (not marked done): reconciled after a restart
+                break;
+            }
+        }
+        if last_health.elapsed() >= Duration::from_secs(60) {
+            last_health = Instant::now();
+            let m = db.clone();
+            let st = blocking(move || Inbox::new(&m).stats(pair_id)).await?;
+            let i = &handle.intake;
+            tracing::info!(
+                pair = %handle.label,
+                received = i.events.load(Relaxed),
+                messages = i.messages.load(Relaxed),
+                ignored = i.ignored.load(Relaxed),
+                applied = stats.applied.load(Relaxed),
+                copied = stats.copied.load(Relaxed),
+                deleted = stats.deleted.load(Relaxed),
+                unchanged = stats.unchanged.load(Relaxed),
+                stale = stats.stale.load(Relaxed),
+                failed = stats.failed.load(Relaxed),
+                backlog = st.pending,
+                dead_letters = st.dead_letters,
+                lag_ms_max = stats.lag_ms_max.swap(0, Relaxed),
+                "health"
+            );
+        }
+        if !opts.drift_interval.is_zero() && last_drift.elapsed() >= opts.drift_interval {
+            last_drift = Instant::now();
+            drift_check(&db, p, &stats).await;
+        }
+    }
+    Ok(())
+}
+
+/// Reconciles one pending key and settles its inbox row: done, retried later with the one
+/// backoff, or dead-lettered when no retry can apply it. Only a database error ends the loop.
+async fn apply_pending(
+    engine: &Engine,
+    db: &Arc<Manifest>,
+    stats: &super::running::DaemonStats,
+    pair_id: i64,
+    p: inbox::Pending,
+) -> Result<()> {
+    let r = engine
+        .reconcile_with_token(&p.key, p.token.as_deref())
+        .await;
+    let lag = (inbox::now() - p.first_seen).max(0) as u64;
+    stats.lag_ms_max.fetch_max(lag, Relaxed);
+    let m = db.clone();
+    let (key, events) = (p.key.clone(), p.events);
+    match r {
+        Ok(a) => {
+            stats.applied.fetch_add(1, Relaxed);
+            stats.lag.observe_ms(lag);
+            stats.lag_ms_last.store(lag, Relaxed);
+            stats
+                .last_applied_ms
+                .store(crate::core::metrics::unix_ms(), Relaxed);
+            match a {
+                Applied::Copied { bytes } => {
+                    stats.bytes_copied.fetch_add(bytes, Relaxed);
+                    stats.copied.fetch_add(1, Relaxed)
+                }
+                Applied::Deleted => stats.deleted.fetch_add(1, Relaxed),
+                Applied::Unchanged | Applied::AlreadyGone => stats.unchanged.fetch_add(1, Relaxed),
+                Applied::Stale => stats.stale.fetch_add(1, Relaxed),
+            };
+            tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
+            blocking(move || Inbox::new(&m).done(pair_id, &key, events)).await
+        }
+        Err(e) if e.is_permanent_for_key() => {
+            // no retry can mend the key itself (it cannot be addressed or written there):
+            // kept as a dead letter with the reason
+            stats.failed.fetch_add(1, Relaxed);
+            tracing::warn!(key = %key, error = %e, "key dead-lettered: no retry can apply it");
+            let why = one_line(&e);
+            blocking(move || {
+                let ib = Inbox::new(&m);
+                ib.dead_letter(Some(pair_id), "apply", key.as_bytes(), &why)?;
+                ib.done(pair_id, &key, events)
+            })
+            .await
+        }
+        Err(e) => {
+            stats.failed.fetch_add(1, Relaxed);
+            tracing::warn!(key = %key, error = %e, attempt = p.attempts + 1, "reconcile failed; will retry");
+            let backoff = Backoff {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+                ..Backoff::forever()
+            };
+            let delay = backoff.cap(p.attempts + 2).as_millis() as i64;
+            blocking(move || Inbox::new(&m).retry_later(pair_id, &key, delay)).await
+        }
+    }
+}
+
+/// A full compare of the pair that repairs what the events missed, counted as drift.
+async fn drift_check(db: &Arc<Manifest>, p: &PairRun, stats: &super::running::DaemonStats) {
+    let mut o = p.opts.sync.clone();
+    o.full = true;
+    match sync_once(db.clone(), &p.src, &p.dst, &o).await {
+        Ok(r) => {
+            let repaired = r.copied + r.deleted;
+            let c = &r.counts;
+            let found = c.only_in_source + c.changed + c.only_in_destination;
+            stats.drift_found.fetch_add(found, Relaxed);
+            stats.drift_repaired.fetch_add(repaired, Relaxed);
+            stats.bytes_copied.fetch_add(r.copied_bytes, Relaxed);
+            stats
+                .last_drift_check_ms
+                .store(crate::core::metrics::unix_ms(), Relaxed);
+            tracing::info!(repaired, "drift check: {}", r.line());
+        }
+        Err(e) => tracing::warn!(error = %e, "drift check failed"),
+    }
+}

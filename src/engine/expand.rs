@@ -1,0 +1,169 @@
+//! Prefix events, expanded in bounded, durable steps. A prefix to reconcile as a whole (an
+//! Azure directory deleted or renamed, a folder that appeared or vanished under a watched
+//! root, an inotify queue overflow) is stored as one row when its message arrives; then each
+//! [`Expander::step`] pushes one page (at most [`PAGE`] keys) into the inbox and moves the
+//! expansion's cursor in the same transaction. Memory never holds more than one page, however
+//! many keys the prefix has, and a crash resumes after the last page stored.
+//!
+//! Phase 0 lists the source under the prefix (the cursor is the listing's page token, or for a
+//! local folder the last key pushed); phase 1 pushes the keys the manifest recorded there
+//! (objects renamed away or deleted are among them). The reconcile of each key then asks the
+//! source, as for any event.
+
+use std::sync::Arc;
+
+use object_store::list::PaginatedListOptions;
+
+use crate::core::error::{Result, SlateError};
+use crate::state::blocking;
+use crate::state::inbox::{Expansion, Inbox, Kind};
+use crate::state::manifest::{self, Manifest};
+use crate::stores::local::{self as local_store, Walked};
+use crate::stores::side::{one_line, prefix_path, Side};
+
+/// Keys pushed per step.
+pub const PAGE: usize = 1000;
+
+/// The expansions of one pair.
+pub struct Expander {
+    db: Arc<Manifest>,
+    pair_id: i64,
+    src: Side,
+}
+
+/// Joins a pair-relative prefix (`''` or ending with `/`) and a key relative to it.
+fn join(prefix: &str, rel: &str) -> String {
+    format!("{prefix}{rel}")
+}
+
+impl Expander {
+    pub fn new(db: Arc<Manifest>, pair_id: i64, src: Side) -> Expander {
+        Expander { db, pair_id, src }
+    }
+
+    /// One step of the oldest pending expansion; false when there is none.
+    pub async fn step(&self) -> Result<bool> {
+        let (db, id) = (self.db.clone(), self.pair_id);
+        let pending = blocking(move || Inbox::new(&db).expansions(id)).await?;
+        let Some(x) = pending.into_iter().next() else {
+            return Ok(false);
+        };
+        let (rows, phase, cursor, finished) = match x.phase {
+            0 => {
+                let (keys, next) = self.list_page(&x).await?;
+                let rows = keys
+                    .into_iter()
+                    .map(|k| (k, Kind::Upsert, None))
+                    .collect::<Vec<_>>();
+                match next {
+                    Some(c) => (rows, 0, c, false),
+                    None => (rows, 1, String::new(), false),
+                }
+            }
+            _ => {
+                let (db, id, prefix, after) = (
+                    self.db.clone(),
+                    self.pair_id,
+                    x.prefix.clone(),
+                    x.cursor.clone(),
+                );
+                let keys = blocking(move || {
+                    db.keys_under_page(id, manifest::Side::Src, &prefix, &after, PAGE)
+                })
+                .await?;
+                let last = keys.last().cloned();
+                let rows = keys
+                    .into_iter()
+                    .map(|k| (k, Kind::Delete, None))
+                    .collect::<Vec<_>>();
+                match last {
+                    Some(l) if rows.len() >= PAGE => (rows, 1, l, false),
+                    _ => (rows, 1, String::new(), true),
+                }
+            }
+        };
+        let (db, id, prefix) = (self.db.clone(), self.pair_id, x.prefix.clone());
+        blocking(move || {
+            Inbox::new(&db).expansion_step(id, &prefix, &rows, phase, &cursor, finished)
+        })
+        .await?;
+        Ok(true)
+    }
+
+    /// One page of the source's listing under the expansion's prefix, after its cursor:
+    /// (pair-relative keys, the cursor of the next page or None at the end).
+    async fn list_page(&self, x: &Expansion) -> Result<(Vec<String>, Option<String>)> {
+        match &self.src {
+            Side::Cloud { pager, loc, .. } => {
+                let full = loc.key_for(&x.prefix);
+                let base = if loc.prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}/", loc.prefix)
+                };
+                let prefix = if full.is_empty() || full == "/" {
+                    None
+                } else {
+                    Some(prefix_path(&full)?.to_string() + "/")
+                };
+                let opts = PaginatedListOptions {
+                    max_keys: Some(PAGE),
+                    page_token: (!x.cursor.is_empty()).then(|| x.cursor.clone()),
+                    ..Default::default()
+                };
+                let page = crate::stores::retry::Backoff::default()
+                    .for_store(loc.scheme.short())
+                    .request(
+                        "listing",
+                        |_| true,
+                        |_| pager.list_paginated(prefix.as_deref(), opts.clone()),
+                    )
+                    .await
+                    .map_err(|e| SlateError::List {
+                        url: format!("{loc}/{}", x.prefix),
+                        detail: one_line(&e),
+                    })?;
+                let keys = page
+                    .result
+                    .objects
+                    .into_iter()
+                    .filter_map(|m| m.location.as_ref().strip_prefix(&base).map(str::to_string))
+                    .filter(|k| !k.is_empty())
+                    .collect();
+                Ok((keys, page.page_token.filter(|t| !t.is_empty())))
+            }
+            Side::Local { loc } => {
+                let (root, prefix, after) = (loc.local_path(), x.prefix.clone(), x.cursor.clone());
+                blocking(move || {
+                    let dir = root.join(prefix.trim_end_matches('/'));
+                    let mut keys = Vec::new();
+                    let start = after
+                        .strip_prefix(prefix.as_str())
+                        .unwrap_or_default()
+                        .to_string();
+                    // a folder that is not there (gone, or a symlink that is not followed)
+                    // lists nothing: its recorded keys come in phase 1
+                    let is_dir = std::fs::symlink_metadata(&dir)
+                        .map(|m| m.is_dir())
+                        .unwrap_or(false);
+                    if is_dir {
+                        local_store::walk_sorted(&dir, &start, &mut |w| {
+                            match w {
+                                Walked::File(f) => keys.push(join(&prefix, &f.rel)),
+                                // pushed all the same: its reconcile reports why it cannot
+                                // be read, and retries
+                                Walked::Unreadable { rel, .. } => keys.push(join(&prefix, &rel)),
+                                Walked::BadName { path } => tracing::warn!(path = %path.display(),
+                                    "file name is not valid UTF-8; keys must be: skipped"),
+                            }
+                            keys.len() < PAGE
+                        })?;
+                    }
+                    let next = (keys.len() >= PAGE).then(|| keys.last().cloned()).flatten();
+                    Ok((keys, next))
+                })
+                .await
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The one path that reconciles a key, used by `sync --once`, the daemon and jobs alike:
+//! **probe** the source now (HEAD, or a stat that obeys the symlink rule), **decide** with the
+//! manifest ([`super::plan`]), **act** (copy, or delete only after the source said "not found"
+//! now), and **record** what both sides hold. `--once` comes in with what its listing saw a
+//! moment ago (a listing is a probe of every key at once); the daemon comes in with a key
+//! name and probes it.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use object_store::ObjectStoreExt;
+
+use super::plan;
+use crate::copy::transfer::{copy_one, Ctx, End, Outcome};
+use crate::copy::{self};
+use crate::core::error::{Result, SlateError};
+use crate::core::location::Location;
+use crate::state::blocking;
+use crate::state::manifest::{self, Manifest, Record, State};
+use crate::stores::list::{self, Entry};
+use crate::stores::local::{self as local_store, Probe};
+use crate::stores::side::{one_line, store_path, Side};
+
+/// What reconciling one key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Copied `bytes` to the destination.
+    Copied {
+        bytes: u64,
+    },
+    Deleted,
+    /// Source and destination already agree (a duplicate or stale event).
+    Unchanged,
+    /// Not at the source and not at the destination: nothing to delete.
+    AlreadyGone,
+    /// The event is older than (or the same as) one already applied to the key: skipped
+    /// without asking the source.
+    Stale,
+}
+
+/// A pair's reconcile of single keys: the copier's shared state and the manifest.
+pub struct Engine {
+    pub db: Arc<Manifest>,
+    pub pair_id: i64,
+    pub ctx: Arc<Ctx>,
+    pub dst_loc: Location,
+}
+
+/// The manifest's state of a listed or probed entry.
+pub fn state_of(e: &Entry) -> State {
+    State {
+        size: e.size,
+        etag: e.etag.clone(),
+        mtime_ms: list::millis(e.mtime),
+    }
+}
+
+/// Whether the source's state `again` differs from the `tried` one that a copy started from.
+fn moved(tried: &Entry, again: Option<&Entry>) -> bool {
+    match again {
+        None => true,
+        Some(a) => a.size != tried.size || a.etag != tried.etag || a.mtime != tried.mtime,
+    }
+}
+
+impl Engine {
+    pub fn new(db: Arc<Manifest>, pair_id: i64, ctx: Arc<Ctx>, dst_loc: Location) -> Engine {
+        Engine {
+            db,
+            pair_id,
+            ctx,
+            dst_loc,
+        }
+    }
+
+    /// The source's state of `key` now, or None when it has no such object (404 now; for a
+    /// local source also a symlink that is not followed, or one that leads out of the root).
+    /// The HEAD is sent again while its error is transient; any other error is an error,
+    /// never a "gone".
+    pub async fn probe(&self, key: &str) -> Result<Option<Entry>> {
+        match &self.ctx.src {
+            Side::Cloud { store, loc, .. } => {
+                let path = store_path(&loc.key_for(key))?;
+                let head = self
+                    .ctx
+                    .retry(End::Src)
+                    .request(key, |_| true, |_| store.head(&path))
+                    .await;
+                match head {
+                    Ok(meta) => Ok(Some(Entry {
+                        rel: key.to_string(),
+                        size: meta.size,
+                        etag: meta.e_tag,
+                        mtime: Some(meta.last_modified.into()),
+                    })),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(SlateError::Object {
+                        key: key.to_string(),
+                        detail: format!("reading the source: {}", one_line(&e)),
+                    }),
+                }
+            }
+            Side::Local { loc } => {
+                let (root, k, follow) =
+                    (loc.local_path(), key.to_string(), self.ctx.opts.copy_links);
+                let probed = blocking(move || local_store::probe(&root, &k, follow)).await?;
+                Ok(match probed {
+                    Probe::File(f) => Some(Entry {
+                        etag: list::local_etag(f.mtime, f.size),
+                        rel: f.rel,
+                        size: f.size,
+                        mtime: f.mtime,
+                    }),
+                    Probe::Absent => None,
+                })
+            }
+        }
+    }
+
+    /// Copies `e` (the source's state a moment ago) and returns what to record for both sides.
+    /// Does not record: `--once` records in batches, the daemon at once.
+    pub async fn copy(&self, e: &Entry) -> Result<(Outcome, [Record; 2])> {
+        let item = copy::item_for(&self.ctx.src, &self.dst_loc, e.clone());
+        let out = copy_one(&self.ctx, &item).await?;
+        let hash = out.hash.map(|h| h.to_string());
+        let recs = [
+            Record {
+                side: manifest::Side::Src,
+                key: e.rel.clone(),
+                state: state_of(e),
+                hash: hash.clone(),
+            },
+            Record {
+                side: manifest::Side::Dst,
+                key: e.rel.clone(),
+                state: State {
+                    size: out.bytes,
+                    etag: out.dst_etag.clone(),
+                    mtime_ms: list::millis(Some(SystemTime::now())),
+                },
+                hash,
+            },
+        ];
+        Ok((out, recs))
+    }
+
+    /// Deletes `key` at the destination; false when it was not there.
+    pub async fn delete_at_destination(&self, key: &str) -> Result<bool> {
+        let err = |detail: String| SlateError::Object {
+            key: key.to_string(),
+            detail,
+        };
+        match &self.ctx.dst {
+            Side::Cloud { store, .. } => {
+                let path = store_path(&self.dst_loc.key_for(key))?;
+                let _slot = match &self.ctx.limits.dst {
+                    Some(l) => Some(l.acquire().await),
+                    None => None,
+                };
+                let deleted = self
+                    .ctx
+                    .retry(End::Dst)
+                    .request(key, |_| true, |_| store.delete(&path))
+                    .await;
+                match deleted {
+                    Ok(()) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(err(format!("deleting: {}", one_line(&e)))),
+                }
+            }
+            Side::Local { .. } => {
+                let (root, k) = (self.ctx.dst_root.clone(), key.to_string());
+                blocking(move || local_store::remove_below(&root, &k)).await
+            }
+        }
+    }
+
+    /// Deletes `key` at the destination only if the source says it is gone now (rule 4:
+    /// deletes are deliberate). Returns false, deleting nothing, when the source has it.
+    pub async fn delete_confirmed(&self, key: &str) -> Result<bool> {
+        if self.probe(key).await?.is_some() {
+            return Ok(false);
+        }
+        self.delete_at_destination(key).await?;
+        Ok(true)
+    }
+
+    /// Reconciles one key from the source's state now: level-triggered, so a duplicate, late
+    /// or reordered event can neither resurrect a deleted object nor roll back a newer one.
+    pub async fn reconcile(&self, key: &str) -> Result<Applied> {
+        let mut now = self.probe(key).await?;
+        let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
+        let (m_src, m_dst) = blocking(move || {
+            Ok((
+                db.get(id, manifest::Side::Src, &k)?,
+                db.get(id, manifest::Side::Dst, &k)?,
+            ))
+        })
+        .await?;
+        // how many times a source that moved during the copy is followed at once
+        let mut retry_moved = 5;
+        loop {
+            let Some(e) = now else {
+                let existed = self.delete_at_destination(key).await?;
+                let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
+                blocking(move || db.forget(id, &[k])).await?;
+                return Ok(if existed || m_dst.is_some() {
+                    Applied::Deleted
+                } else {
+                    Applied::AlreadyGone
+                });
+            };
+            // ETags compared as the planner does (a HEAD may quote what a listing did not);
+            // without ETags (some S3-compatibles) the last-modified time decides
+            if m_dst.is_some() && plan::same_as_recorded(&state_of(&e), &m_src, true) {
+                return Ok(Applied::Unchanged);
+            }
+            match self.copy(&e).await {
+                Ok((out, recs)) => {
+                    let (db, id) = (self.db.clone(), self.pair_id);
+                    blocking(move || db.record(id, &recs)).await?;
+                    return Ok(Applied::Copied { bytes: out.bytes });
+                }
+                Err(err) => {
+                    // A key written again (or deleted) while it was copied fails its etag
+                    // guard. That is no failure of the key: its newest state is what the event
+                    // asks for, and the events of that state may already be coalesced into
+                    // this one, so the newer state is reconciled now instead of after a backoff.
+                    let again = self.probe(key).await?;
+                    if moved(&e, again.as_ref()) && retry_moved > 0 {
+                        retry_moved -= 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        now = again;
+                        continue;
+                    }
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// [`Engine::reconcile`] behind the key's ordering token: an event no newer than the last
+    /// one applied (or a delete's tombstone) is skipped; after the apply, the token is recorded
+    /// with the object, or as a tombstone when the key is gone.
+    pub async fn reconcile_with_token(&self, key: &str, token: Option<&str>) -> Result<Applied> {
+        let Some(token) = token else {
+            return self.reconcile(key).await;
+        };
+        let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
+        let last = blocking(move || db.last_token(id, &k)).await?;
+        if last.is_some_and(|l| l.as_str() >= token) {
+            return Ok(Applied::Stale);
+        }
+        let applied = self.reconcile(key).await?;
+        let (db, id, k, t) = (
+            self.db.clone(),
+            self.pair_id,
+            key.to_string(),
+            token.to_string(),
+        );
+        blocking(move || match applied {
+            Applied::Copied { .. } | Applied::Unchanged => db.set_token(id, &k, &t),
+            Applied::Deleted | Applied::AlreadyGone => db.tombstone(id, &k, &t),
+            Applied::Stale => Ok(()),
+        })
+        .await?;
+        Ok(applied)
+    }
+}

@@ -1,0 +1,144 @@
+//! What this process's daemon runs, for the server (`GET /pairs`, `/readyz`, `/metrics`)
+//! and the health line: every pair with its counters and its state (starting, following,
+//! failed and waiting to restart).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::events::route::IntakeStats;
+
+/// Counters of one pair's daemon. Timestamps (`*_ms`) are milliseconds since the Unix
+/// epoch, 0 for never.
+#[derive(Debug, Default)]
+pub struct DaemonStats {
+    /// Keys reconciled without error (every outcome but `failed`).
+    pub applied: AtomicU64,
+    pub copied: AtomicU64,
+    pub deleted: AtomicU64,
+    pub unchanged: AtomicU64,
+    /// Events skipped by their ordering token (older than what was applied).
+    pub stale: AtomicU64,
+    pub failed: AtomicU64,
+    /// Differences drift checks found (new, changed and extra keys; extras kept by
+    /// `--no-delete` not counted), repaired or not.
+    pub drift_found: AtomicU64,
+    /// Objects drift checks copied or deleted.
+    pub drift_repaired: AtomicU64,
+    /// Bytes written to the destination: by applied keys, the backfill and drift checks.
+    pub bytes_copied: AtomicU64,
+    /// When a key was last reconciled without error.
+    pub last_applied_ms: AtomicU64,
+    /// When a drift check last finished without error.
+    pub last_drift_check_ms: AtomicU64,
+    /// Replication lag (first event of a key → key reconciled) of the last key applied, ms.
+    pub lag_ms_last: AtomicU64,
+    /// Largest lag since the last health line (which resets it), ms; failed keys included.
+    pub lag_ms_max: AtomicU64,
+    /// Replication lag of every key applied.
+    pub lag: crate::core::metrics::Histogram,
+    /// Times the pair's loop failed and was restarted.
+    pub restarts: AtomicU64,
+}
+
+/// Where a pair's daemon is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PairState {
+    /// Connecting, backfilling: not following events yet.
+    Starting,
+    /// Following events.
+    Following,
+    /// The pair's loop failed with `error`; it restarts at `retry_at_ms` (its events are
+    /// still stored in its inbox meanwhile, and applied after the restart).
+    Failed { error: String, retry_at_ms: u64 },
+    /// Stopped at shutdown.
+    Stopped,
+}
+
+impl PairState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            PairState::Starting => "starting",
+            PairState::Following => "following",
+            PairState::Failed { .. } => "failed",
+            PairState::Stopped => "stopped",
+        }
+    }
+}
+
+/// One pair the daemon runs.
+#[derive(Debug)]
+pub struct PairHandle {
+    pub pair_id: i64,
+    /// `SRC -> DST`.
+    pub label: String,
+    /// The config's name for the pair, if it has one.
+    pub name: Option<String>,
+    pub stats: Arc<DaemonStats>,
+    pub intake: Arc<IntakeStats>,
+    state: Mutex<PairState>,
+}
+
+impl PairHandle {
+    pub fn new(pair_id: i64, label: String, name: Option<String>) -> Arc<PairHandle> {
+        Arc::new(PairHandle {
+            pair_id,
+            label,
+            name,
+            stats: Default::default(),
+            intake: Default::default(),
+            state: Mutex::new(PairState::Starting),
+        })
+    }
+
+    pub fn state(&self) -> PairState {
+        self.state
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or(PairState::Starting)
+    }
+
+    pub fn set_state(&self, s: PairState) {
+        if let Ok(mut g) = self.state.lock() {
+            *g = s;
+        }
+    }
+}
+
+/// Every pair this process's daemon runs.
+#[derive(Debug, Default)]
+pub struct Running {
+    pairs: RwLock<Vec<Arc<PairHandle>>>,
+    /// Messages of no pair kept as dead letters by this process's consumers.
+    pub dead_lettered: AtomicU64,
+}
+
+impl Running {
+    pub fn new() -> Arc<Running> {
+        Arc::new(Running::default())
+    }
+
+    pub fn add(&self, p: Arc<PairHandle>) {
+        if let Ok(mut v) = self.pairs.write() {
+            v.push(p);
+        }
+    }
+
+    pub fn pairs(&self) -> Vec<Arc<PairHandle>> {
+        self.pairs.read().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    pub fn find(&self, pair_id: i64) -> Option<Arc<PairHandle>> {
+        self.pairs().into_iter().find(|p| p.pair_id == pair_id)
+    }
+
+    /// Ready when every pair follows its events (none starting or failed).
+    pub fn ready(&self) -> bool {
+        self.pairs()
+            .iter()
+            .all(|p| matches!(p.state(), PairState::Following))
+    }
+
+    pub fn count_dead(&self, n: u64) {
+        self.dead_lettered.fetch_add(n, Relaxed);
+    }
+}

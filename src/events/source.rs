@@ -1,0 +1,123 @@
+//! One trait for every queue-like transport (SQS, an Azure Storage Queue, a Pub/Sub pull
+//! subscription): take the next batch of messages, then acknowledge those whose events are
+//! stored, or give back those that could not be. [`consume`] is the one loop that drives any
+//! of them: receive → parse → fan out to every pair ([`super::route::Fanout`]) → one inbox
+//! transaction → ack (DESIGN rule 2: never ack before the commit). A process runs one
+//! consumer per distinct queue, however many pairs that queue feeds.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::route::Fanout;
+use super::Parsed;
+use crate::core::backoff::Backoff;
+use crate::core::error::Result;
+
+/// One message as received: its raw text (kept for dead letters), what the parser made of it
+/// (`Err`: the reason it cannot be used, which becomes the dead letter's reason), and the
+/// transport's handle to acknowledge it.
+pub struct Message<A> {
+    pub raw: Vec<u8>,
+    pub parsed: std::result::Result<Parsed, String>,
+    pub ack: A,
+}
+
+/// A queue-like transport.
+#[async_trait]
+pub trait Source: Send + 'static {
+    /// What acknowledges one message (an SQS receipt handle, a pop receipt, an ack id).
+    type Ack: Send + 'static;
+
+    /// The transport's name, for logs, metrics and dead letters (`sqs`, `azqueue`, `pubsub`).
+    fn name(&self) -> &'static str;
+
+    /// What this source was configured as (`sqs://queue`, …): safe to show, never a secret.
+    fn spec(&self) -> &str;
+
+    /// Waits for the next messages. May return an empty batch (a long poll that timed out);
+    /// an error is a failed receive, retried by [`consume`] with a backoff.
+    async fn next_batch(&mut self) -> Result<Vec<Message<Self::Ack>>>;
+
+    /// Acknowledges messages whose events are durably stored. Returns how many could not be
+    /// acknowledged (they will be delivered again, which only repeats coalesced events).
+    async fn ack(&mut self, acks: Vec<Self::Ack>) -> usize;
+
+    /// Gives back messages that could not be stored, so that they are delivered again soon.
+    /// Transports without such a call let the visibility timeout do it.
+    async fn nack(&mut self, acks: Vec<Self::Ack>) {
+        drop(acks);
+    }
+}
+
+/// Counters of one consumer (one queue), for health lines and metrics.
+#[derive(Debug, Default)]
+pub struct ConsumerStats {
+    pub messages: std::sync::atomic::AtomicU64,
+    pub receive_errors: std::sync::atomic::AtomicU64,
+    pub store_errors: std::sync::atomic::AtomicU64,
+    pub ack_errors: std::sync::atomic::AtomicU64,
+}
+
+/// Drives `source` until `stop` resolves: every batch is routed to the pairs of `fanout` and
+/// stored in one transaction, and only then acknowledged. A batch that cannot be stored is
+/// given back (never acknowledged). Receive errors are retried with the one [`Backoff`].
+pub async fn consume<S: Source>(
+    mut source: S,
+    fanout: Arc<Fanout>,
+    stats: Arc<ConsumerStats>,
+    stop: impl std::future::Future<Output = ()> + Send,
+) {
+    let backoff = Backoff::forever();
+    let mut failures = 0u32;
+    tokio::pin!(stop);
+    loop {
+        let batch = tokio::select! {
+            _ = &mut stop => return,
+            b = source.next_batch() => b,
+        };
+        let batch = match batch {
+            Ok(b) => {
+                failures = 0;
+                b
+            }
+            Err(e) => {
+                failures += 1;
+                stats.receive_errors.fetch_add(1, Relaxed);
+                let delay = backoff.delay(failures);
+                tracing::warn!(source = source.name(), spec = source.spec(), error = %e,
+                    delay_ms = delay.as_millis() as u64, "receive failed");
+                tokio::select! {
+                    _ = &mut stop => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                continue;
+            }
+        };
+        if batch.is_empty() {
+            continue;
+        }
+        stats.messages.fetch_add(batch.len() as u64, Relaxed);
+        let mut acks = Vec::with_capacity(batch.len());
+        let mut items = Vec::with_capacity(batch.len());
+        for m in batch {
+            acks.push(m.ack);
+            items.push((m.raw, m.parsed));
+        }
+        match fanout.store(source.name(), items).await {
+            Ok(()) => {
+                let failed = source.ack(acks).await;
+                if failed > 0 {
+                    stats.ack_errors.fetch_add(failed as u64, Relaxed);
+                }
+            }
+            Err(e) => {
+                stats.store_errors.fetch_add(1, Relaxed);
+                tracing::error!(source = source.name(), error = %e,
+                    "could not store events; the messages will be delivered again");
+                source.nack(acks).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The database: the manifest, the event inbox and dead letters, jobs. The only code that
+//! knows SQL.
+
+pub mod inbox;
+pub mod manifest;
+
+use crate::core::error::{Result, SlateError};
+
+/// Runs database work on the blocking pool (SQLite calls block).
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SlateError::Manifest {
+            path: String::new(),
+            why: format!("internal: {e}"),
+        })?
+}
