@@ -690,9 +690,21 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         .send()
         .expect("readyz");
     assert_eq!(r.status().as_u16(), 200);
+    let ready: serde_json::Value = serde_json::from_str(&r.text().expect("body")).expect("json");
     assert_eq!(
-        r.text().expect("body"),
-        r#"{"pairs":2,"ready":2,"status":"ready"}"#
+        (&ready["status"], &ready["pairs"], &ready["ready"]),
+        (
+            &serde_json::json!("ready"),
+            &serde_json::json!(2),
+            &serde_json::json!(2)
+        ),
+        "{ready}"
+    );
+    assert!(
+        ready["states"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|p| p["state"] == "following")),
+        "{ready}"
     );
     let eg = format!("http://{addr}/events/eventgrid");
     // no token, wrong token: 401 and nothing stored

@@ -14,7 +14,7 @@ use crate::core::filter::Filter;
 use crate::core::location::Location;
 use crate::engine::once::{self, Counts};
 use crate::engine::plan::Action;
-use crate::state::manifest::ScanRow;
+use crate::engine::plan::Row;
 
 #[derive(Debug, Args)]
 #[command(after_long_help = crate::stores::ENV_HELP)]
@@ -42,6 +42,10 @@ pub struct DiffArgs {
     #[arg(long)]
     pub exclude: Vec<String>,
     /// The manifest database [default: ~/.local/share/slate/slate.db]
+    /// Local sources: follow symlinks that stay inside the source folder (as sync does with
+    /// --copy-links); without it they are skipped.
+    #[arg(long, short = 'L')]
+    pub copy_links: bool,
     #[arg(long, env = "SLATE_DB")]
     pub db: Option<PathBuf>,
 }
@@ -86,49 +90,10 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
         max_age: None,
     };
 
-    let (pair_id, belief) = if args.from_manifest {
-        let (s, d) = (src.to_string(), dst.to_string());
-        let m = manifest.clone();
-        let pair = tokio::task::spawn_blocking(move || m.find_pair(&s, &d))
-            .await
-            .map_err(|e| SlateError::Manifest {
-                path: String::new(),
-                why: e.to_string(),
-            })??
-            .ok_or_else(|| SlateError::Manifest {
-                path: manifest.path().display().to_string(),
-                why: format!(
-                    "knows no pair {src} -> {dst}; run `slate sync --once {src} {dst}` first"
-                ),
-            })?;
-        let m = manifest.clone();
-        let id = pair.id;
-        tokio::task::spawn_blocking(move || {
-            m.scan_reset(id)?;
-            m.scan_from_manifest(id)
-        })
-        .await
-        .map_err(|e| SlateError::Manifest {
-            path: String::new(),
-            why: e.to_string(),
-        })??;
-        let belief = match pair.last_sync_at {
-            Some(t) => format!("from the manifest, as of the last full sync {}", ago(t)),
-            None => {
-                "from the manifest; this pair never finished a full sync, so the belief is partial"
-                    .into()
-            }
-        };
-        (id, Some(belief))
-    } else {
-        let scan = once::scan(&manifest, &src, &dst, &filter, true).await?;
-        (scan.pair.id, None)
-    };
-
     let json = args.json;
     let show = args.show;
     let mut shown = 0usize;
-    let counts: Counts = once::plan_all(&manifest, pair_id, true, &filter, |row: &ScanRow, a| {
+    let mut each = |row: &Row, a: Action| {
         if json {
             let line = json!({
                 "key": row.key,
@@ -141,8 +106,42 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
             shown += 1;
             println!("{:<20} {}", status(a), row.key);
         }
-    })
-    .await?;
+    };
+    let (counts, belief): (Counts, Option<String>) = if args.from_manifest {
+        let (s, d) = (src.to_string(), dst.to_string());
+        let m = manifest.clone();
+        let pair = crate::state::blocking(move || m.find_pair(&s, &d))
+            .await?
+            .ok_or_else(|| SlateError::Manifest {
+                path: manifest.path().display().to_string(),
+                why: format!(
+                    "knows no pair {src} -> {dst}; run `slate sync --once {src} {dst}` first"
+                ),
+            })?;
+        let belief = match pair.last_sync_at {
+            Some(t) => format!("from the manifest, as of the last full sync {}", ago(t)),
+            None => {
+                "from the manifest; this pair never finished a full sync, so the belief is partial"
+                    .into()
+            }
+        };
+        let counts = once::compare_recorded(&manifest, pair.id, &filter, &mut each).await?;
+        (counts, Some(belief))
+    } else {
+        let c = once::compare(&manifest, &src, &dst, &filter, args.copy_links, &mut each).await?;
+        if let Some(e) = c.unreadable.first() {
+            // an entry that cannot be read cannot be compared: the answer would be a guess
+            return Err(SlateError::List {
+                url: src.to_string(),
+                detail: format!(
+                    "{} entries could not be read; first: {e}",
+                    c.unreadable.len()
+                ),
+            });
+        }
+        (c.counts, None)
+    };
+    let shown = shown;
     if json {
         println!(
             "{}",

@@ -11,7 +11,8 @@ use crate::core::error::SlateError;
 use crate::core::filter::{parse_age, Filter};
 use crate::core::location::Location;
 use crate::engine::daemon::{run_all, DaemonOptions, PairRun};
-use crate::engine::once::{self, MaxDelete, SyncOptions};
+use crate::engine::lease::Wait;
+use crate::engine::once::{self, Hooks, MaxDelete, SyncOptions};
 use crate::engine::running::Running;
 use crate::events::push::Hub;
 
@@ -82,6 +83,10 @@ pub struct SyncArgs {
     /// List the destination even when the manifest can vouch for it.
     #[arg(long)]
     pub full: bool,
+    /// When another reconcile of the same pair runs (one holds the pair's lease): wait for
+    /// it to finish instead of stopping with exit 2.
+    #[arg(long)]
+    pub wait: bool,
     /// The manifest database [default: ~/.local/share/slate/slate.db]
     #[arg(long, env = "SLATE_DB")]
     pub db: Option<PathBuf>,
@@ -114,6 +119,12 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         filter,
         full: args.full,
         copy,
+        wait: if args.wait { Wait::Yes } else { Wait::No },
+        purpose: if args.once {
+            "sync --once".into()
+        } else {
+            "daemon".into()
+        },
     };
     match (&args.src, &args.dst) {
         (Some(s), Some(d)) => Ok(vec![Job {
@@ -224,7 +235,9 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
             })
             .collect();
         let hub = (wants_hub || api_jobs.is_some()).then_some(hub);
+        let printer = tokio::spawn(print_states(running.clone()));
         let result = run_all(manifest.clone(), pairs, hub, running, stop_rx).await;
+        printer.abort();
         if let Some(jobs) = &api_jobs {
             // the API's jobs stop with the pairs: interrupted, to be resumed
             jobs.interrupt_all().await;
@@ -246,10 +259,25 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         }
         return Ok(0);
     }
+    let mut print_plan = |row: &crate::engine::plan::Row, a: crate::engine::plan::Action| {
+        use crate::engine::plan::Action;
+        let what = match a {
+            Action::CopyMissing => "copy (new)",
+            Action::CopyChanged => "copy (changed)",
+            Action::Delete => "delete",
+            Action::KeepExtra => "keep (--no-delete)",
+            _ => return,
+        };
+        println!("{what}: {}", row.key);
+    };
+    let print_failed = |msg: &str| eprintln!("error: {msg}");
     let mut code = 0;
     for job in jobs {
         let finished = tokio::select! {
-            r = once::sync_once(manifest.clone(), &job.src, &job.dst, &job.opts) => Some(r),
+            r = once::sync_once(manifest.clone(), &job.src, &job.dst, &job.opts, Hooks {
+                planned: if job.opts.dry_run { Some(&mut print_plan) } else { None },
+                failed: Some(&print_failed),
+            }) => Some(r),
             _ = tokio::signal::ctrl_c() => None,
         };
         let Some(report) = finished else {
@@ -271,6 +299,43 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         }
     }
     Ok(code)
+}
+
+/// Prints on stderr when a pair starts to follow its events, and at once when one fails
+/// (the supervisor restarts it): what a user watching the terminal must see, whatever the
+/// log level.
+async fn print_states(running: std::sync::Arc<Running>) {
+    use crate::engine::running::PairState;
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        for p in running.pairs() {
+            if !seen.insert(p.pair_id) {
+                continue;
+            }
+            let mut rx = p.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    let st = rx.borrow_and_update().clone();
+                    match st {
+                        PairState::Following => {
+                            eprintln!("slate: following changes of {}", p.label)
+                        }
+                        PairState::Failed { error, .. } => {
+                            eprintln!(
+                                "slate: {}: failed: {error}; restarting after a pause",
+                                p.label
+                            )
+                        }
+                        _ => {}
+                    }
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 pub async fn run(args: SyncArgs) -> i32 {

@@ -360,11 +360,13 @@ async fn list_into(
     dst_loc: Location,
     tx: mpsc::Sender<Result<Item>>,
     counters: Arc<Counters>,
+    follow_links: bool,
 ) -> Result<u64> {
     let (etx, mut erx) = mpsc::channel(8192);
     let src2 = src.clone();
-    let lister =
-        tokio::spawn(async move { list::list_entries(&src2, etx, classify_store_error).await });
+    let lister = tokio::spawn(async move {
+        list::list_entries(&src2, etx, classify_store_error, follow_links).await
+    });
     while let Some(e) = erx.recv().await {
         let item = e.map(|e| {
             counters.objects_listed.fetch_add(1, Relaxed);
@@ -386,7 +388,7 @@ async fn list_into(
 
 /// The copy of one listed entry: full source key (or path) and destination key (or path
 /// relative to the destination root).
-pub(crate) fn item_for(src: &Side, dst_loc: &Location, e: list::Entry) -> Item {
+pub(crate) fn item_for(src: &Side, dst_loc: &Location, e: crate::core::object::Entry) -> Item {
     let src_key = match src {
         Side::Cloud { loc, .. } => loc.key_for(&e.rel),
         Side::Local { loc } => loc.local_path().join(&e.rel).to_string_lossy().to_string(),
@@ -430,6 +432,7 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
             dst_loc.clone(),
             tx,
             counters.clone(),
+            opts.copy_links,
         ))),
     };
     let mut summary = CopySummary::default();
@@ -525,6 +528,7 @@ pub async fn estimate(
                 dst_loc.clone(),
                 tx,
                 Arc::new(Counters::default()),
+                opts.copy_links,
             ));
             while let Some(item) = rx.recv().await {
                 let item = item?;

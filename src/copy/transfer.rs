@@ -366,7 +366,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     }
     let dst_etag = std::fs::metadata(&path)
         .ok()
-        .and_then(|m| crate::stores::list::local_etag(m.modified().ok(), m.len()));
+        .and_then(|m| crate::core::object::local_etag(m.modified().ok(), m.len()));
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),

@@ -57,6 +57,10 @@ pub enum SlateError {
     #[error("refusing to delete {planned} objects (more than --max-delete {limit}); nothing was changed")]
     TooManyDeletes { planned: u64, limit: String },
 
+    /// Another reconcile of the pair holds its lease (rule 9: one at a time).
+    #[error("pair {pair} is busy: held by {holder}; run again when it is done, or pass --wait")]
+    Busy { pair: String, holder: String },
+
     #[error("interrupted")]
     Interrupted,
 }
@@ -74,7 +78,8 @@ impl SlateError {
             | SlateError::Store { .. }
             | SlateError::Config { .. }
             | SlateError::Manifest { .. }
-            | SlateError::TooManyDeletes { .. } => 2,
+            | SlateError::TooManyDeletes { .. }
+            | SlateError::Busy { .. } => 2,
             SlateError::Interrupted => 130,
             _ => 1,
         }

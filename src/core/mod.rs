@@ -6,3 +6,4 @@ pub mod error;
 pub mod filter;
 pub mod location;
 pub mod metrics;
+pub mod object;

@@ -25,7 +25,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::key::{Applied, Engine};
-use super::once::{sync_once, SyncOptions};
+use super::once::{sync_once, Hooks, SyncOptions};
 use super::running::{PairHandle, PairState, Running};
 use crate::copy::transfer::Ctx;
 use crate::copy::{self, Counters};
@@ -225,6 +225,19 @@ pub async fn run_all(
     let consumers = start_consumers(queues, stop.clone()).await?;
     let mut tasks = Vec::new();
     for (p, handle) in pairs.into_iter().zip(handles.iter().cloned()) {
+        // a pair's state changes are logged as they happen
+        let mut rx = handle.subscribe();
+        let label = handle.label.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let st = rx.borrow_and_update().clone();
+                if let PairState::Failed { error, retry_at_ms } = &st {
+                    let wait = retry_at_ms.saturating_sub(crate::core::metrics::unix_ms());
+                    tracing::error!(pair = %label, error = %error, restart_in_ms = wait,
+                        "pair failed; its events are kept in its inbox and it restarts after a pause");
+                }
+            }
+        });
         let (db, stop) = (db.clone(), stop.clone());
         tasks.push(tokio::spawn(supervise(db, p, handle, stop)));
     }
@@ -277,8 +290,6 @@ async fn supervise(
         let delay = backoff.delay(failures + 1).max(Duration::from_millis(500));
         handle.stats.restarts.fetch_add(1, Relaxed);
         let error = one_line(&e);
-        tracing::error!(pair = %handle.label, error = %error, restart_in_ms = delay.as_millis() as u64,
-            "pair failed; its events are kept in its inbox and it restarts after a pause");
         handle.set_state(PairState::Failed {
             error,
             retry_at_ms: crate::core::metrics::unix_ms() + delay.as_millis() as u64,
@@ -392,17 +403,25 @@ async fn run_pair(
     // the backfill when the pair was never reconciled; a local folder keeps no record of what
     // changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
-        let report = sync_once(db.clone(), src, dst, &opts.sync).await?;
+        let mut o = opts.sync.clone();
+        o.wait = super::lease::Wait::Yes;
+        o.purpose = "daemon backfill".into();
+        let report = sync_once(db.clone(), src, dst, &o, Hooks::default()).await?;
         stats.bytes_copied.fetch_add(report.copied_bytes, Relaxed);
         tracing::info!(pair = %handle.label, "backfill: {}", report.line());
     }
-    tracing::info!("following changes of {src} -> {dst}");
+    tracing::debug!("following changes of {src} -> {dst}");
     handle.set_state(PairState::Following);
 
     let counters = Arc::new(Counters::default());
     let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters));
     let engine = Arc::new(Engine::new(db.clone(), pair_id, ctx, dst.clone()));
-    let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
+    let expander = super::expand::Expander::new(
+        db.clone(),
+        pair_id,
+        plan.src.clone(),
+        opts.sync.copy.copy_links,
+    );
     let mut last_drift = Instant::now();
     let mut last_health = Instant::now();
     tokio::pin!(shutdown);
@@ -552,7 +571,10 @@ async fn apply_pending(
 async fn drift_check(db: &Arc<Manifest>, p: &PairRun, stats: &super::running::DaemonStats) {
     let mut o = p.opts.sync.clone();
     o.full = true;
-    match sync_once(db.clone(), &p.src, &p.dst, &o).await {
+    // another reconcile of the pair is running (a job, a CLI run): it does the same work
+    o.wait = super::lease::Wait::No;
+    o.purpose = "drift check".into();
+    match sync_once(db.clone(), &p.src, &p.dst, &o, Hooks::default()).await {
         Ok(r) => {
             let repaired = r.copied + r.deleted;
             let c = &r.counts;
@@ -564,6 +586,9 @@ async fn drift_check(db: &Arc<Manifest>, p: &PairRun, stats: &super::running::Da
                 .last_drift_check_ms
                 .store(crate::core::metrics::unix_ms(), Relaxed);
             tracing::info!(repaired, "drift check: {}", r.line());
+        }
+        Err(SlateError::Busy { holder, .. }) => {
+            tracing::info!(holder = %holder, "drift check skipped: another reconcile of the pair runs")
         }
         Err(e) => tracing::warn!(error = %e, "drift check failed"),
     }

@@ -29,6 +29,8 @@ pub struct Expander {
     db: Arc<Manifest>,
     pair_id: i64,
     src: Side,
+    /// A local source's symlink rule (`--copy-links`).
+    follow_links: bool,
 }
 
 /// Joins a pair-relative prefix (`''` or ending with `/`) and a key relative to it.
@@ -37,8 +39,13 @@ fn join(prefix: &str, rel: &str) -> String {
 }
 
 impl Expander {
-    pub fn new(db: Arc<Manifest>, pair_id: i64, src: Side) -> Expander {
-        Expander { db, pair_id, src }
+    pub fn new(db: Arc<Manifest>, pair_id: i64, src: Side, follow_links: bool) -> Expander {
+        Expander {
+            db,
+            pair_id,
+            src,
+            follow_links,
+        }
     }
 
     /// One step of the oldest pending expansion; false when there is none.
@@ -133,7 +140,12 @@ impl Expander {
                 Ok((keys, page.page_token.filter(|t| !t.is_empty())))
             }
             Side::Local { loc } => {
-                let (root, prefix, after) = (loc.local_path(), x.prefix.clone(), x.cursor.clone());
+                let (root, prefix, after, follow) = (
+                    loc.local_path(),
+                    x.prefix.clone(),
+                    x.cursor.clone(),
+                    self.follow_links,
+                );
                 blocking(move || {
                     let dir = root.join(prefix.trim_end_matches('/'));
                     let mut keys = Vec::new();
@@ -147,7 +159,7 @@ impl Expander {
                         .map(|m| m.is_dir())
                         .unwrap_or(false);
                     if is_dir {
-                        local_store::walk_sorted(&dir, &start, &mut |w| {
+                        local_store::walk_sorted(&dir, &start, follow, &mut |w| {
                             match w {
                                 Walked::File(f) => keys.push(join(&prefix, &f.rel)),
                                 // pushed all the same: its reconcile reports why it cannot

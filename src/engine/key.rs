@@ -15,9 +15,9 @@ use crate::copy::transfer::{copy_one, Ctx, End, Outcome};
 use crate::copy::{self};
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
+use crate::core::object::{local_etag, millis, Entry};
 use crate::state::blocking;
 use crate::state::manifest::{self, Manifest, Record, State};
-use crate::stores::list::{self, Entry};
 use crate::stores::local::{self as local_store, Probe};
 use crate::stores::side::{one_line, store_path, Side};
 
@@ -51,7 +51,7 @@ pub fn state_of(e: &Entry) -> State {
     State {
         size: e.size,
         etag: e.etag.clone(),
-        mtime_ms: list::millis(e.mtime),
+        mtime_ms: millis(e.mtime),
     }
 }
 
@@ -106,7 +106,7 @@ impl Engine {
                 let probed = blocking(move || local_store::probe(&root, &k, follow)).await?;
                 Ok(match probed {
                     Probe::File(f) => Some(Entry {
-                        etag: list::local_etag(f.mtime, f.size),
+                        etag: local_etag(f.mtime, f.size),
                         rel: f.rel,
                         size: f.size,
                         mtime: f.mtime,
@@ -136,7 +136,7 @@ impl Engine {
                 state: State {
                     size: out.bytes,
                     etag: out.dst_etag.clone(),
-                    mtime_ms: list::millis(Some(SystemTime::now())),
+                    mtime_ms: millis(Some(SystemTime::now())),
                 },
                 hash,
             },

@@ -6,6 +6,8 @@
 pub mod daemon;
 pub mod expand;
 pub mod key;
+pub mod lease;
+pub mod merge;
 pub mod once;
 pub mod plan;
 pub mod running;

@@ -1,33 +1,38 @@
-//! Reconcile: make a pair's destination equal to its source, deletes included.
+//! `sync --once` and `diff`: make a pair's destination equal to its source, deletes included
+//! (or report how they differ).
 //!
-//! `sync --once` and `diff` share the first two steps: list (the source, and the destination
-//! unless the manifest can vouch for it) into the manifest's scan table, then plan every key
-//! with the pure [`plan::plan`]. `diff` reports; `sync --once` then copies through the copier,
-//! deletes what the source no longer has (only after asking the source again), and records
-//! everything in the manifest.
+//! Compare: the source is listed (and the destination, until the manifest can vouch for it)
+//! in key order and walked side by side with the manifest ([`super::merge`]); the pure
+//! [`plan::plan`] decides each key. `diff` reports. `sync --once` keeps only the keys to act
+//! on (in a spill of the database: a run with nothing to do writes nothing), checks the
+//! delete guards before anything changes, then acts through the one [`Engine`]: copies, then
+//! deletes (each only after the source says "not found" now), recording what both sides hold.
+//! One reconcile of a pair at a time: the run holds the pair's lease ([`super::lease`]).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
-use super::plan::{self, Action};
-use crate::copy::transfer::{copy_one, Ctx, End};
+use super::key::Engine;
+use super::lease::{PairLease, Wait};
+use super::merge::{Input, Listing, Recorded, Walk};
+use super::plan::{self, Action, Row};
+use crate::copy::transfer::Ctx;
 use crate::copy::{self, progress, CopyOptions};
 use crate::core::error::{Result, SlateError};
 use crate::core::filter::Filter;
 use crate::core::location::Location;
-use crate::state::manifest::{self, Manifest, PairInfo, Record, ScanRow, State};
-use crate::stores::list::{self, Entry};
-use crate::stores::side::{one_line, store_path, Side};
+use crate::core::object::Entry;
+use crate::state::blocking;
+use crate::state::manifest::{self, Manifest, PairInfo, Planned, Record, Spill, SpillFilter};
+use crate::stores::list;
+use crate::stores::side::Side;
 
 /// Rows per manifest transaction / page.
 const BATCH: usize = 10_000;
-/// Marker for keys a filter leaves out.
-const EXCLUDED: u8 = 255;
 
 /// `--max-delete`: a count or a percentage of the destination's objects.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,6 +85,10 @@ pub struct SyncOptions {
     /// List the destination even when the manifest can vouch for it.
     pub full: bool,
     pub copy: CopyOptions,
+    /// When another reconcile of the pair holds its lease: wait, or stop (exit 2).
+    pub wait: Wait,
+    /// What the run is, for the lease's holder line (`sync --once`, `drift check`, `job 12`).
+    pub purpose: String,
 }
 
 /// The plan's tally (what `diff` reports).
@@ -102,7 +111,7 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, a: Action, row: &ScanRow) {
+    pub fn add(&mut self, a: Action, row: &Row) {
         match a {
             Action::EqualRecorded | Action::EqualDigest => self.equal += 1,
             Action::EqualSizeOnly => {
@@ -130,15 +139,6 @@ impl Counts {
     pub fn differences(&self) -> u64 {
         self.only_in_source + self.only_in_destination + self.changed + self.kept
     }
-}
-
-/// What a listing pass produced.
-pub struct Scan {
-    pub pair: PairInfo,
-    pub plan: copy::Plan,
-    pub listed_src: u64,
-    /// None when the destination came from the manifest.
-    pub listed_dst: Option<u64>,
 }
 
 /// The result of `sync --once`.
@@ -203,72 +203,190 @@ impl SyncReport {
     }
 }
 
-fn to_state(e: &Entry) -> State {
-    State {
-        size: e.size,
-        etag: e.etag.clone(),
-        mtime_ms: list::millis(e.mtime),
+/// What the caller hears of a run as it goes: each planned difference (for `--dry-run` and
+/// `diff` output) and each object that failed (named, for the log or the terminal). The
+/// library prints nothing itself.
+#[derive(Default)]
+pub struct Hooks<'a> {
+    pub planned: Option<&'a mut (dyn FnMut(&Row, Action) + Send)>,
+    pub failed: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+}
+
+/// Tells the caller's hook about a failed object.
+fn tell(failed: Option<&(dyn Fn(&str) + Send + Sync)>, msg: &str) {
+    if let Some(f) = failed {
+        f(msg);
     }
 }
 
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| SlateError::Manifest {
-            path: String::new(),
-            why: format!("internal: {e}"),
-        })?
+/// The compare of a pair: what the listings held, the tally, and (when asked) the spill of
+/// keys to act on.
+pub struct Compared {
+    pub pair: PairInfo,
+    pub plan: copy::Plan,
+    pub counts: Counts,
+    pub listed_src: u64,
+    /// None when the destination came from the manifest.
+    pub listed_dst: Option<u64>,
+    /// Entries a listing could not read (named), counted as failed.
+    pub unreadable: Vec<SlateError>,
 }
 
-/// Lists one side into the scan table; returns how many entries passed the filter.
-async fn list_side(
-    manifest: Arc<Manifest>,
-    pair_id: i64,
-    side: Side,
-    which: manifest::Side,
-    filter: Filter,
-) -> Result<u64> {
-    let (tx, mut rx) = mpsc::channel(BATCH);
+/// Starts the sorted listing of one side.
+fn listing(
+    side: &Side,
+    filter: &Filter,
+    follow_links: bool,
+) -> (Input, tokio::task::JoinHandle<Result<u64>>) {
+    let (tx, rx) = mpsc::channel(BATCH);
     let side2 = side.clone();
-    let lister =
-        tokio::spawn(
-            async move { list::list_entries(&side2, tx, copy::classify_store_error).await },
-        );
-    let now = SystemTime::now();
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut n = 0u64;
-    while let Some(e) = rx.recv().await {
-        let e = e?;
-        if !filter.key(&e.rel) || !filter.age(e.mtime, now) {
-            continue;
-        }
-        n += 1;
-        batch.push((e.rel.clone(), to_state(&e)));
-        if batch.len() >= BATCH {
-            let (m, b) = (manifest.clone(), std::mem::take(&mut batch));
-            blocking(move || m.scan_add(pair_id, which, &b)).await?;
-        }
-    }
-    let (m, b) = (manifest.clone(), batch);
-    blocking(move || m.scan_add(pair_id, which, &b)).await?;
-    lister.await.map_err(|e| SlateError::List {
-        url: side.location().to_string(),
-        detail: e.to_string(),
-    })??;
-    Ok(n)
+    let task = tokio::spawn(async move {
+        list::list_entries(&side2, tx, copy::classify_store_error, follow_links).await
+    });
+    (
+        Input::Listing(Listing::new(
+            rx,
+            side.location().to_string(),
+            filter.clone(),
+        )),
+        task,
+    )
 }
 
-/// Step 1: list into the scan table. The destination is listed when `list_dst` is true or the
-/// manifest cannot vouch for it (no finished sync of this pair yet).
-pub async fn scan(
-    manifest: &Arc<Manifest>,
-    src: &Location,
-    dst: &Location,
+/// Waits for a lister and turns its failure into the listing's error.
+async fn finish_listing(url: &Location, task: tokio::task::JoinHandle<Result<u64>>) -> Result<()> {
+    task.await
+        .map_err(|e| SlateError::List {
+            url: url.to_string(),
+            detail: e.to_string(),
+        })?
+        .map(|_| ())
+}
+
+/// Compares a pair: lists and walks (see the module documentation), calling `each` for every
+/// key in order with its action; returns the tally. With `spill`, keys to act on are kept
+/// there. `list_dst`: list the destination even when the manifest can vouch for it.
+#[allow(clippy::too_many_arguments)]
+async fn walk_pair(
+    db: &Arc<Manifest>,
+    plan: copy::Plan,
+    pair: PairInfo,
     filter: &Filter,
     list_dst: bool,
-) -> Result<Scan> {
+    deletes: bool,
+    follow_links: bool,
+    spill: Option<&Spill>,
+    each: &mut (dyn FnMut(&Row, Action) + Send),
+) -> Result<Compared> {
+    let list_dst = list_dst || pair.last_sync_at.is_none();
+    let (src_in, src_task) = listing(&plan.src, filter, follow_links);
+    let (dst_in, dst_task) = if list_dst {
+        let (i, t) = listing(&plan.dst, filter, false);
+        (i, Some(t))
+    } else {
+        (
+            Input::Recorded(Recorded::new(db.clone(), pair.id, manifest::Side::Dst)),
+            None,
+        )
+    };
+    // a listing sweeps the temporary files of a slate killed mid-copy; without one, a local
+    // destination is swept here, or they would stay forever
+    if !list_dst {
+        if let Side::Local { loc } = &plan.dst {
+            let root = loc.local_path();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = crate::stores::local::sweep_orphan_temps(&root) {
+                    tracing::warn!(error = %e, "sweeping temporary files failed");
+                }
+            });
+        }
+    }
+    let mut walk = Walk::new(
+        src_in,
+        dst_in,
+        Recorded::new(db.clone(), pair.id, manifest::Side::Src),
+        Recorded::new(db.clone(), pair.id, manifest::Side::Dst),
+        filter.clone(),
+    );
+    let mut counts = Counts::default();
+    let mut unreadable = Vec::new();
+    let mut batch = Vec::new();
+    let walked: Result<()> = async {
+        while let Some(row) = walk.next(&mut unreadable).await? {
+            let gone_both = row.src.is_none() && row.dst.is_none();
+            // the manifest remembers a side that no longer has the key
+            let prune_src = row.m_src.is_some() && row.src.is_none();
+            let prune_dst = list_dst && row.m_dst.is_some() && row.dst.is_none();
+            if gone_both {
+                if (prune_src || prune_dst) && spill.is_some() {
+                    batch.push(Planned {
+                        key: row.key.clone(),
+                        action: Action::EqualRecorded as u8,
+                        src: None,
+                        dst: None,
+                        prune_src,
+                        prune_dst,
+                    });
+                }
+            } else {
+                let a = plan::plan(&row, deletes);
+                counts.add(a, &row);
+                each(&row, a);
+                if spill.is_some() && (a != Action::EqualRecorded || prune_src || prune_dst) {
+                    batch.push(Planned {
+                        prune_dst: prune_dst && !a.is_copy(),
+                        prune_src,
+                        key: row.key,
+                        action: a as u8,
+                        src: row.src,
+                        dst: row.dst,
+                    });
+                }
+            }
+            if batch.len() >= BATCH {
+                if let Some(sp) = spill {
+                    spill_add(db, sp, std::mem::take(&mut batch)).await?;
+                }
+            }
+        }
+        if let Some(sp) = spill {
+            spill_add(db, sp, std::mem::take(&mut batch)).await?;
+        }
+        Ok(())
+    }
+    .await;
+    let listed_src = walk.src.seen();
+    let listed_dst = list_dst.then(|| walk.dst.seen());
+    drop(walk); // stops the listers if the walk ended early
+    walked?;
+    finish_listing(plan.src.location(), src_task).await?;
+    if let Some(t) = dst_task {
+        finish_listing(plan.dst.location(), t).await?;
+    }
+    Ok(Compared {
+        pair,
+        plan,
+        counts,
+        listed_src,
+        listed_dst,
+        unreadable,
+    })
+}
+
+async fn spill_add(db: &Arc<Manifest>, spill: &Spill, rows: Vec<Planned>) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let (d, sp) = (db.clone(), spill.clone());
+    blocking(move || d.spill_add(&sp, &rows)).await
+}
+
+/// Opens both sides and the pair's manifest rows; refuses a source that names one object.
+async fn open_pair(
+    db: &Arc<Manifest>,
+    src: &Location,
+    dst: &Location,
+) -> Result<(copy::Plan, PairInfo)> {
     let plan = copy::plan(src, dst).await?;
     if plan.single.is_some() {
         return Err(SlateError::BadUrl {
@@ -276,171 +394,161 @@ pub async fn scan(
             why: "names one object; sync and diff work on prefixes and folders (use slate copy for one object)".into(),
         });
     }
-    let (s, d) = (src.to_string(), dst.to_string());
-    let m = manifest.clone();
-    let pair = blocking(move || {
-        let p = m.pair(&s, &d)?;
-        m.scan_reset(p.id)?;
-        Ok(p)
-    })
-    .await?;
-    let list_dst = list_dst || pair.last_sync_at.is_none();
-    let src_task = list_side(
-        manifest.clone(),
-        pair.id,
-        plan.src.clone(),
-        manifest::Side::Src,
-        filter.clone(),
-    );
-    let (listed_src, listed_dst) = if list_dst {
-        let dst_task = list_side(
-            manifest.clone(),
-            pair.id,
-            plan.dst.clone(),
-            manifest::Side::Dst,
-            filter.clone(),
-        );
-        let (a, b) = tokio::join!(src_task, dst_task);
-        (a?, Some(b?))
-    } else {
-        // a listing sweeps the temporary files of a slate killed mid-copy; without one, a
-        // local destination is swept here, or they would stay forever
-        let sweep = async {
-            if let Side::Local { loc } = &plan.dst {
-                let root = loc.local_path();
-                blocking(move || crate::stores::local::sweep_orphan_temps(&root)).await
-            } else {
-                Ok(())
-            }
-        };
-        let (listed, swept) = tokio::join!(src_task, sweep);
-        if let Err(e) = swept {
-            tracing::warn!(error = %e, "sweeping temporary files failed");
-        }
-        let listed = listed?;
-        let (m, id) = (manifest.clone(), pair.id);
-        blocking(move || m.scan_dst_from_manifest(id)).await?;
-        (listed, None)
-    };
-    Ok(Scan {
-        pair,
-        plan,
-        listed_src,
-        listed_dst,
-    })
+    let (s, d, m) = (src.to_string(), dst.to_string(), db.clone());
+    let pair = blocking(move || m.pair(&s, &d)).await?;
+    Ok((plan, pair))
 }
 
-/// Step 2: plans every key of the scan, stores the actions in the scan table and returns the
-/// tally. `each` sees every difference in key order (for `diff` output).
-pub async fn plan_all(
-    manifest: &Arc<Manifest>,
-    pair_id: i64,
-    deletes: bool,
+/// `slate diff`: lists both sides and compares them with the manifest; `each` sees every
+/// difference in key order.
+pub async fn compare(
+    db: &Arc<Manifest>,
+    src: &Location,
+    dst: &Location,
     filter: &Filter,
-    mut each: impl FnMut(&ScanRow, Action),
-) -> Result<Counts> {
-    let mut counts = Counts::default();
-    let mut after = String::new();
-    let now = SystemTime::now();
-    loop {
-        let (m, a) = (manifest.clone(), after.clone());
-        let page = blocking(move || m.scan_page(pair_id, &a, BATCH, None)).await?;
-        let Some((last, _)) = page.last() else { break };
-        after = last.key.clone();
-        let mut actions = Vec::with_capacity(page.len());
-        for (row, _) in &page {
-            // rows that came from the manifest are filtered here (listings were filtered already)
-            let mtime = row
-                .src
-                .as_ref()
-                .or(row.dst.as_ref())
-                .and_then(|s| s.mtime_ms);
-            let t = mtime.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
-            if !filter.key(&row.key) || !filter.age(t, now) {
-                actions.push((row.key.clone(), EXCLUDED));
-                continue;
-            }
-            let a = plan::plan(row, deletes);
-            counts.add(a, row);
-            if !a.is_equal() {
-                each(row, a);
-            }
-            actions.push((row.key.clone(), a as u8));
+    follow_links: bool,
+    each: &mut (dyn FnMut(&Row, Action) + Send),
+) -> Result<Compared> {
+    let (plan, pair) = open_pair(db, src, dst).await?;
+    let mut only_diffs = |row: &Row, a: Action| {
+        if !a.is_equal() {
+            each(row, a)
         }
-        let m = manifest.clone();
-        blocking(move || m.scan_set_actions(pair_id, &actions)).await?;
+    };
+    walk_pair(
+        db,
+        plan,
+        pair,
+        filter,
+        true,
+        true,
+        follow_links,
+        None,
+        &mut only_diffs,
+    )
+    .await
+}
+
+/// `slate diff --from-manifest`: what the manifest believes of both sides, with no request
+/// to either store.
+pub async fn compare_recorded(
+    db: &Arc<Manifest>,
+    pair_id: i64,
+    filter: &Filter,
+    each: &mut (dyn FnMut(&Row, Action) + Send),
+) -> Result<Counts> {
+    let mut walk = Walk::new(
+        Input::Recorded(Recorded::new(db.clone(), pair_id, manifest::Side::Src)),
+        Input::Recorded(Recorded::new(db.clone(), pair_id, manifest::Side::Dst)),
+        Recorded::new(db.clone(), pair_id, manifest::Side::Src),
+        Recorded::new(db.clone(), pair_id, manifest::Side::Dst),
+        filter.clone(),
+    );
+    let mut counts = Counts::default();
+    let mut none = Vec::new();
+    while let Some(row) = walk.next(&mut none).await? {
+        if row.src.is_none() && row.dst.is_none() {
+            continue;
+        }
+        let a = plan::plan(&row, true);
+        counts.add(a, &row);
+        if !a.is_equal() {
+            each(&row, a);
+        }
     }
     Ok(counts)
 }
 
-/// Rows planned for `action`, page by page.
-async fn rows_with(
-    manifest: &Arc<Manifest>,
-    pair_id: i64,
-    action: Action,
-    after: &str,
-) -> Result<Vec<ScanRow>> {
-    let (m, a) = (manifest.clone(), after.to_string());
-    let page = blocking(move || m.scan_page(pair_id, &a, BATCH, Some(action as u8))).await?;
-    Ok(page.into_iter().map(|(r, _)| r).collect())
-}
-
-/// `slate sync --once`: scan, plan, then copy, delete and record.
+/// `slate sync --once`: compare, check the delete guards, then copy, delete and record.
 pub async fn sync_once(
-    manifest: Arc<Manifest>,
+    db: Arc<Manifest>,
     src: &Location,
     dst: &Location,
     opts: &SyncOptions,
+    hooks: Hooks<'_>,
 ) -> Result<SyncReport> {
     opts.copy.validate()?;
     let start = Instant::now();
-    let scan = scan(&manifest, src, dst, &opts.filter, opts.full).await?;
-    let pair_id = scan.pair.id;
+    let (plan, pair) = open_pair(&db, src, dst).await?;
+    let label = format!("{src} -> {dst}");
+    let lease = PairLease::take(&db, pair.id, &label, &opts.purpose, opts.wait).await?;
+    let d = db.clone();
+    let spill = blocking(move || d.spill_new()).await?;
+    let r = sync_held(&db, plan, pair, opts, hooks, &spill, start).await;
+    let d = db.clone();
+    if let Err(e) = blocking(move || d.spill_drop(&spill)).await {
+        tracing::warn!(error = %e, "dropping the spill failed");
+    }
+    lease.release().await;
+    r
+}
+
+async fn sync_held(
+    db: &Arc<Manifest>,
+    plan: copy::Plan,
+    pair: PairInfo,
+    opts: &SyncOptions,
+    hooks: Hooks<'_>,
+    spill: &Spill,
+    start: Instant,
+) -> Result<SyncReport> {
     let deletes = !opts.no_delete;
     let dry = opts.dry_run;
-    let counts = plan_all(&manifest, pair_id, deletes, &opts.filter, |row, a| {
-        if dry {
-            let what = match a {
-                Action::CopyMissing => "copy (new)",
-                Action::CopyChanged => "copy (changed)",
-                Action::Delete => "delete",
-                Action::KeepExtra => "keep (--no-delete)",
-                _ => return,
-            };
-            println!("{what}: {}", row.key);
+    let failed = hooks.failed;
+    let mut planned = hooks.planned;
+    let mut each = |row: &Row, a: Action| {
+        if !a.is_equal() {
+            if let Some(f) = planned.as_mut() {
+                f(row, a);
+            }
         }
-    })
+    };
+    let c = walk_pair(
+        db,
+        plan,
+        pair,
+        &opts.filter,
+        opts.full,
+        deletes,
+        opts.copy.copy_links,
+        Some(spill),
+        &mut each,
+    )
     .await?;
+    let counts = c.counts.clone();
     let mut report = SyncReport {
         counts: counts.clone(),
-        listed_src: scan.listed_src,
-        listed_dst: scan.listed_dst,
+        listed_src: c.listed_src,
+        listed_dst: c.listed_dst,
         dry_run: dry,
         ..Default::default()
     };
+    for e in &c.unreadable {
+        report.failed += 1;
+        let msg = e.to_string();
+        tell(failed, &msg);
+        report.first_error.get_or_insert(msg);
+    }
     // Deletes are deliberate: an empty source never empties a destination by default, and
     // --max-delete is checked before anything at all is changed.
     let dst_total = counts.equal + counts.changed + counts.only_in_destination + counts.kept;
     if counts.only_in_destination > 0 {
-        let limit = match (opts.max_delete, scan.listed_src) {
+        let limit = match (opts.max_delete, c.listed_src) {
             (Some(l), _) => Some(l),
             (None, 0) => Some(MaxDelete::Count(0)),
             (None, _) => None,
         };
         if let Some(limit) = limit {
             if !limit.allows(counts.only_in_destination, dst_total) {
-                let mut e = SlateError::TooManyDeletes {
-                    planned: counts.only_in_destination,
-                    limit: limit.text(),
+                let limit = if c.listed_src == 0 && opts.max_delete.is_none() {
+                    "0 (the source is empty; pass --max-delete 100% if that is meant)".into()
+                } else {
+                    limit.text()
                 };
-                if scan.listed_src == 0 && opts.max_delete.is_none() {
-                    e = SlateError::TooManyDeletes {
-                        planned: counts.only_in_destination,
-                        limit: "0 (the source is empty; pass --max-delete 100% if that is meant)"
-                            .into(),
-                    };
-                }
-                return Err(e);
+                return Err(SlateError::TooManyDeletes {
+                    planned: counts.only_in_destination,
+                    limit,
+                });
             }
         }
     }
@@ -455,53 +563,75 @@ pub async fn sync_once(
         .store(counts.only_in_source + counts.changed, Relaxed);
     counters.bytes_listed.store(counts.bytes_to_copy, Relaxed);
     counters.listing_done.store(true, Relaxed);
-    let ctx = Arc::new(Ctx::new(&scan.plan, opts.copy.clone(), counters.clone()));
+    let ctx = Arc::new(Ctx::new(&c.plan, opts.copy.clone(), counters.clone()));
+    let engine = Engine::new(db.clone(), c.pair.id, ctx, c.plan.dst.location().clone());
     let show = if counts.only_in_source + counts.changed > 0 {
         opts.copy.progress
     } else {
         copy::ProgressMode::Quiet
     };
     let reporter = progress::Reporter::start(counters.clone(), show);
-    let result = apply(&manifest, &scan, &ctx, &mut report).await;
+    let result = act(db, &engine, spill, &mut report, failed).await;
     reporter.finish().await;
     result?;
 
-    // Keys the listings no longer show are forgotten, so that the manifest mirrors both sides.
+    // A clean, unfiltered pass: the manifest forgets what the sides no longer hold, and
+    // vouches for the destination from now on.
     if opts.filter.is_empty() && report.failed == 0 {
-        let m = manifest.clone();
-        let listed_dst = scan.listed_dst.is_some();
-        blocking(move || {
-            m.prune_unseen(pair_id, manifest::Side::Src)?;
-            if listed_dst {
-                m.prune_unseen(pair_id, manifest::Side::Dst)?;
+        for (which, side) in [
+            (SpillFilter::PruneSrc, manifest::Side::Src),
+            (SpillFilter::PruneDst, manifest::Side::Dst),
+        ] {
+            let mut after: Option<String> = None;
+            loop {
+                let rows = spill_page(db, spill, which, after.as_deref()).await?;
+                let Some(last) = rows.last() else { break };
+                after = Some(last.key.clone());
+                let keys: Vec<String> = rows.into_iter().map(|r| r.key).collect();
+                let (d, id) = (db.clone(), c.pair.id);
+                blocking(move || d.forget_side(id, side, &keys)).await?;
             }
-            m.mark_synced(pair_id, "sync --once")
-        })
-        .await?;
+        }
+        let (d, id) = (db.clone(), c.pair.id);
+        blocking(move || d.mark_synced(id, "sync --once")).await?;
     }
     report.elapsed = start.elapsed();
     Ok(report)
 }
 
-/// Copies, records equal keys, deletes.
-async fn apply(
-    manifest: &Arc<Manifest>,
-    scan: &Scan,
-    ctx: &Arc<Ctx>,
-    report: &mut SyncReport,
-) -> Result<()> {
-    let pair_id = scan.pair.id;
-    let src_loc = scan.plan.src.location().clone();
-    let dst_loc = scan.plan.dst.location().clone();
+async fn spill_page(
+    db: &Arc<Manifest>,
+    spill: &Spill,
+    which: SpillFilter,
+    after: Option<&str>,
+) -> Result<Vec<Planned>> {
+    let (d, sp, after) = (db.clone(), spill.clone(), after.map(str::to_string));
+    blocking(move || d.spill_page(&sp, which, after.as_deref(), BATCH)).await
+}
 
-    // 1. keys equal without a manifest row on both sides: record them, so that the next run
+/// The act step: records keys found equal without a manifest row, copies, then deletes.
+async fn act(
+    db: &Arc<Manifest>,
+    engine: &Engine,
+    spill: &Spill,
+    report: &mut SyncReport,
+    failed: Option<&(dyn Fn(&str) + Send + Sync)>,
+) -> Result<()> {
+    let pair_id = engine.pair_id;
+    // 1. keys equal without a manifest row on both sides: recorded, so that the next run
     //    knows them by their change tokens
     for action in [Action::EqualDigest, Action::EqualSizeOnly] {
-        let mut after = String::new();
+        let mut after: Option<String> = None;
         loop {
-            let rows = rows_with(manifest, pair_id, action, &after).await?;
+            let rows = spill_page(
+                db,
+                spill,
+                SpillFilter::Action(action as u8),
+                after.as_deref(),
+            )
+            .await?;
             let Some(last) = rows.last() else { break };
-            after = last.key.clone();
+            after = Some(last.key.clone());
             let mut recs = Vec::with_capacity(rows.len() * 2);
             for r in rows {
                 if let (Some(s), Some(d)) = (r.src, r.dst) {
@@ -519,101 +649,91 @@ async fn apply(
                     });
                 }
             }
-            let m = manifest.clone();
-            blocking(move || m.record(pair_id, &recs)).await?;
+            let d = db.clone();
+            blocking(move || d.record(pair_id, &recs)).await?;
         }
     }
 
     // 2. copies, `transfers` at once; results recorded in batches as they complete
+    let transfers = engine.ctx.opts.transfers;
     for action in [Action::CopyMissing, Action::CopyChanged] {
-        let mut after = String::new();
+        let mut after: Option<String> = None;
         loop {
-            let rows = rows_with(manifest, pair_id, action, &after).await?;
+            let rows = spill_page(
+                db,
+                spill,
+                SpillFilter::Action(action as u8),
+                after.as_deref(),
+            )
+            .await?;
             let Some(last) = rows.last() else { break };
-            after = last.key.clone();
+            after = Some(last.key.clone());
             let mut results = futures::stream::iter(rows.into_iter().filter_map(|r| {
-                let s = r.src.clone()?;
-                let entry = Entry {
-                    rel: r.key.clone(),
+                let s = r.src?;
+                Some(Entry {
+                    rel: r.key,
                     size: s.size,
-                    etag: s.etag.clone(),
+                    etag: s.etag,
                     mtime: s
                         .mtime_ms
-                        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
-                };
-                Some((r.key, s, copy::item_for(&ctx.src, &dst_loc, entry)))
+                        .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
+                })
             }))
-            .map(|(key, s, item)| {
-                let ctx = ctx.clone();
-                async move {
-                    let r = copy_one(&ctx, &item).await;
-                    (key, s, r)
-                }
+            .map(|e| async move {
+                let r = engine.copy(&e).await;
+                (e.rel, r)
             })
-            .buffer_unordered(ctx.opts.transfers);
+            .buffer_unordered(transfers);
             let mut recs = Vec::new();
             let mut last_flush = Instant::now();
-            while let Some((key, s, r)) = results.next().await {
+            while let Some((key, r)) = results.next().await {
                 match r {
-                    Ok(out) => {
+                    Ok((out, two)) => {
                         report.copied += 1;
                         report.copied_bytes += out.bytes;
-                        ctx.counters.objects_done.fetch_add(1, Relaxed);
-                        let hash = out.hash.map(|h| h.to_string());
-                        let d = State {
-                            size: out.bytes,
-                            etag: out.dst_etag,
-                            mtime_ms: list::millis(Some(SystemTime::now())),
-                        };
-                        recs.push(Record {
-                            side: manifest::Side::Src,
-                            key: key.clone(),
-                            state: s,
-                            hash: hash.clone(),
-                        });
-                        recs.push(Record {
-                            side: manifest::Side::Dst,
-                            key,
-                            state: d,
-                            hash,
-                        });
+                        engine.ctx.counters.objects_done.fetch_add(1, Relaxed);
+                        recs.extend(two);
                     }
                     Err(e) => {
                         report.failed += 1;
                         let msg = e.to_string();
-                        eprintln!("error: {msg}");
+                        tracing::debug!(key = %key, error = %msg, "copy failed");
+                        tell(failed, &msg);
                         report.first_error.get_or_insert(msg);
                     }
                 }
                 // Flush often enough that a killed run loses little: every 1,000 objects or second.
                 if recs.len() >= 2000 || last_flush.elapsed() > Duration::from_secs(1) {
-                    let (m, b) = (manifest.clone(), std::mem::take(&mut recs));
-                    blocking(move || m.record(pair_id, &b)).await?;
+                    let (d, b) = (db.clone(), std::mem::take(&mut recs));
+                    blocking(move || d.record(pair_id, &b)).await?;
                     last_flush = Instant::now();
                 }
             }
-            let m = manifest.clone();
-            blocking(move || m.record(pair_id, &recs)).await?;
+            let d = db.clone();
+            blocking(move || d.record(pair_id, &recs)).await?;
         }
     }
 
     // 3. deletes, each confirmed by the source saying "not found" now
-    let mut after = String::new();
+    let mut after: Option<String> = None;
     loop {
-        let rows = rows_with(manifest, pair_id, Action::Delete, &after).await?;
+        let rows = spill_page(
+            db,
+            spill,
+            SpillFilter::Action(Action::Delete as u8),
+            after.as_deref(),
+        )
+        .await?;
         let Some(last) = rows.last() else { break };
-        after = last.key.clone();
+        after = Some(last.key.clone());
         let mut results = futures::stream::iter(rows)
-            .map(|r| {
-                let (src_loc, dst_loc) = (&src_loc, &dst_loc);
-                async move {
-                    // a delete takes a slot like a copy: both ask the stores for something
-                    let _slots = ctx.limits.acquire().await;
-                    let res = delete_one(ctx, src_loc, dst_loc, &r.key).await;
-                    (r.key, res)
-                }
+            .map(|r| async move {
+                // a delete takes a slot like a copy: both ask the stores for something
+                let _slots = engine.ctx.limits.acquire().await;
+                let res = engine.delete_confirmed(&r.key).await;
+                (r.key, res)
             })
-            .buffer_unordered(ctx.opts.transfers);
+            .buffer_unordered(transfers);
         let mut gone = Vec::new();
         while let Some((key, res)) = results.next().await {
             match res {
@@ -625,64 +745,15 @@ async fn apply(
                 Err(e) => {
                     report.failed += 1;
                     let msg = e.to_string();
-                    eprintln!("error: {msg}");
+                    tell(failed, &msg);
                     report.first_error.get_or_insert(msg);
                 }
             }
         }
-        let m = manifest.clone();
-        blocking(move || m.forget(pair_id, &gone)).await?;
+        let d = db.clone();
+        blocking(move || d.forget(pair_id, &gone)).await?;
     }
     Ok(())
-}
-
-/// Deletes one key at the destination if the source says it is gone. Returns false when the
-/// source has it again (the delete is skipped: rule 4, deletes are deliberate). Both requests
-/// are sent again while their errors are transient.
-async fn delete_one(ctx: &Ctx, src_loc: &Location, dst_loc: &Location, key: &str) -> Result<bool> {
-    let err = |detail: String| SlateError::Object {
-        key: key.to_string(),
-        detail,
-    };
-    let present = match &ctx.src {
-        Side::Cloud { store, .. } => {
-            let path = store_path(&src_loc.key_for(key))?;
-            let head = ctx
-                .retry(End::Src)
-                .request(key, |_| true, |_| store.head(&path))
-                .await;
-            match head {
-                Ok(_) => true,
-                Err(object_store::Error::NotFound { .. }) => false,
-                Err(e) => {
-                    return Err(err(format!(
-                        "checking the source before deleting: {}",
-                        one_line(&e)
-                    )))
-                }
-            }
-        }
-        Side::Local { loc } => loc.local_path().join(key).exists(),
-    };
-    if present {
-        return Ok(false);
-    }
-    match &ctx.dst {
-        Side::Cloud { store, .. } => {
-            let path = store_path(&dst_loc.key_for(key))?;
-            ctx.retry(End::Dst)
-                .request(key, |_| true, |_| store.delete(&path))
-                .await
-                .or_else(|e| match e {
-                    object_store::Error::NotFound { .. } => Ok(()),
-                    e => Err(err(format!("deleting: {}", one_line(&e)))),
-                })?
-        }
-        Side::Local { .. } => {
-            crate::stores::local::remove_below(&ctx.dst_root, key)?;
-        }
-    }
-    Ok(true)
 }
 
 #[cfg(test)]

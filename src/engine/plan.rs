@@ -7,7 +7,19 @@
 //! both sides expose (an S3-style single-part MD5 ETag) equal; else sizes alone, counted and
 //! reported as such.
 
-use crate::state::manifest::{ScanRow, State};
+use crate::core::object::State;
+
+/// One key as a reconcile sees it: what the source and the destination hold now (listed, or
+/// for a destination the manifest vouches for, recorded), and what the manifest recorded of
+/// each side when slate last synced the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub key: String,
+    pub src: Option<State>,
+    pub dst: Option<State>,
+    pub m_src: Option<State>,
+    pub m_dst: Option<State>,
+}
 
 /// What to do with one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +101,7 @@ pub(crate) fn same_as_recorded(now: &State, recorded: &Option<State>, mtime: boo
 }
 
 /// Decides one key. `deletes` is false with `--no-delete`.
-pub fn plan(row: &ScanRow, deletes: bool) -> Action {
+pub fn plan(row: &Row, deletes: bool) -> Action {
     match (&row.src, &row.dst) {
         (None, None) => Action::EqualRecorded,
         (Some(_), None) => Action::CopyMissing,
@@ -344,7 +356,7 @@ mod tests {
             ),
         ];
         for (name, src, dst, m_src, m_dst, deletes, want) in cases {
-            let row = ScanRow {
+            let row = Row {
                 key: "k".into(),
                 src,
                 dst,

@@ -3,7 +3,7 @@
 //! failed and waiting to restart).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use crate::events::route::IntakeStats;
 
@@ -75,7 +75,7 @@ pub struct PairHandle {
     pub name: Option<String>,
     pub stats: Arc<DaemonStats>,
     pub intake: Arc<IntakeStats>,
-    state: Mutex<PairState>,
+    state: tokio::sync::watch::Sender<PairState>,
 }
 
 impl PairHandle {
@@ -86,21 +86,21 @@ impl PairHandle {
             name,
             stats: Default::default(),
             intake: Default::default(),
-            state: Mutex::new(PairState::Starting),
+            state: tokio::sync::watch::Sender::new(PairState::Starting),
         })
     }
 
     pub fn state(&self) -> PairState {
-        self.state
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or(PairState::Starting)
+        self.state.borrow().clone()
     }
 
     pub fn set_state(&self, s: PairState) {
-        if let Ok(mut g) = self.state.lock() {
-            *g = s;
-        }
+        self.state.send_replace(s);
+    }
+
+    /// Sees every change of the pair's state (the CLI prints them).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<PairState> {
+        self.state.subscribe()
     }
 }
 

@@ -25,6 +25,7 @@ use crate::copy::{self, progress::Counters, CopyOptions, ProgressMode};
 use crate::core::error::{Result, SlateError};
 use crate::core::filter::Filter;
 use crate::core::location::Location;
+use crate::engine::lease::Wait;
 use crate::engine::once::{self, MaxDelete, SyncOptions};
 use crate::state::blocking;
 use crate::state::manifest::Manifest;
@@ -390,6 +391,9 @@ impl JobRequest {
                 filter,
                 full: false,
                 copy: copy.clone(),
+                // a job waits for another reconcile of its pair to finish
+                wait: Wait::Yes,
+                purpose: format!("job ({})", self.kind.name()),
             },
             copy,
         })
@@ -991,6 +995,7 @@ impl Jobs {
 
         let work = tokio::spawn(run_job(
             self.manifest.clone(),
+            id,
             req,
             self.base.clone(),
             live.counters.clone(),
@@ -1094,6 +1099,7 @@ struct Outcome {
 
 async fn run_job(
     manifest: Arc<Manifest>,
+    id: i64,
     req: JobRequest,
     base: CopyOptions,
     counters: Arc<Counters>,
@@ -1125,7 +1131,13 @@ async fn run_job(
             if req.kind == Kind::Copy {
                 opts.no_delete = true;
             }
-            let r = once::sync_once(manifest, &src, &dst, &opts).await?;
+            opts.purpose = format!("job {id} ({})", req.kind.name());
+            let failed = |msg: &str| tracing::warn!(job = id, error = %msg, "object failed");
+            let hooks = once::Hooks {
+                planned: None,
+                failed: Some(&failed),
+            };
+            let r = once::sync_once(manifest, &src, &dst, &opts, hooks).await?;
             Ok(Outcome {
                 failed: r.failed,
                 result: json!({
@@ -1139,8 +1151,10 @@ async fn run_job(
         }
         Kind::Diff => {
             let filter = settings.sync.filter.clone();
-            let scan = once::scan(&manifest, &src, &dst, &filter, true).await?;
-            let c = once::plan_all(&manifest, scan.pair.id, true, &filter, |_, _| {}).await?;
+            let follow = settings.sync.copy.copy_links;
+            let scan =
+                once::compare(&manifest, &src, &dst, &filter, follow, &mut |_, _| {}).await?;
+            let c = scan.counts;
             Ok(Outcome {
                 failed: 0,
                 result: json!({

@@ -2,10 +2,11 @@
 //! for every key. It lets `sync --once` skip listing the destination, `diff --from-manifest`
 //! answer with no request at all, and a rerun resume where a killed one stopped.
 //!
-//! A listing pass goes into a temporary `scan` table (one row per key, both sides), which
-//! SQLite sorts and joins with the manifest rows; the planner then reads it back in key-ordered
-//! pages, so memory does not grow with the number of objects. No rusqlite type leaves this
-//! module, so another engine can stand behind the same API later (DESIGN.md).
+//! A reconcile reads a side's rows in key-ordered pages ([`Manifest::side_page`]) alongside a
+//! sorted listing, so memory does not grow with the number of objects. One connection writes
+//! (SQLite has one writer at a time anyway); a few more only read, so that the API and
+//! reconciles reading pages never wait behind a write (WAL lets readers and the writer run
+//! together).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -14,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::core::error::{Result, SlateError};
+pub use crate::core::object::State;
 
 /// Migrations, applied in order; `PRAGMA user_version` is the number of the last one applied.
 const MIGRATIONS: &[&str] = &[
@@ -22,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/0003_tombstones.sql"),
     include_str!("../../schema/0004_jobs.sql"),
     include_str!("../../schema/0005_expansions.sql"),
+    include_str!("../../schema/0006_leases.sql"),
 ];
 
 /// Which side of a pair.
@@ -29,30 +32,6 @@ const MIGRATIONS: &[&str] = &[
 pub enum Side {
     Src = 0,
     Dst = 1,
-}
-
-/// What is known of one object on one side.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct State {
-    pub size: u64,
-    pub etag: Option<String>,
-    /// Unix milliseconds.
-    pub mtime_ms: Option<i64>,
-}
-
-/// The temporary scan table of a pair (a quoted identifier: the id is an integer).
-fn scan_table(pair_id: i64) -> String {
-    format!("temp.\"scan_{pair_id}\"")
-}
-
-/// One key of a scan: what the listings saw, and what the manifest recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScanRow {
-    pub key: String,
-    pub src: Option<State>,
-    pub dst: Option<State>,
-    pub m_src: Option<State>,
-    pub m_dst: Option<State>,
 }
 
 /// A pair as the manifest knows it.
@@ -68,6 +47,33 @@ pub struct PairInfo {
     pub dst_objects: u64,
 }
 
+/// The temporary table of one reconcile's planned rows (see [`Manifest::spill_new`]).
+#[derive(Debug, Clone)]
+pub struct Spill {
+    table: String,
+}
+
+/// A key a reconcile plans to act on: the action (the planner's, as a number), what the
+/// source and destination held, and whether the key's manifest row of either side is to be
+/// forgotten after a clean pass (the side no longer has it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub key: String,
+    pub action: u8,
+    pub src: Option<State>,
+    pub dst: Option<State>,
+    pub prune_src: bool,
+    pub prune_dst: bool,
+}
+
+/// Which spilled rows [`Manifest::spill_page`] returns.
+#[derive(Debug, Clone, Copy)]
+pub enum SpillFilter {
+    Action(u8),
+    PruneSrc,
+    PruneDst,
+}
+
 /// A row to record.
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -77,9 +83,16 @@ pub struct Record {
     pub hash: Option<String>,
 }
 
+/// Connections that only read.
+const READERS: usize = 4;
+
 /// The manifest database.
 pub struct Manifest {
+    /// The one connection that writes.
     conn: Mutex<Connection>,
+    /// Connections that only read (`PRAGMA query_only`), taken round-robin.
+    readers: Vec<Mutex<Connection>>,
+    next_reader: std::sync::atomic::AtomicUsize,
     path: PathBuf,
 }
 
@@ -122,9 +135,24 @@ impl Manifest {
         let conn = Connection::open(path).map_err(|e| err(e.to_string()))?;
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .map_err(|e| err(e.to_string()))?;
+        // Switching a new database to WAL needs it to itself for a moment, and SQLite answers
+        // "database is locked" at once (without the busy handler) when another process opens
+        // it at the same instant: asked again for as long as the busy timeout.
+        let started = std::time::Instant::now();
+        loop {
+            match conn.execute_batch("PRAGMA journal_mode = WAL;") {
+                Ok(()) => break,
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy
+                        && started.elapsed() < std::time::Duration::from_secs(30) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5 + fastrand::u64(..20)));
+                }
+                Err(e) => return Err(err(e.to_string())),
+            }
+        }
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = NORMAL;
+            "PRAGMA synchronous = NORMAL;
              PRAGMA foreign_keys = ON;
              PRAGMA temp_store = FILE;
              PRAGMA cache_size = -32768;",
@@ -156,8 +184,19 @@ impl Manifest {
                 .map_err(|e| err(e.to_string()))?;
             tx.commit().map_err(|e| err(e.to_string()))?;
         }
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let r = Connection::open(path).map_err(|e| err(e.to_string()))?;
+            r.busy_timeout(std::time::Duration::from_secs(30))
+                .map_err(|e| err(e.to_string()))?;
+            r.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -8192;")
+                .map_err(|e| err(e.to_string()))?;
+            readers.push(Mutex::new(r));
+        }
         Ok(Manifest {
             conn: Mutex::new(conn),
+            readers,
+            next_reader: Default::default(),
             path: path.to_path_buf(),
         })
     }
@@ -182,6 +221,22 @@ impl Manifest {
             .lock()
             .map_err(|_| self.err("internal: manifest lock poisoned"))?;
         f(&mut conn).map_err(|e| self.err(e))
+    }
+
+    /// Runs a read on one of the reading connections (a free one if there is one).
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.readers.len();
+        let start = self.next_reader.fetch_add(1, Relaxed);
+        for i in 0..n {
+            if let Ok(c) = self.readers[(start + i) % n].try_lock() {
+                return f(&c).map_err(|e| self.err(e));
+            }
+        }
+        let c = self.readers[start % n]
+            .lock()
+            .map_err(|_| self.err("internal: manifest lock poisoned"))?;
+        f(&c).map_err(|e| self.err(e))
     }
 
     /// The pair for (src, dst), created if new.
@@ -349,126 +404,95 @@ impl Manifest {
         })
     }
 
-    /// Starts a scan of a pair: an empty temporary table keyed by key. Each pair has its own
-    /// (one process may reconcile several pairs at once over one connection).
-    pub fn scan_reset(&self, pair_id: i64) -> Result<()> {
-        let t = scan_table(pair_id);
+    /// A new, empty spill: a temporary table (on the writing connection, named for this run
+    /// only) holding the rows a reconcile planned to act on. Only differences go there: a run
+    /// that finds nothing to do writes nothing.
+    pub fn spill_new(&self) -> Result<Spill> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let table = format!("temp.\"plan_{n}\"");
         self.with(|c| {
             c.execute_batch(&format!(
-                "DROP TABLE IF EXISTS {t};
-                 CREATE TEMP TABLE {t} (
-                    key TEXT PRIMARY KEY,
+                "CREATE TEMP TABLE {table} (
+                    key TEXT PRIMARY KEY, action INTEGER NOT NULL,
                     s_size INTEGER, s_etag TEXT, s_mtime INTEGER,
                     d_size INTEGER, d_etag TEXT, d_mtime INTEGER,
-                    action INTEGER
+                    prune_src INTEGER NOT NULL, prune_dst INTEGER NOT NULL
                  ) WITHOUT ROWID;"
             ))
-        })
+        })?;
+        Ok(Spill { table })
     }
 
-    /// Adds listed objects of one side to the scan, in one transaction.
-    pub fn scan_add(&self, pair_id: i64, side: Side, rows: &[(String, State)]) -> Result<()> {
-        let t = scan_table(pair_id);
-        let sql = match side {
-            Side::Src => format!(
-                "INSERT INTO {t} (key, s_size, s_etag, s_mtime) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (key) DO UPDATE SET s_size = excluded.s_size, s_etag = excluded.s_etag, s_mtime = excluded.s_mtime"
-            ),
-            Side::Dst => format!(
-                "INSERT INTO {t} (key, d_size, d_etag, d_mtime) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (key) DO UPDATE SET d_size = excluded.d_size, d_etag = excluded.d_etag, d_mtime = excluded.d_mtime"
-            ),
-        };
+    /// Adds planned rows to a spill, in one transaction.
+    pub fn spill_add(&self, spill: &Spill, rows: &[Planned]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let t = &spill.table;
         self.with(|c| {
             let tx = c.transaction()?;
             {
-                let mut st = tx.prepare_cached(&sql)?;
-                for (k, s) in rows {
-                    st.execute(params![k, s.size as i64, s.etag, s.mtime_ms])?;
+                let mut st = tx.prepare_cached(&format!(
+                    "INSERT OR REPLACE INTO {t} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                ))?;
+                for r in rows {
+                    let (s, d) = (r.src.as_ref(), r.dst.as_ref());
+                    st.execute(params![
+                        r.key,
+                        r.action as i64,
+                        s.map(|s| s.size as i64),
+                        s.and_then(|s| s.etag.clone()),
+                        s.and_then(|s| s.mtime_ms),
+                        d.map(|d| d.size as i64),
+                        d.and_then(|d| d.etag.clone()),
+                        d.and_then(|d| d.mtime_ms),
+                        r.prune_src,
+                        r.prune_dst
+                    ])?;
                 }
             }
             tx.commit()
         })
     }
 
-    /// Fills the destination side of the scan from the manifest (when it can vouch for it).
-    pub fn scan_dst_from_manifest(&self, pair_id: i64) -> Result<u64> {
-        let t = scan_table(pair_id);
-        self.with(|c| {
-            c.execute(
-                &format!("INSERT INTO {t} (key, d_size, d_etag, d_mtime)
-                 SELECT key, size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = 1 AND true
-                 ON CONFLICT (key) DO UPDATE SET d_size = excluded.d_size, d_etag = excluded.d_etag, d_mtime = excluded.d_mtime"),
-                params![pair_id],
-            )
-            .map(|n| n as u64)
-        })
-    }
-
-    /// Fills both sides of the scan from the manifest alone (`diff --from-manifest`).
-    pub fn scan_from_manifest(&self, pair_id: i64) -> Result<()> {
-        let t = scan_table(pair_id);
-        self.with(|c| {
-            c.execute(
-                &format!("INSERT INTO {t} (key, s_size, s_etag, s_mtime)
-                 SELECT key, size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = 0"),
-                params![pair_id],
-            )?;
-            Ok(())
-        })?;
-        self.scan_dst_from_manifest(pair_id).map(|_| ())
-    }
-
-    /// Reads the scan in key order after `after`, joined with the manifest rows of the pair.
-    /// With `action`, only rows planned for that action.
-    pub fn scan_page(
+    /// Up to `limit` spilled rows chosen by `which`, after the key `after` (`None`: from the
+    /// first), in key order.
+    pub fn spill_page(
         &self,
-        pair_id: i64,
-        after: &str,
+        spill: &Spill,
+        which: SpillFilter,
+        after: Option<&str>,
         limit: usize,
-        action: Option<u8>,
-    ) -> Result<Vec<(ScanRow, Option<u8>)>> {
-        let t = scan_table(pair_id);
+    ) -> Result<Vec<Planned>> {
+        let t = &spill.table;
+        let cond = match which {
+            SpillFilter::Action(a) => format!("action = {}", a as i64),
+            SpillFilter::PruneSrc => "prune_src = 1".to_string(),
+            SpillFilter::PruneDst => "prune_dst = 1".to_string(),
+        };
         self.with(|c| {
             let mut st = c.prepare_cached(&format!(
-                "SELECT s.key, s.s_size, s.s_etag, s.s_mtime, s.d_size, s.d_etag, s.d_mtime,
-                        ms.size, ms.etag, ms.last_modified, md.size, md.etag, md.last_modified, s.action
-                 FROM {t} s
-                 LEFT JOIN objects ms ON ms.pair_id = ?1 AND ms.side = 0 AND ms.key = s.key
-                 LEFT JOIN objects md ON md.pair_id = ?1 AND md.side = 1 AND md.key = s.key
-                 WHERE s.key > ?2 AND (?4 IS NULL OR s.action = ?4)
-                 ORDER BY s.key LIMIT ?3"
+                "SELECT key, action, s_size, s_etag, s_mtime, d_size, d_etag, d_mtime, prune_src, prune_dst
+                 FROM {t} WHERE {cond} AND (?1 IS NULL OR key > ?1) ORDER BY key LIMIT ?2"
             ))?;
-            let rows = st.query_map(params![pair_id, after, limit as i64, action.map(i64::from)], |r| {
-                Ok((
-                    ScanRow {
-                        key: r.get(0)?,
-                        src: state(r.get(1)?, r.get(2)?, r.get(3)?),
-                        dst: state(r.get(4)?, r.get(5)?, r.get(6)?),
-                        m_src: state(r.get(7)?, r.get(8)?, r.get(9)?),
-                        m_dst: state(r.get(10)?, r.get(11)?, r.get(12)?),
-                    },
-                    r.get::<_, Option<i64>>(13)?.map(|a| a as u8),
-                ))
+            let rows = st.query_map(params![after, limit as i64], |r| {
+                Ok(Planned {
+                    key: r.get(0)?,
+                    action: r.get::<_, i64>(1)? as u8,
+                    src: state(r.get(2)?, r.get(3)?, r.get(4)?),
+                    dst: state(r.get(5)?, r.get(6)?, r.get(7)?),
+                    prune_src: r.get(8)?,
+                    prune_dst: r.get(9)?,
+                })
             })?;
             rows.collect()
         })
     }
 
-    /// Stores the planned action of scan rows, in one transaction.
-    pub fn scan_set_actions(&self, pair_id: i64, actions: &[(String, u8)]) -> Result<()> {
-        let t = scan_table(pair_id);
-        self.with(|c| {
-            let tx = c.transaction()?;
-            {
-                let mut st =
-                    tx.prepare_cached(&format!("UPDATE {t} SET action = ?2 WHERE key = ?1"))?;
-                for (k, a) in actions {
-                    st.execute(params![k, *a as i64])?;
-                }
-            }
-            tx.commit()
-        })
+    /// Drops a spill.
+    pub fn spill_drop(&self, spill: &Spill) -> Result<()> {
+        self.with(|c| c.execute_batch(&format!("DROP TABLE IF EXISTS {}", spill.table)))
     }
 
     /// Number of manifest rows of a pair's side.
@@ -483,26 +507,52 @@ impl Manifest {
         })
     }
 
-    /// After a full, unfiltered pass: deletes the manifest rows of a pair's side for keys that
-    /// side's listing did not show and that this pass did not copy there (objects removed
-    /// behind slate's back). Returns how many.
-    pub fn prune_unseen(&self, pair_id: i64, side: Side) -> Result<u64> {
-        let t = scan_table(pair_id);
-        let keep = match side {
-            Side::Src => format!("SELECT key FROM {t} WHERE s_size IS NOT NULL"),
-            // 3 and 4 are the copy actions (reconcile::plan::Action::CopyMissing/CopyChanged)
-            Side::Dst => {
-                format!("SELECT key FROM {t} WHERE d_size IS NOT NULL OR action IN (3, 4)")
-            }
-        };
+    /// Up to `limit` rows of one side of a pair after the key `after`, in key order: the
+    /// manifest read alongside a sorted listing.
+    pub fn side_page(
+        &self,
+        pair_id: i64,
+        side: Side,
+        after: &str,
+        first: bool,
+        limit: usize,
+    ) -> Result<Vec<(String, State)>> {
+        self.read(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT key, size, etag, last_modified FROM objects
+                 WHERE pair_id = ?1 AND side = ?2 AND (key > ?3 OR ?4)
+                 ORDER BY key LIMIT ?5",
+            )?;
+            let rows = st.query_map(
+                params![pair_id, side as i64, after, first, limit as i64],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        State {
+                            size: r.get::<_, i64>(1)?.max(0) as u64,
+                            etag: r.get(2)?,
+                            mtime_ms: r.get(3)?,
+                        },
+                    ))
+                },
+            )?;
+            rows.collect()
+        })
+    }
+
+    /// Forgets keys of one side only (rows for objects a full pass no longer saw there).
+    pub fn forget_side(&self, pair_id: i64, side: Side, keys: &[String]) -> Result<()> {
         self.with(|c| {
-            c.execute(
-                &format!(
-                    "DELETE FROM objects WHERE pair_id = ?1 AND side = ?2 AND key NOT IN ({keep})"
-                ),
-                params![pair_id, side as i64],
-            )
-            .map(|n| n as u64)
+            let tx = c.transaction()?;
+            {
+                let mut st = tx.prepare_cached(
+                    "DELETE FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
+                )?;
+                for k in keys {
+                    st.execute(params![pair_id, side as i64, k])?;
+                }
+            }
+            tx.commit()
         })
     }
 
@@ -577,32 +627,6 @@ mod tests {
     }
 
     #[test]
-    fn two_pairs_scanned_at_once_keep_their_own_rows() {
-        // one process, one connection, several pairs reconciling concurrently: a scan of one
-        // pair must never see (or reset) another's
-        let dir = tempfile::tempdir().unwrap();
-        let m = Manifest::open(&dir.path().join("s.db")).unwrap();
-        let a = m.pair("az://c/a", "/tmp/a").unwrap();
-        let b = m.pair("gs://c/b", "/tmp/b").unwrap();
-        m.scan_reset(a.id).unwrap();
-        m.scan_add(a.id, Side::Src, &[("a1".into(), st(1, "e"))])
-            .unwrap();
-        m.scan_reset(b.id).unwrap(); // the other pair starts its scan half-way through a's
-        m.scan_add(b.id, Side::Src, &[("b1".into(), st(2, "f"))])
-            .unwrap();
-        m.scan_set_actions(a.id, &[("a1".into(), 3)]).unwrap();
-        let keys = |id| -> Vec<(String, Option<u8>)> {
-            m.scan_page(id, "", 10, None)
-                .unwrap()
-                .into_iter()
-                .map(|(r, a)| (r.key, a))
-                .collect()
-        };
-        assert_eq!(keys(a.id), vec![("a1".to_string(), Some(3))]);
-        assert_eq!(keys(b.id), vec![("b1".to_string(), None)]);
-    }
-
-    #[test]
     fn tokens_and_tombstones_keep_the_newest() {
         let dir = tempfile::tempdir().unwrap();
         let m = Manifest::open(&dir.path().join("s.db")).unwrap();
@@ -668,30 +692,32 @@ mod tests {
             ],
         )
         .unwrap();
-        m.scan_reset(p.id).unwrap();
-        m.scan_add(
-            p.id,
-            Side::Src,
-            &[("k1".into(), st(1, "e1")), ("k2".into(), st(2, "e2"))],
-        )
-        .unwrap();
-        assert_eq!(m.scan_dst_from_manifest(p.id).unwrap(), 2);
-        let rows = m.scan_page(p.id, "", 10, None).unwrap();
-        let keys: Vec<_> = rows.iter().map(|(r, _)| r.key.as_str()).collect();
-        assert_eq!(keys, vec!["gone", "k1", "k2"]);
-        assert_eq!(rows[1].0.m_src, Some(st(1, "e1")));
-        assert_eq!(rows[1].0.dst, Some(st(1, "d1")));
-        assert_eq!(rows[2].0.dst, None);
-        m.scan_set_actions(p.id, &[("k2".into(), 3)]).unwrap();
-        let only = m.scan_page(p.id, "", 10, Some(3)).unwrap();
-        assert_eq!(only.len(), 1);
+        let keys = |side, after: &str, first, limit| -> Vec<String> {
+            m.side_page(p.id, side, after, first, limit)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        assert_eq!(keys(Side::Dst, "", true, 10), vec!["gone", "k1"]);
         assert_eq!(
-            m.scan_page(p.id, "k1", 10, None).unwrap().len(),
-            1,
+            keys(Side::Dst, "gone", false, 10),
+            vec!["k1"],
             "paging by key"
         );
+        assert_eq!(keys(Side::Dst, "", true, 1), vec!["gone"], "limit");
+        assert_eq!(
+            m.side_page(p.id, Side::Src, "", true, 10).unwrap(),
+            vec![("k1".to_string(), st(1, "e1"))]
+        );
+        m.forget_side(p.id, Side::Dst, &["k1".into()]).unwrap();
+        assert_eq!(
+            keys(Side::Src, "", true, 10),
+            vec!["k1"],
+            "the other side stays"
+        );
         m.forget(p.id, &["gone".into()]).unwrap();
-        assert_eq!(m.count(p.id, Side::Dst).unwrap(), 1);
+        assert_eq!(m.count(p.id, Side::Dst).unwrap(), 0);
         drop(m);
 
         // a database from a newer slate is refused with a clear error

@@ -2,7 +2,9 @@
 //! knows SQL.
 
 pub mod inbox;
+pub mod leases;
 pub mod manifest;
+pub mod owner;
 
 use crate::core::error::{Result, SlateError};
 

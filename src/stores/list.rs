@@ -1,11 +1,11 @@
 //! Listing one side recursively as a stream of [`Entry`] (key relative to the side's prefix,
-//! size, change token, mtime), sent through a bounded channel so that the consumer (the copier,
-//! or the manifest scan) runs while pages are still being fetched. A page whose request fails
+//! size, change token, mtime) **in key order**, sent through a bounded channel so that the
+//! consumer (the copier, or a reconcile walking the manifest alongside) runs while pages are
+//! still being fetched. A page whose request fails
 //! with a transient error is asked for again (same token), so one bad answer does not end a
 //! listing of millions of keys.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedListStore};
@@ -17,67 +17,55 @@ use super::retry::Backoff;
 use super::side::{one_line, prefix_path, Side};
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
+use crate::core::object::{local_etag, Entry};
 use object_store::ObjectStoreExt as _;
 
-/// One object found by a listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// Key relative to the listed prefix (`/`-separated).
-    pub rel: String,
-    pub size: u64,
-    /// The store's ETag; for local files a change token made of mtime and size.
-    pub etag: Option<String>,
-    pub mtime: Option<SystemTime>,
-}
-
-/// Change token of a local file: any rewrite changes its mtime (nanoseconds) or size.
-pub fn local_etag(mtime: Option<SystemTime>, size: u64) -> Option<String> {
-    let t = mtime?.duration_since(UNIX_EPOCH).ok()?;
-    Some(format!("{:x}.{:x}-{size:x}", t.as_secs(), t.subsec_nanos()))
-}
-
-/// Milliseconds since the epoch (what the manifest stores).
-pub fn millis(t: Option<SystemTime>) -> Option<i64> {
-    t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as i64)
-}
-
-/// Lists everything under `side`'s prefix into `tx`; returns how many entries were sent.
-/// A failure of the first page is classified (missing bucket, access denied) by `classify`.
+/// Lists everything under `side`'s prefix into `tx`, **in key order** (byte order of the
+/// key, as S3, Azure and GCS list and as the manifest is kept), so that a reconcile can walk
+/// a listing and the manifest side by side without holding either; returns how many entries
+/// were sent. A failure of the first page is classified (missing bucket, access denied) by
+/// `classify`. `follow_links`: for a local side, whether symlinks are followed (inside the
+/// root only) or skipped.
 pub async fn list_entries(
     side: &Side,
     tx: mpsc::Sender<Result<Entry>>,
     classify: fn(&Location, &object_store::Error) -> SlateError,
+    follow_links: bool,
 ) -> Result<u64> {
     match side {
         Side::Cloud {
             store, pager, loc, ..
-        } => list_cloud(store, pager, loc, tx, classify).await,
+        } => {
+            let prefix = if loc.prefix.is_empty() {
+                None
+            } else {
+                Some(prefix_path(&loc.prefix)?)
+            };
+            let level = Level {
+                store: store.clone(),
+                pager: pager.clone(),
+                loc: loc.clone(),
+                strip: if loc.prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}/", loc.prefix)
+                },
+                classify,
+            };
+            level.list(prefix, 0, tx).await
+        }
         Side::Local { loc } => {
             let root = loc.local_path();
             let url = loc.to_string();
             if !root.exists() {
                 return Ok(0);
             }
-            tokio::task::spawn_blocking(move || {
-                let n = std::sync::atomic::AtomicU64::new(0);
-                local::walk_parallel(&root, LOCAL_WALKERS, &|f| {
-                    n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let e = f.map(|f| Entry {
-                        etag: local_etag(f.mtime, f.size),
-                        rel: f.rel,
-                        size: f.size,
-                        mtime: f.mtime,
-                    });
-                    tx.blocking_send(e).is_ok()
-                })
-                .map(|_| n.into_inner())
-            })
-            .await
-            .map_err(|e| SlateError::List {
-                url,
-                detail: e.to_string(),
-            })?
+            tokio::task::spawn_blocking(move || walk_local(&root, follow_links, &tx))
+                .await
+                .map_err(|e| SlateError::List {
+                    url,
+                    detail: e.to_string(),
+                })?
         }
     }
 }
@@ -88,73 +76,180 @@ const LIST_FANOUT: usize = 8;
 /// Threads walking a local folder's top-level folders at once.
 const LOCAL_WALKERS: usize = 4;
 
+/// Entries waiting per folder listed ahead of the one being sent.
+const AHEAD: usize = 1000;
+
 /// HEADs in flight per listing page to tell folder markers from zero-byte objects.
 const MARKER_HEADS: usize = 16;
 
-/// Lists a cloud prefix. When it holds several common prefixes ("folders"), they are listed
-/// in parallel (up to [`LIST_FANOUT`] at once): a listing's pages are sequential, so one
-/// listing per folder is what makes a large bucket list faster.
-async fn list_cloud(
-    store: &Arc<dyn object_store::ObjectStore>,
-    pager: &Arc<dyn PaginatedListStore>,
-    loc: &Location,
-    tx: mpsc::Sender<Result<Entry>>,
-    classify: fn(&Location, &object_store::Error) -> SlateError,
-) -> Result<u64> {
-    let prefix = if loc.prefix.is_empty() {
-        None
-    } else {
-        Some(prefix_path(&loc.prefix)?)
-    };
-    let strip = if loc.prefix.is_empty() {
-        String::new()
-    } else {
-        format!("{}/", loc.prefix)
-    };
-    // The first level and the level below each of its folders are listed page by page with a
-    // delimiter: their objects stream out at once and only "folder" names are kept, so a flat
-    // prefix of millions of keys is never held in memory (object_store's list_with_delimiter
-    // collects every page first), and servers that walk their whole tree for a recursive
-    // listing (s3s-fs, some S3-compatibles) only read the folder asked for. Deeper down,
-    // listings are flat: one request per 1,000 keys however many small folders there are.
-    let level = Level {
-        store,
-        pager,
-        loc,
-        strip: &strip,
-        tx: &tx,
-        classify,
-    };
-    let (mut n, folders) = level.list(prefix.as_ref(), true).await?;
-    let mut subs = futures::stream::iter(folders)
-        .map(|folder| {
-            let level = &level;
-            async move {
-                let (mut n, deeper) = level.list(Some(&folder), false).await?;
-                for p in deeper {
-                    n += level.list_flat(&p).await?;
-                }
-                Ok::<u64, SlateError>(n)
-            }
-        })
-        .buffer_unordered(LIST_FANOUT);
-    while let Some(r) = subs.next().await {
-        n += r?;
+fn local_entry(f: local::LocalFile) -> Entry {
+    Entry {
+        etag: local_etag(f.mtime, f.size),
+        rel: f.rel,
+        size: f.size,
+        mtime: f.mtime,
     }
-    Ok(n)
 }
 
-/// One "folder" level of a cloud listing, with a delimiter.
-struct Level<'a> {
-    store: &'a Arc<dyn object_store::ObjectStore>,
-    pager: &'a Arc<dyn PaginatedListStore>,
-    loc: &'a Location,
-    strip: &'a str,
-    tx: &'a mpsc::Sender<Result<Entry>>,
+/// Sends what the sorted walk of one folder found; false when the receiver is gone.
+fn send_walked(w: local::Walked, prefix: &str, tx: &dyn Fn(Result<Entry>) -> bool) -> bool {
+    match w {
+        local::Walked::File(mut f) => {
+            if !prefix.is_empty() {
+                f.rel = format!("{prefix}/{}", f.rel);
+            }
+            tx(Ok(local_entry(f)))
+        }
+        local::Walked::Unreadable { rel, error } => {
+            let key = if prefix.is_empty() {
+                rel
+            } else {
+                format!("{prefix}/{rel}")
+            };
+            tx(Err(SlateError::Object {
+                key,
+                detail: format!("cannot read it: {error}"),
+            }))
+        }
+        local::Walked::BadName { path } => tx(Err(SlateError::Object {
+            key: path.display().to_string(),
+            detail: "file name is not valid UTF-8; keys must be".into(),
+        })),
+    }
+}
+
+/// Walks a local folder in key order: its top-level folders are walked by up to
+/// [`LOCAL_WALKERS`] threads at once, each a little ahead of the one being sent (a walk is a
+/// stat per file, one thread's worth of system calls), and their entries are sent folder by
+/// folder in key order.
+fn walk_local(
+    root: &std::path::Path,
+    follow: bool,
+    tx: &mpsc::Sender<Result<Entry>>,
+) -> Result<u64> {
+    let n = std::sync::atomic::AtomicU64::new(0);
+    let send = |e: Result<Entry>| {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tx.blocking_send(e).is_ok()
+    };
+    // the top level, sorted as keys sort: a folder "a" where "a/" would be
+    let mut top: Vec<(String, bool)> = Vec::new();
+    let rd = std::fs::read_dir(root).map_err(|e| SlateError::List {
+        url: root.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    for e in rd {
+        let e = e.map_err(|e| SlateError::List {
+            url: root.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            if !send_walked(local::Walked::BadName { path: e.path() }, "", &send) {
+                return Ok(n.into_inner());
+            }
+            continue;
+        };
+        if name.starts_with(local::TMP_PREFIX) {
+            if local::is_orphan_temp(&name) {
+                let _ = std::fs::remove_file(e.path());
+            }
+            continue;
+        }
+        let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        top.push((name, is_dir));
+    }
+    top.sort_by(|a, b| {
+        let key = |(n, d): &(String, bool)| if *d { format!("{n}/") } else { n.clone() };
+        key(a).cmp(&key(b))
+    });
+    std::thread::scope(|scope| -> Result<()> {
+        // walkers started ahead, in key order: (folder name, its entries)
+        let mut ahead = std::collections::VecDeque::new();
+        let mut next_dir = 0usize;
+        let dirs: Vec<&String> = top.iter().filter(|(_, d)| *d).map(|(n, _)| n).collect();
+        let start = |ahead: &mut std::collections::VecDeque<_>, next_dir: &mut usize| {
+            while ahead.len() < LOCAL_WALKERS && *next_dir < dirs.len() {
+                let name = dirs[*next_dir].clone();
+                *next_dir += 1;
+                let (wtx, wrx) = std::sync::mpsc::sync_channel::<local::Walked>(AHEAD);
+                let dir = root.join(&name);
+                scope.spawn(move || {
+                    let r = local::walk_sorted(&dir, "", follow, &mut |w| wtx.send(w).is_ok());
+                    if let Err(e) = r {
+                        let _ = wtx.send(local::Walked::Unreadable {
+                            rel: String::new(),
+                            error: e.to_string(),
+                        });
+                    }
+                });
+                ahead.push_back((name, wrx));
+            }
+        };
+        for (name, is_dir) in &top {
+            if !is_dir {
+                match local::probe(root, name, follow)? {
+                    local::Probe::File(f) => {
+                        if !send(Ok(local_entry(f))) {
+                            return Ok(());
+                        }
+                    }
+                    local::Probe::Absent => {}
+                }
+                continue;
+            }
+            start(&mut ahead, &mut next_dir);
+            let Some((dir, rx)) = ahead.pop_front() else {
+                continue;
+            };
+            debug_assert_eq!(&dir, name);
+            for w in rx {
+                // a folder that could not be read at all names itself
+                let w = match w {
+                    local::Walked::Unreadable { rel, error } if rel.is_empty() => {
+                        local::Walked::Unreadable {
+                            rel: String::new(),
+                            error: format!("folder {dir}: {error}"),
+                        }
+                    }
+                    w => w,
+                };
+                if !send_walked(w, &dir, &send) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(n.into_inner())
+}
+
+/// An object or a "folder" (common prefix) of a delimiter listing, in the order keys sort.
+enum Item {
+    Object(object_store::ObjectMeta),
+    Folder(object_store::path::Path),
+}
+
+impl Item {
+    /// Where it sorts: a folder as its keys do (`a/` sorts after `a.txt`, before `a0`).
+    fn sort_key(&self) -> String {
+        match self {
+            Item::Object(m) => m.location.as_ref().to_string(),
+            Item::Folder(p) => format!("{p}/"),
+        }
+    }
+}
+
+/// The listing of one cloud side, shared by the tasks that list its folders.
+#[derive(Clone)]
+struct Level {
+    store: Arc<dyn object_store::ObjectStore>,
+    pager: Arc<dyn PaginatedListStore>,
+    loc: Location,
+    strip: String,
     classify: fn(&Location, &object_store::Error) -> SlateError,
 }
 
-impl Level<'_> {
+impl Level {
     /// One page of the listing, its request retried while the error is transient (never a
     /// missing bucket or denied access, which the first page reports).
     async fn page(
@@ -163,7 +258,7 @@ impl Level<'_> {
         opts: PaginatedListOptions,
     ) -> std::result::Result<PaginatedListResult, object_store::Error> {
         let plain = |e: &object_store::Error| {
-            matches!((self.classify)(self.loc, e), SlateError::List { .. })
+            matches!((self.classify)(&self.loc, e), SlateError::List { .. })
         };
         Backoff::default()
             .for_store(self.loc.scheme.short())
@@ -173,69 +268,152 @@ impl Level<'_> {
             .await
     }
 
-    /// Sends the objects directly under `prefix` and returns how many, with the folders found
-    /// there. `first`: a failure of the first page is classified (missing bucket, denied).
-    async fn list(
+    /// Sends everything under `prefix` in key order. The first level and the level below
+    /// each of its folders are listed page by page with a delimiter (servers that walk their
+    /// whole tree for a recursive listing then only read the folder asked for, and a flat
+    /// prefix of millions of keys is never held in memory); deeper down, listings are flat
+    /// (one request per 1,000 keys however many small folders there are). The folders of the
+    /// first level are listed up to [`LIST_FANOUT`] at once, each a little ahead of the one
+    /// being sent.
+    fn list(
         &self,
-        prefix: Option<&object_store::path::Path>,
-        first: bool,
-    ) -> Result<(u64, Vec<object_store::path::Path>)> {
-        let with_slash = prefix.map(|p| format!("{p}/"));
-        let (mut n, mut folders, mut token) = (0u64, Vec::new(), None);
-        loop {
-            let opts = PaginatedListOptions {
-                delimiter: Some("/".into()),
-                max_keys: Some(1000),
-                page_token: token.take(),
-                ..Default::default()
-            };
-            let page = match self.page(with_slash.as_deref(), opts).await {
-                Ok(p) => p,
-                Err(e) if first && n == 0 && folders.is_empty() => {
-                    return Err((self.classify)(self.loc, &e))
+        prefix: Option<object_store::path::Path>,
+        depth: u8,
+        tx: mpsc::Sender<Result<Entry>>,
+    ) -> futures::future::BoxFuture<'static, Result<u64>> {
+        let this = self.clone();
+        Box::pin(async move {
+            if depth >= 2 {
+                return match &prefix {
+                    Some(p) => this.list_flat(p, &tx).await,
+                    None => Ok(0),
+                };
+            }
+            let with_slash = prefix.as_ref().map(|p| format!("{p}/"));
+            let (mut n, mut token, mut first) = (0u64, None, true);
+            loop {
+                let opts = PaginatedListOptions {
+                    delimiter: Some("/".into()),
+                    max_keys: Some(1000),
+                    page_token: token.take(),
+                    ..Default::default()
+                };
+                let page = match this.page(with_slash.as_deref(), opts).await {
+                    Ok(p) => p,
+                    Err(e) if first && depth == 0 => return Err((this.classify)(&this.loc, &e)),
+                    Err(e) => {
+                        return Err(SlateError::List {
+                            url: this.loc.to_string(),
+                            detail: one_line(&e),
+                        })
+                    }
+                };
+                first = false;
+                let mut items = Vec::with_capacity(
+                    page.result.objects.len() + page.result.common_prefixes.len(),
+                );
+                for meta in page.result.objects {
+                    // The folder's own marker (a key `folder/`, as consoles create them), which
+                    // object_store hands back as `folder`: not an object (see `store_path`).
+                    if Some(&meta.location) == prefix.as_ref() || meta.location.as_ref().is_empty()
+                    {
+                        continue;
+                    }
+                    items.push(Item::Object(meta));
                 }
-                Err(e) => {
-                    return Err(SlateError::List {
-                        url: self.loc.to_string(),
-                        detail: one_line(&e),
-                    })
+                for folder in page.result.common_prefixes {
+                    if folder.as_ref().is_empty() || Some(&folder) == prefix.as_ref() {
+                        // keys beginning with `/` (or `folder//…`): object_store would name
+                        // other keys for them
+                        return Err(SlateError::List {
+                            url: this.loc.to_string(),
+                            detail: format!(
+                                "keys under '{}/' cannot be addressed: object_store drops the empty segment, so they would be read and written as other keys",
+                                folder.as_ref()
+                            ),
+                        });
+                    }
+                    items.push(Item::Folder(folder));
                 }
-            };
-            for meta in page.result.objects {
-                // The folder's own marker (a key `folder/`, as consoles create them), which
-                // object_store hands back as `folder`: not an object (see `store_path`).
-                if Some(&meta.location) == prefix || meta.location.as_ref().is_empty() {
-                    continue;
+                items.sort_by_key(Item::sort_key);
+                match this.send_items(items, depth, &tx).await? {
+                    Some(k) => n += k,
+                    None => return Ok(n),
                 }
-                n += 1;
-                if self.tx.send(Ok(entry(meta, self.strip))).await.is_err() {
-                    return Ok((n, Vec::new()));
+                match page.page_token {
+                    Some(t) if !t.is_empty() => token = Some(t),
+                    _ => return Ok(n),
                 }
             }
-            for folder in page.result.common_prefixes {
-                if folder.as_ref().is_empty() || Some(&folder) == prefix {
-                    // keys beginning with `/` (or `folder//…`): object_store would name
-                    // other keys for them
-                    return Err(SlateError::List {
-                        url: self.loc.to_string(),
-                        detail: format!(
-                            "keys under '{}/' cannot be addressed: object_store drops the empty segment, so they would be read and written as other keys",
-                            folder.as_ref()
-                        ),
-                    });
-                }
-                folders.push(folder);
-            }
-            match page.page_token {
-                Some(t) if !t.is_empty() => token = Some(t),
-                _ => return Ok((n, folders)),
-            }
-        }
+        })
     }
 
-    /// Sends everything under `prefix` (recursive, no delimiter), page after page; returns
-    /// how many.
-    async fn list_flat(&self, prefix: &object_store::path::Path) -> Result<u64> {
+    /// Sends one page's items in order, listing its folders (ahead, in parallel, at the
+    /// first level); None when the receiver is gone.
+    async fn send_items(
+        &self,
+        items: Vec<Item>,
+        depth: u8,
+        tx: &mpsc::Sender<Result<Entry>>,
+    ) -> Result<Option<u64>> {
+        let mut n = 0u64;
+        let mut ahead: std::collections::VecDeque<(
+            mpsc::Receiver<Result<Entry>>,
+            tokio::task::JoinHandle<Result<u64>>,
+        )> = Default::default();
+        let folders: Vec<object_store::path::Path> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Folder(p) => Some(p.clone()),
+                Item::Object(_) => None,
+            })
+            .collect();
+        let mut next = 0usize;
+        let fanout = if depth == 0 { LIST_FANOUT } else { 1 };
+        for item in items {
+            match item {
+                Item::Object(meta) => {
+                    n += 1;
+                    if tx.send(Ok(entry(meta, &self.strip))).await.is_err() {
+                        return Ok(None);
+                    }
+                }
+                Item::Folder(_) => {
+                    while ahead.len() < fanout && next < folders.len() {
+                        let (ftx, frx) = mpsc::channel(AHEAD);
+                        let task =
+                            tokio::spawn(self.list(Some(folders[next].clone()), depth + 1, ftx));
+                        ahead.push_back((frx, task));
+                        next += 1;
+                    }
+                    let Some((mut rx, task)) = ahead.pop_front() else {
+                        continue;
+                    };
+                    while let Some(e) = rx.recv().await {
+                        if tx.send(e).await.is_err() {
+                            for (_, t) in ahead {
+                                t.abort();
+                            }
+                            return Ok(None);
+                        }
+                    }
+                    n += task.await.map_err(|e| SlateError::List {
+                        url: self.loc.to_string(),
+                        detail: e.to_string(),
+                    })??;
+                }
+            }
+        }
+        Ok(Some(n))
+    }
+
+    /// Sends everything under `prefix` (recursive, no delimiter, in the server's key order),
+    /// page after page; returns how many.
+    async fn list_flat(
+        &self,
+        prefix: &object_store::path::Path,
+        tx: &mpsc::Sender<Result<Entry>>,
+    ) -> Result<u64> {
         let with_slash = format!("{prefix}/");
         let (mut n, mut token) = (0u64, None);
         loop {
@@ -246,7 +424,6 @@ impl Level<'_> {
             };
             let page = match self.page(Some(&with_slash), opts).await {
                 Ok(p) => p,
-                Err(e) if n == 0 => return Err((self.classify)(self.loc, &e)),
                 Err(e) => {
                     return Err(SlateError::List {
                         url: self.loc.to_string(),
@@ -256,13 +433,13 @@ impl Level<'_> {
             };
             // zero-byte keys may be folder markers: asked about together, 16 at a time
             let zero = page.result.objects.iter().filter(|m| m.size == 0);
-            let markers = markers(self.store, zero.map(|m| m.location.clone()).collect()).await;
+            let markers = markers(&self.store, zero.map(|m| m.location.clone()).collect()).await;
             for meta in page.result.objects {
                 if markers.contains(&meta.location) {
                     continue;
                 }
                 n += 1;
-                if self.tx.send(Ok(entry(meta, self.strip))).await.is_err() {
+                if tx.send(Ok(entry(meta, &self.strip))).await.is_err() {
                     return Ok(n);
                 }
             }
@@ -306,21 +483,5 @@ fn entry(meta: object_store::ObjectMeta, strip: &str) -> Entry {
         size: meta.size,
         etag: meta.e_tag,
         mtime: Some(meta.last_modified.into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn local_change_token_sees_mtime_and_size() {
-        let t = UNIX_EPOCH + Duration::new(1_700_000_000, 123);
-        let a = local_etag(Some(t), 10);
-        assert_eq!(a.as_deref(), Some("6553f100.7b-a"));
-        assert_ne!(a, local_etag(Some(t + Duration::from_nanos(1)), 10));
-        assert_ne!(a, local_etag(Some(t), 11));
-        assert_eq!(local_etag(None, 1), None);
     }
 }

@@ -314,6 +314,7 @@ pub enum Walked {
 pub fn walk_sorted(
     root: &Path,
     after: &str,
+    follow: bool,
     out: &mut dyn FnMut(Walked) -> bool,
 ) -> Result<(), SlateError> {
     // a stack of folders still to read, each with its entries not yet visited, in reverse
@@ -394,6 +395,18 @@ pub fn walk_sorted(
         }
         let _ = &top.rel;
         let item = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() && follow => {
+                // followed only to a file inside the root (the probe's rule)
+                let rel = sort.rsplit_once('/').map(|(_, n)| n).unwrap_or(&sort);
+                let parent = path.parent().unwrap_or(root);
+                match probe(parent, rel, true)? {
+                    Probe::File(mut f) => {
+                        f.rel = sort;
+                        Walked::File(f)
+                    }
+                    Probe::Absent => continue,
+                }
+            }
             Ok(m) if m.file_type().is_symlink() => {
                 tracing::info!(path = %path.display(),
                     "skipping symlink (--copy-links follows links that stay inside the source root)");

@@ -5,8 +5,9 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
+use slate::engine::plan::Row as ScanRow;
 use slate::engine::plan::{plan, Action};
-use slate::state::manifest::{ScanRow, State};
+use slate::state::manifest::State;
 
 use crate::fail;
 

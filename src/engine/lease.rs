@@ -1,0 +1,155 @@
+//! One reconcile of a pair at a time (rule 9): `sync --once`, the daemon's backfill and
+//! drift check and jobs take the pair's lease ([`crate::state::leases`]) for the whole run
+//! and renew it while they work. A second taker waits for it or stops with exit 2, naming
+//! the holder: `pair s3://a -> az://b is busy: held by PID 123 on host-x since …`.
+//! The lease names the pair, not a process: workers on other hosts sharing one database
+//! will take it the same way.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::error::{Result, SlateError};
+use crate::state::blocking;
+use crate::state::leases::{Holder, Leases};
+use crate::state::manifest::Manifest;
+use crate::state::owner;
+
+/// How long a lease lives without renewal.
+pub const TTL: Duration = Duration::from_secs(30);
+
+/// What a taker does when the lease is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Stop with [`SlateError::Busy`] (exit 2).
+    #[default]
+    No,
+    /// Wait until it is free.
+    Yes,
+}
+
+/// A held lease; renewed in the background until released or dropped.
+pub struct PairLease {
+    db: Arc<Manifest>,
+    name: String,
+    owner: String,
+    renewer: tokio::task::JoinHandle<()>,
+    lost: Arc<AtomicBool>,
+}
+
+fn now_ms() -> i64 {
+    crate::core::metrics::unix_ms() as i64
+}
+
+fn describe(h: &Holder) -> String {
+    let since = chrono::DateTime::from_timestamp_millis(h.acquired_at)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_else(|| "?".into());
+    format!("PID {} on {} since {since} ({})", h.pid, h.host, h.purpose)
+}
+
+impl PairLease {
+    /// Takes the lease of pair `pair_id` (shown as `label`) for `purpose`.
+    pub async fn take(
+        db: &Arc<Manifest>,
+        pair_id: i64,
+        label: &str,
+        purpose: &str,
+        wait: Wait,
+    ) -> Result<PairLease> {
+        let name = format!("pair:{pair_id}");
+        let me = owner::owner_tag(std::process::id())
+            .unwrap_or_else(|| format!("{}:0", std::process::id()));
+        let owner = format!("{me}:{:016x}", fastrand::u64(..));
+        let host = owner::host_name();
+        let mut logged = false;
+        loop {
+            let (d, n, o, h, p) = (
+                db.clone(),
+                name.clone(),
+                owner.clone(),
+                host.clone(),
+                purpose.to_string(),
+            );
+            let held = blocking(move || {
+                Leases::new(&d).acquire(&n, &o, &h, &p, now_ms(), TTL.as_millis() as i64)
+            })
+            .await?;
+            let Some(holder) = held else { break };
+            if wait == Wait::No {
+                return Err(SlateError::Busy {
+                    pair: label.to_string(),
+                    holder: describe(&holder),
+                });
+            }
+            if !logged {
+                tracing::info!(pair = label, holder = %describe(&holder), "waiting for the pair's lease");
+                logged = true;
+            }
+            tokio::time::sleep(Duration::from_millis(250 + fastrand::u64(..250))).await;
+        }
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewer = {
+            let (db, name, owner, lost) = (db.clone(), name.clone(), owner.clone(), lost.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(TTL / 3).await;
+                    let (d, n, o) = (db.clone(), name.clone(), owner.clone());
+                    let until = now_ms() + TTL.as_millis() as i64;
+                    match blocking(move || Leases::new(&d).renew(&n, &o, until)).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            lost.store(true, Relaxed);
+                            tracing::error!(lease = %name, "the lease was taken by another holder (this one was too slow to renew it)");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(lease = %name, error = %e, "renewing the lease failed")
+                        }
+                    }
+                }
+            })
+        };
+        Ok(PairLease {
+            db: db.clone(),
+            name,
+            owner,
+            renewer,
+            lost,
+        })
+    }
+
+    /// Whether another holder took the lease meanwhile (renewal failed for longer than TTL).
+    pub fn lost(&self) -> bool {
+        self.lost.load(Relaxed)
+    }
+
+    /// Gives the lease up now.
+    pub async fn release(mut self) {
+        self.renewer.abort();
+        let (d, n, o) = (
+            self.db.clone(),
+            self.name.clone(),
+            std::mem::take(&mut self.owner),
+        );
+        if let Err(e) = blocking(move || Leases::new(&d).release(&n, &o)).await {
+            tracing::warn!(error = %e, "releasing the lease failed; it expires by itself");
+        }
+    }
+}
+
+impl Drop for PairLease {
+    /// A lease dropped on an error path is released in the background (or expires).
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if self.owner.is_empty() {
+            return; // released already
+        }
+        let (d, n, o) = (self.db.clone(), self.name.clone(), self.owner.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || {
+                let _ = Leases::new(&d).release(&n, &o);
+            });
+        }
+    }
+}
