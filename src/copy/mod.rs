@@ -234,7 +234,7 @@ async fn probe(pager: &Arc<dyn PaginatedListStore>, loc: &Location) -> Result<bo
     // sent again while the error is transient; a missing bucket or denied access is reported
     let plain =
         |e: &object_store::Error| matches!(classify_store_error(loc, e), SlateError::List { .. });
-    let page = retry::Backoff::default()
+    let page = retry::Retry::default()
         .for_store(loc.scheme.short())
         .request(&loc.raw, plain, |_| {
             pager.list_paginated(prefix.as_deref(), opts.clone())
@@ -263,7 +263,7 @@ pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
             if probe(pager, loc).await? {
                 None
             } else {
-                let head = retry::Backoff::default()
+                let head = retry::Retry::default()
                     .for_store(loc.scheme.short())
                     .request(&loc.raw, |_| true, |_| store.head(&path))
                     .await;

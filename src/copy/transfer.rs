@@ -24,7 +24,7 @@ use super::{CopyOptions, Counters};
 use crate::core::error::SlateError;
 use crate::stores::limit::{Limiter, Permit};
 use crate::stores::local::safe_join;
-use crate::stores::retry::{Backoff, ChunkError};
+use crate::stores::retry::{ChunkError, Retry};
 use crate::stores::s3copy::{S3CrossBucket, MAX_COPY_OBJECT};
 use crate::stores::side::{one_line, store_path, Side};
 
@@ -155,8 +155,8 @@ impl Ctx {
 
     /// Retries of requests to `end`: counted under its store, throttles and successes told to
     /// its limit.
-    pub fn retry(&self, end: End) -> Backoff {
-        Backoff::default()
+    pub fn retry(&self, end: End) -> Retry {
+        Retry::default()
             .for_store(self.side(end).location().scheme.short())
             .limited(self.limits.of(end))
     }

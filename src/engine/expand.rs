@@ -118,7 +118,7 @@ impl Expander {
                     page_token: (!x.cursor.is_empty()).then(|| x.cursor.clone()),
                     ..Default::default()
                 };
-                let page = crate::stores::retry::Backoff::default()
+                let page = crate::stores::retry::Retry::default()
                     .for_store(loc.scheme.short())
                     .request(
                         "listing",

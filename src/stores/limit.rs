@@ -2,7 +2,7 @@
 //! `--transfers`, halves when the store throttles (503, 429, `SlowDown`) and grows by one after
 //! a window of successes, back up to `--transfers` (AIMD, as TCP's congestion window). Every
 //! object copy takes a permit from the limits of both its sides before it starts (in
-//! `transfer::copy_one`); the retry loops ([`super::retry::Backoff`]) report throttles and
+//! `transfer::copy_one`); the retry loops ([`super::retry::Retry`]) report throttles and
 //! successes. `buffer_unordered(transfers)` of the callers stays the upper bound.
 
 use std::sync::atomic::Ordering::Relaxed;

@@ -13,7 +13,7 @@ use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedLis
 use tokio::sync::mpsc;
 
 use super::local;
-use super::retry::Backoff;
+use super::retry::Retry;
 use super::side::{one_line, prefix_path, Side};
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
@@ -260,7 +260,7 @@ impl Level {
         let plain = |e: &object_store::Error| {
             matches!((self.classify)(&self.loc, e), SlateError::List { .. })
         };
-        Backoff::default()
+        Retry::default()
             .for_store(self.loc.scheme.short())
             .request("listing", plain, |_| {
                 self.pager.list_paginated(prefix, opts.clone())

@@ -57,15 +57,13 @@ Environment (credentials and endpoints; no config file needed):
                                           (EC2/AKS/GCE instance roles)
 ";
 
+/// object_store's own retries are off: every request has one retry budget, slate's
+/// ([`retry::Retry`]), which also counts failures and tells the adaptive limits of throttling.
 fn retry_config() -> RetryConfig {
     RetryConfig {
-        backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(15),
-            base: 2.0,
-        },
-        max_retries: 10,
-        retry_timeout: Duration::from_secs(180),
+        backoff: BackoffConfig::default(),
+        max_retries: 0,
+        retry_timeout: Duration::from_secs(60),
     }
 }
 

@@ -1,17 +1,22 @@
-//! Retries with exponential backoff and full jitter, for whole chunks and for single store
-//! requests. object_store already retries each HTTP request (429, 5xx, timeouts) with backoff
-//! (configured in `store.rs`); this layer retries what escapes it: a body that breaks or is
-//! truncated half-way through a chunk, which only a fresh ranged GET of the same chunk can
-//! repair, and a request whose error is transient ([`transient`]: throttled, 5xx, timeout,
-//! connection) after object_store gave up on it. Every failed attempt, and every retry, is
-//! counted on `/metrics` by store and status (see [`crate::core::metrics`]) when the store is named,
-//! and throttles and successes are reported to the side's adaptive limit ([`super::limit`]).
+//! The one retry budget of a store request, and of a chunk read. object_store's own retries
+//! are off (`max_retries: 0` in `stores/mod.rs`): each request slate sends is tried by
+//! [`Retry`] alone, on the one [`Backoff`] schedule: at most 8 attempts, 0.2 s to 12.8 s
+//! apart with jitter, none started more than 60 s after the first. Sent again: errors that
+//! are [`transient`] (throttled, 5xx, timeout, a broken connection); and for a chunk, a body
+//! that breaks or is truncated half-way, which only a fresh ranged GET of the same chunk can
+//! repair. Never sent again: missing objects, failed preconditions, denied access. Every
+//! failed attempt, and every retry, is counted on `/metrics` by store and status (see
+//! [`crate::core::metrics`]) when the store is named, and throttles and successes are reported
+//! to the side's adaptive limit ([`super::limit`]).
+//!
+//! (With object_store's retries stacked inside slate's, one HEAD could take 8 × 180 s to
+//! fail; now it takes at most about a minute.)
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::limit::Limiter;
+use crate::core::backoff::Backoff;
 
 /// Failure of one chunk: worth another attempt, or final.
 #[derive(Debug)]
@@ -28,12 +33,10 @@ impl std::fmt::Display for ChunkError {
     }
 }
 
-/// Exponential backoff with full jitter.
+/// Retries of one request (or chunk): the schedule, and who hears of its failures.
 #[derive(Debug, Clone)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-    pub attempts: u32,
+pub struct Retry {
+    pub schedule: Backoff,
     /// The store's scheme (`s3`, `az`, `gs`, `local`) that failed attempts are counted under;
     /// None: not counted.
     pub store: Option<&'static str>,
@@ -41,14 +44,10 @@ pub struct Backoff {
     pub limit: Option<Arc<Limiter>>,
 }
 
-impl Default for Backoff {
-    /// Eight attempts, 0.2 s to 12.8 s apart (25 s at most in all): a request failing one time
-    /// in five still gets through 999,997 times in a million.
+impl Default for Retry {
     fn default() -> Self {
-        Backoff {
-            initial: Duration::from_millis(200),
-            max: Duration::from_secs(20),
-            attempts: 8,
+        Retry {
+            schedule: Backoff::default(),
             store: None,
             limit: None,
         }
@@ -99,37 +98,22 @@ pub fn transient(e: &object_store::Error) -> bool {
     }
 }
 
-impl Backoff {
-    /// Upper bound of the wait before attempt `n` (1-based; attempt 1 does not wait).
-    pub fn cap(&self, n: u32) -> Duration {
-        if n <= 1 {
-            return Duration::ZERO;
-        }
-        let exp = self.initial.saturating_mul(1u32 << (n - 2).min(20));
-        exp.min(self.max)
-    }
-
-    /// The actual wait: uniformly random in [cap/2, cap] so that retries spread out.
-    pub fn delay(&self, n: u32) -> Duration {
-        let cap = self.cap(n);
-        let half = cap / 2;
-        half + half.mul_f64(fastrand::f64())
-    }
-
+impl Retry {
     /// The same backoff, counting failed attempts under `store` (a scheme's short name).
-    pub fn for_store(self, store: &'static str) -> Backoff {
-        Backoff {
+    pub fn for_store(self, store: &'static str) -> Retry {
+        Retry {
             store: Some(store),
             ..self
         }
     }
 
     /// The same backoff, telling `limit` about throttles and successes.
-    pub fn limited(self, limit: Option<Arc<Limiter>>) -> Backoff {
-        Backoff { limit, ..self }
+    pub fn limited(self, limit: Option<Arc<Limiter>>) -> Retry {
+        Retry { limit, ..self }
     }
 
-    /// Runs `op` until it succeeds, fails with an error `retryable` rejects, or attempts run out.
+    /// Runs `op` until it succeeds, fails with an error `retryable` rejects, or the budget
+    /// (attempts, deadline) runs out.
     pub async fn run<T, E, F, Fut>(
         &self,
         what: &str,
@@ -142,6 +126,7 @@ impl Backoff {
         E: std::fmt::Display + Status,
     {
         let mut n = 1;
+        let started = tokio::time::Instant::now();
         loop {
             let epoch = self.limit.as_ref().map(|l| l.epoch());
             let e = match op(n).await {
@@ -162,13 +147,13 @@ impl Backoff {
                     l.throttled(epoch);
                 }
             }
-            if n >= self.attempts || !retryable(&e) {
+            let d = self.schedule.delay(n + 1);
+            if !retryable(&e) || !self.schedule.allows(n, started.elapsed(), d) {
                 return Err(e);
             }
             if let (Some(store), Some(status)) = (self.store, &status) {
                 crate::core::metrics::request_retry(store, status);
             }
-            let d = self.delay(n + 1);
             tracing::warn!(what, attempt = n, delay_ms = d.as_millis() as u64, error = %e, "retrying");
             tokio::time::sleep(d).await;
             n += 1;
@@ -195,26 +180,13 @@ impl Backoff {
 mod tests {
     use super::*;
 
-    #[test]
-    fn caps_grow_exponentially_and_stop_at_max() {
-        let b = Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(1),
-            attempts: 10,
-            ..Default::default()
-        };
-        let caps: Vec<u128> = (1..=7).map(|n| b.cap(n).as_millis()).collect();
-        assert_eq!(caps, vec![0, 100, 200, 400, 800, 1000, 1000]);
-        for n in 2..8 {
-            let d = b.delay(n);
-            assert!(d <= b.cap(n) && d >= b.cap(n) / 2, "{n}: {d:?}");
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn retries_until_success_or_fatal() {
-        let b = Backoff {
-            attempts: 4,
+        let b = Retry {
+            schedule: Backoff {
+                attempts: 4,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let mut calls = 0;
@@ -272,8 +244,11 @@ mod tests {
                 .map_or(0, |r| r.2)
         };
         let teapot = || async { Err::<(), _>("status code: 418 I'm a teapot: no".to_string()) };
-        let b = Backoff {
-            attempts: 3,
+        let b = Retry {
+            schedule: Backoff {
+                attempts: 3,
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert!(b
@@ -341,7 +316,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn throttles_and_successes_reach_the_limit() {
         let limit = Limiter::new(8, "t3", "dst");
-        let b = Backoff::default().limited(Some(limit.clone()));
+        let b = Retry::default().limited(Some(limit.clone()));
         let slow = "Server returned non-2xx status code: 503 Service Unavailable: SlowDown";
         // throttled twice, then through: each attempt started after the cut before it, so both
         // cut (8 → 4 → 2), then one success

@@ -8,8 +8,8 @@ use object_store::aws::{AmazonS3, AwsAuthorizer};
 use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use super::retry::Backoff;
 use super::retry::ChunkError;
+use super::retry::Retry;
 use crate::core::error::{Result, SlateError};
 use crate::core::location::{Location, Scheme};
 use crate::stores::{http_options, s3_settings};
@@ -80,7 +80,7 @@ impl S3CrossBucket {
         src_key: &str,
         dst_key: &str,
     ) -> std::result::Result<Option<String>, String> {
-        Backoff::default()
+        Retry::default()
             .for_store("s3")
             .run(
                 dst_key,
