@@ -179,3 +179,69 @@ impl Expander {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::location::Location;
+    use crate::state::inbox::Intake;
+    use crate::state::manifest::{Record, State};
+
+    #[tokio::test]
+    async fn a_prefix_expands_page_by_page_and_resumes_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("src");
+        std::fs::create_dir_all(root.join("big/sub")).unwrap();
+        for i in 0..2_500 {
+            let d = if i % 2 == 0 { "big" } else { "big/sub" };
+            std::fs::write(root.join(format!("{d}/f{i:05}")), b"x").unwrap();
+        }
+        std::fs::write(root.join("other.txt"), b"y").unwrap();
+        let db = Arc::new(Manifest::open(&dir.path().join("db")).unwrap());
+        let pair = db.pair(&root.display().to_string(), "/tmp/x").unwrap().id;
+        // keys the manifest recorded under the prefix that the folder no longer has
+        let recs: Vec<Record> = (0..1_200)
+            .map(|i| Record {
+                side: manifest::Side::Src,
+                key: format!("big/gone{i:05}"),
+                state: State {
+                    size: 1,
+                    etag: None,
+                    mtime_ms: None,
+                },
+                hash: None,
+            })
+            .collect();
+        db.record(pair, &recs).unwrap();
+        Inbox::new(&db)
+            .store(&Intake {
+                prefixes: vec![(pair, "big/".into())],
+                ..Default::default()
+            })
+            .unwrap();
+        let src = Side::Local {
+            loc: Location::parse(&format!("{}/", root.display())).unwrap(),
+        };
+        let pending = || Inbox::new(&db).take(pair, 100_000).unwrap();
+        let x = Expander::new(db.clone(), pair, src.clone(), false);
+        assert!(x.step().await.unwrap());
+        assert_eq!(pending().len(), PAGE, "one page per step");
+        assert!(x.step().await.unwrap());
+        // a crash: a new expander (a restarted daemon) goes on from the stored cursor
+        drop(x);
+        let x = Expander::new(db.clone(), pair, src, false);
+        let mut steps = 2;
+        while x.step().await.unwrap() {
+            steps += 1;
+            assert!(steps < 20, "the expansion does not end");
+        }
+        // 2,500 listed (3 pages) + 1,200 recorded (2 pages)
+        assert_eq!(steps, 5);
+        let keys: std::collections::BTreeSet<String> =
+            pending().into_iter().map(|p| p.key).collect();
+        assert_eq!(keys.len(), 3_700, "every key once, none lost or doubled");
+        assert!(keys.contains("big/sub/f00001") && keys.contains("big/gone01199"));
+        assert!(!keys.contains("other.txt"), "nothing outside the prefix");
+        assert!(Inbox::new(&db).expansions(pair).unwrap().is_empty());
+    }
+}
