@@ -1,7 +1,7 @@
 //! The planner: pure. One key's listing rows and manifest rows in, one action out. Table-tested
 //! below; everything that decides whether slate copies, deletes or leaves a key alone is here.
 //!
-//! When are two objects equal (DESIGN.md)? ETags are compared only with themselves over time:
+//! When are two objects equal (docs/ARCHITECTURE.md)? ETags are compared only with themselves over time:
 //! equal when the source is what the manifest recorded when slate last copied it, and the
 //! destination is what slate's write left there. Without manifest rows: sizes equal and a digest
 //! both sides expose (an S3-style single-part MD5 ETag) equal; else sizes alone, counted and

@@ -3,7 +3,7 @@
 //! or CloudEvents 1.0). Slate signs the Queue REST calls itself (Shared Key with the account
 //! key, or a SAS token), so it needs no Azure SDK: receive up to 32 messages at a time with a
 //! visibility timeout, store their events in the inbox, then delete each message (ack after
-//! commit, DESIGN.md rule 2). A message whose events could not be stored becomes visible again
+//! commit, rule 2 of docs/ARCHITECTURE.md). A message whose events could not be stored becomes visible again
 //! when its visibility timeout runs out and is received again.
 //!
 //! Azure queues have no long poll: an empty receive is followed by a pause that doubles from

@@ -1,6 +1,6 @@
 //! Where change events come from: turns one cloud message (an SQS body, an Event Grid
 //! delivery, a Pub/Sub message) into normalised [`ChangeEvent`]s, which the daemon stores in
-//! the inbox before it acknowledges the message (DESIGN.md, "The data flow").
+//! the inbox before it acknowledges the message (docs/ARCHITECTURE.md, "The data flow").
 //!
 //! cloud message → `events::parse_*` → [`Parsed`] → inbox → reconcile → copy.
 //!

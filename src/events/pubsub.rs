@@ -1,7 +1,7 @@
 //! GCS notifications from a Pub/Sub pull subscription, through Google's client
 //! (google-cloud-pubsub): one streaming pull, whose leases the client extends while a message
 //! is held; each message's events are stored in the inbox, and only then is it acked (ack after
-//! commit, DESIGN.md rule 2). A message that could not be stored is nacked, so Pub/Sub
+//! commit, rule 2 of docs/ARCHITECTURE.md). A message that could not be stored is nacked, so Pub/Sub
 //! delivers it again. Unparseable messages and events of another bucket become dead letters
 //! and are acked.
 //!

@@ -225,7 +225,7 @@ pub struct Target {
 /// Every pair one transport feeds (one queue, one subscription, the webhook of one cloud):
 /// a message is routed to each pair whose source it names and stored for all of them in one
 /// inbox transaction, so that a message is acknowledged only when every pair has its rows
-/// (DESIGN rule 2), and one queue can feed any number of pairs.
+/// (rule 2 of docs/ARCHITECTURE.md), and one queue can feed any number of pairs.
 pub struct Fanout {
     db: Arc<Manifest>,
     /// The scheme's short name used in dead-letter reasons (`s3`, `az`, `gs`).

@@ -2,7 +2,7 @@
 //! subscription): take the next batch of messages, then acknowledge those whose events are
 //! stored, or give back those that could not be. [`consume`] is the one loop that drives any
 //! of them: receive → parse → fan out to every pair ([`super::route::Fanout`]) → one inbox
-//! transaction → ack (DESIGN rule 2: never ack before the commit). A process runs one
+//! transaction → ack (rule 2 of docs/ARCHITECTURE.md: never ack before the commit). A process runs one
 //! consumer per distinct queue, however many pairs that queue feeds.
 
 use std::sync::atomic::Ordering::Relaxed;

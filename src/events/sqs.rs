@@ -1,7 +1,7 @@
 //! S3 change events from an SQS queue (aws-sdk-sqs), as a [`Source`]: long-poll batch receive
 //! (the daemon runs 4 receives in flight per queue), parse with [`super::parse_s3`]; the
 //! consumer stores the events in the inbox, and only then are the messages deleted in one
-//! batch (ack after commit, DESIGN rule 2). Because a message is deleted as soon as its
+//! batch (ack after commit, rule 2 of docs/ARCHITECTURE.md). Because a message is deleted as soon as its
 //! events are durable, not after the copy, no visibility extension is needed however long a
 //! copy takes.
 //! Unparseable messages and events for another bucket or prefix become dead letters.

@@ -1,5 +1,5 @@
 //! The durable event inbox (SQLite, in the manifest's database). Event sources push here and
-//! only then acknowledge their cloud message (DESIGN.md rule 2); the daemon takes pending keys,
+//! only then acknowledge their cloud message (rule 2 of docs/ARCHITECTURE.md); the daemon takes pending keys,
 //! reconciles each, and marks it done. Events for one key coalesce into one row, so duplicates
 //! collapse and a burst on one key costs one reconcile. Unparseable messages go to a
 //! dead-letter table with the raw text and the reason.
