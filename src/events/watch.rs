@@ -21,6 +21,12 @@ pub type Keys = BTreeSet<String>;
 /// meanwhile overflow inotify's own queue, which is reported as a rescan.
 pub const CHANNEL: usize = 64;
 
+/// Raw file events waiting between notify's thread and the debouncer.
+const RAW_EVENTS: usize = 4096;
+
+/// Keys one batch holds at most; past that the batch becomes a rescan of the root.
+const MAX_KEYS: usize = 50_000;
+
 /// One debounced batch of the watcher's news.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Batch {
@@ -58,10 +64,13 @@ pub fn watch(
     debounce: Duration,
     tx: mpsc::Sender<Batch>,
 ) -> Result<WatchHandle, SlateError> {
-    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<Event>();
+    // Bounded: when the daemon falls behind, notify's reading thread waits here, the kernel's
+    // queue fills up and overflows, and the overflow comes back as a rescan. Nothing grows
+    // without bound in slate, and nothing is lost.
+    let (raw_tx, mut raw_rx) = mpsc::channel::<Event>(RAW_EVENTS);
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| match res {
         Ok(ev) => {
-            let _ = raw_tx.send(ev);
+            let _ = raw_tx.blocking_send(ev);
         }
         Err(e) => tracing::warn!(error = %e, "file watch error"),
     })
@@ -105,6 +114,13 @@ pub fn watch(
             for p in &ev.paths {
                 if let Some(k) = key_of(&root, p) {
                     pending.keys.insert(k);
+                }
+            }
+            if pending.keys.len() > MAX_KEYS {
+                // more keys than a batch should hold: the whole folder is reconciled instead
+                pending.keys.clear();
+                if !pending.rescan.iter().any(|d| d.is_empty()) {
+                    pending.rescan.push(String::new());
                 }
             }
         }

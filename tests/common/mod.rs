@@ -535,3 +535,101 @@ pub fn sqs_bucket(tag: &str) -> (String, String) {
     assert_eq!(st, 200, "notification config: {body}");
     (bucket, queue)
 }
+
+/// A process under test: killed when dropped, so a failing test leaves none behind.
+pub struct Child(pub std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl std::ops::Deref for Child {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Child {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Child {
+    /// Sends `signal` and waits for the exit; returns the exit code (None: killed by it).
+    pub fn stop(mut self, signal: i32) -> Option<i32> {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, signal) };
+        self.0.wait().expect("wait").code()
+    }
+}
+
+/// What a log file holds now ("" when it does not exist yet).
+pub fn read_log(log: &std::path::Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let _ = std::io::Read::read_to_string(&mut f, &mut text);
+    }
+    text
+}
+
+/// The last lines of a log, for assertion messages.
+pub fn log_tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// Spawns `c` (a daemon whose stderr goes to `log`) and waits until `pairs` pairs follow
+/// their changes; a daemon that does not start within a minute fails the test.
+pub fn spawn_daemon(mut c: Command, log: &std::path::Path, pairs: usize) -> Child {
+    let mut child = Child(c.spawn().expect("spawn daemon"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let text = read_log(log);
+        if text.matches("following changes").count() >= pairs {
+            return child;
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!("the daemon exited ({status}) before it started: {text}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not start within a minute: {}",
+            log_tail(&text)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Waits until `slate diff SRC DST` says equal (exit 0), at most `secs` seconds.
+pub fn wait_equal_within(
+    db: &std::path::Path,
+    src: &str,
+    dst: &str,
+    secs: u64,
+    log: Option<&std::path::Path>,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let mut c = slate_db(db);
+        c.env_remove("SLATE_FAULTS")
+            .args(["diff", src, dst, "--json"]);
+        let out = c.output().expect("diff");
+        if out.status.code() == Some(0) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not equal within {secs} s: {}\n{}",
+            log_tail(&stdout(&out)),
+            log.map(|l| log_tail(&read_log(l))).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
