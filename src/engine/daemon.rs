@@ -425,7 +425,15 @@ async fn run_pair(
     let mut last_drift = Instant::now();
     let mut last_health = Instant::now();
     tokio::pin!(shutdown);
+    let mut rounds = 0u64;
     loop {
+        rounds += 1;
+        if rounds == 3 {
+            // a test hook (test builds only): the pair fails while it follows its events
+            if let Some(e) = crate::stores::faults::pair_failure(&handle.label) {
+                return Err(e);
+            }
+        }
         // listen for the bell before looking, so that a push in between is not missed
         let rung = inbox::bell().notified();
         tokio::pin!(rung);
