@@ -54,14 +54,14 @@ pub async fn list_entries(
             store, pager, loc, ..
         } => list_cloud(store, pager, loc, tx, classify).await,
         Side::Local { loc } => {
-            let root = loc.local_path();
+            let (root, follow) = (loc.local_path(), loc.copy_links);
             let url = loc.to_string();
             if !root.exists() {
                 return Ok(0);
             }
             tokio::task::spawn_blocking(move || {
                 let n = std::sync::atomic::AtomicU64::new(0);
-                local::walk_parallel(&root, LOCAL_WALKERS, &|f| {
+                local::walk_parallel(&root, follow, LOCAL_WALKERS, &|f| {
                     n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let e = f.map(|f| Entry {
                         etag: local_etag(f.mtime, f.size),
