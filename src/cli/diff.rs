@@ -44,6 +44,10 @@ pub struct DiffArgs {
     /// The manifest database [default: ~/.local/share/slate/slate.db]
     #[arg(long, env = "SLATE_DB")]
     pub db: Option<PathBuf>,
+    /// A local source: list the symlinks that stay inside it as `sync --copy-links` copies
+    /// them (a link leading outside the folder is skipped all the same).
+    #[arg(long, short = 'L')]
+    pub copy_links: bool,
 }
 
 fn status(a: Action) -> &'static str {
@@ -78,7 +82,8 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
         option: what.into(),
         why: "is required".into(),
     };
-    let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?;
+    let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?
+        .with_copy_links(args.copy_links);
     let dst = Location::parse(args.dst.as_deref().ok_or_else(|| missing("DST"))?)?;
     let filter = Filter {
         include: args.include.clone(),

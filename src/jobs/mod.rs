@@ -203,6 +203,7 @@ const OPTION_FIELDS: &[&str] = &[
     "max_delete",
     "include",
     "exclude",
+    "copy_links",
 ];
 
 /// Checks a `POST /jobs` body; every refusal names the field.
@@ -339,6 +340,7 @@ impl JobRequest {
             }
         }
         copy.verify = flag("verify")?;
+        copy.copy_links = flag("copy_links")?;
         copy.validate()
             .map_err(|e| Refused::bad("options", e.to_string()))?;
         let max_delete = match o.get("max_delete") {
@@ -1105,7 +1107,7 @@ async fn run_job(
     })?;
     settings.copy.counters = Some(counters.clone());
     settings.sync.copy.counters = Some(counters);
-    let src = Location::parse(&req.src)?;
+    let src = copy::source(&Location::parse(&req.src)?, &settings.copy);
     let dst = Location::parse(&req.dst)?;
     match req.kind {
         Kind::Copy if !resumed => {
