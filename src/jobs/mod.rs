@@ -1172,6 +1172,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.kind, Kind::SyncOnce);
+        let linked = parse_request(
+            br#"{"kind":"sync-once","src":"/a","dst":"/b","options":{"copy_links":true}}"#,
+        )
+        .unwrap();
+        let s = linked.settings(&CopyOptions::default()).unwrap();
+        assert!(s.copy.copy_links && s.sync.copy.copy_links);
         // (body, the field named)
         let table: &[(&str, &str)] = &[
             ("not json", "body"),
@@ -1217,6 +1223,10 @@ mod tests {
             (
                 r#"{"kind":"diff","src":"/a","dst":"/b","options":{"include":[1]}}"#,
                 "options.include",
+            ),
+            (
+                r#"{"kind":"copy","src":"/a","dst":"/b","options":{"copy_links":1}}"#,
+                "options.copy_links",
             ),
         ];
         for (body, field) in table {

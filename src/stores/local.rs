@@ -258,6 +258,8 @@ fn kind_of(
     ft: io::Result<std::fs::FileType>,
 ) -> Kind {
     match ft {
+        // removed since the folder was read (a file system without d_type looks now)
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Kind::Nothing,
         Err(e) => Kind::Error(format!("{}: {e}", path.display())),
         Ok(ft) if ft.is_file() => Kind::File(path),
         Ok(ft) if ft.is_dir() => Kind::Folder(dir.child(path, rel, false)),
