@@ -62,6 +62,9 @@ pub struct PairConfig {
     pub delete: Option<bool>,
     /// Refuse a reconcile that would delete more than this: a count or "N%".
     pub max_delete: Option<String>,
+    /// A local source: follow symlinks that stay inside it (as `--copy-links`; default false:
+    /// symlinks are skipped). A link leading outside the folder is skipped all the same.
+    pub copy_links: Option<bool>,
 }
 
 impl Config {

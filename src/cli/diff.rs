@@ -42,12 +42,12 @@ pub struct DiffArgs {
     #[arg(long)]
     pub exclude: Vec<String>,
     /// The manifest database [default: ~/.local/share/slate/slate.db]
-    /// Local sources: follow symlinks that stay inside the source folder (as sync does with
-    /// --copy-links); without it they are skipped.
-    #[arg(long, short = 'L')]
-    pub copy_links: bool,
     #[arg(long, env = "SLATE_DB")]
     pub db: Option<PathBuf>,
+    /// A local source: list the symlinks that stay inside it as `sync --copy-links` copies
+    /// them (a link leading outside the folder is skipped all the same).
+    #[arg(long, short = 'L')]
+    pub copy_links: bool,
 }
 
 fn status(a: Action) -> &'static str {
@@ -82,7 +82,8 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
         option: what.into(),
         why: "is required".into(),
     };
-    let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?;
+    let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?
+        .with_copy_links(args.copy_links);
     let dst = Location::parse(args.dst.as_deref().ok_or_else(|| missing("DST"))?)?;
     let filter = Filter {
         include: args.include.clone(),
@@ -128,7 +129,7 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
         let counts = once::compare_recorded(&manifest, pair.id, &filter, &mut each).await?;
         (counts, Some(belief))
     } else {
-        let c = once::compare(&manifest, &src, &dst, &filter, args.copy_links, &mut each).await?;
+        let c = once::compare(&manifest, &src, &dst, &filter, &mut each).await?;
         if let Some(e) = c.unreadable.first() {
             // an entry that cannot be read cannot be compared: the answer would be a guess
             return Err(SlateError::List {

@@ -130,7 +130,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         (Some(s), Some(d)) => Ok(vec![Job {
             name: format!("{s} -> {d}"),
             named: None,
-            src: Location::parse(s)?,
+            src: crate::copy::source(&Location::parse(s)?, &base.copy),
             dst: Location::parse(d)?,
             opts: base,
             events: args.events.clone(),
@@ -143,6 +143,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
                 opts.filter.include.extend(p.include.iter().cloned());
                 opts.filter.exclude.extend(p.exclude.iter().cloned());
                 opts.no_delete |= p.delete == Some(false);
+                opts.copy.copy_links |= p.copy_links == Some(true);
                 if let Some(m) = &p.max_delete {
                     opts.max_delete =
                         Some(MaxDelete::parse(m).map_err(|why| SlateError::BadOption {
@@ -156,7 +157,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
                         .clone()
                         .unwrap_or_else(|| format!("{} -> {}", p.src, p.dst)),
                     named: p.name.clone(),
-                    src: Location::parse(&p.src)?,
+                    src: crate::copy::source(&Location::parse(&p.src)?, &opts.copy),
                     dst: Location::parse(&p.dst)?,
                     opts,
                     events: p.events.clone(),

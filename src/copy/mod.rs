@@ -47,7 +47,9 @@ pub struct CopyOptions {
     /// Progress counters to update instead of fresh ones (a job's, which the API streams).
     pub counters: Option<Arc<Counters>>,
     /// Local sources: follow symlinks (`--copy-links`) instead of skipping them, but never
-    /// to anything outside the source root.
+    /// to anything outside the source root. The source [`Location`]'s `copy_links` is what
+    /// listings obey: entry points set it from this ([`source`]), and a copy's shared state
+    /// takes this from it, so that listings, probes and reads agree.
     pub copy_links: bool,
 }
 
@@ -113,6 +115,13 @@ impl CopyOptions {
     pub fn buffer_bound(&self) -> u64 {
         (self.transfers as u64 * self.streams as u64 * self.chunk_size).min(self.memory_limit)
     }
+}
+
+/// The source as the copier lists and reads it: a local folder with `copy_links` (from the
+/// options or already on the location) follows the symlinks that stay inside it.
+pub fn source(loc: &Location, opts: &CopyOptions) -> Location {
+    loc.clone()
+        .with_copy_links(loc.copy_links || opts.copy_links)
 }
 
 /// The result of a copy.
@@ -360,13 +369,11 @@ async fn list_into(
     dst_loc: Location,
     tx: mpsc::Sender<Result<Item>>,
     counters: Arc<Counters>,
-    follow_links: bool,
 ) -> Result<u64> {
     let (etx, mut erx) = mpsc::channel(8192);
     let src2 = src.clone();
-    let lister = tokio::spawn(async move {
-        list::list_entries(&src2, etx, classify_store_error, follow_links).await
-    });
+    let lister =
+        tokio::spawn(async move { list::list_entries(&src2, etx, classify_store_error).await });
     while let Some(e) = erx.recv().await {
         let item = e.map(|e| {
             counters.objects_listed.fetch_add(1, Relaxed);
@@ -413,6 +420,7 @@ pub(crate) fn item_for(src: &Side, dst_loc: &Location, e: crate::core::object::E
 /// the others and the summary says how many failed.
 pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> Result<CopySummary> {
     opts.validate()?;
+    let src_loc = &source(src_loc, &opts);
     let start = Instant::now();
     let plan = plan(src_loc, dst_loc).await?;
     let counters = opts.counters.clone().unwrap_or_default();
@@ -432,7 +440,6 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
             dst_loc.clone(),
             tx,
             counters.clone(),
-            opts.copy_links,
         ))),
     };
     let mut summary = CopySummary::default();
@@ -510,6 +517,7 @@ pub async fn estimate(
     opts: &CopyOptions,
 ) -> Result<estimate::Estimate> {
     opts.validate()?;
+    let src_loc = &source(src_loc, opts);
     let plan = plan(src_loc, dst_loc).await?;
     let mut est = estimate::Estimate::default();
     let (s, d) = (src_loc.scheme, dst_loc.scheme);
@@ -528,7 +536,6 @@ pub async fn estimate(
                 dst_loc.clone(),
                 tx,
                 Arc::new(Counters::default()),
-                opts.copy_links,
             ));
             while let Some(item) = rx.recv().await {
                 let item = item?;

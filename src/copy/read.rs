@@ -14,6 +14,7 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 
 use super::hash::{BlockHasher, BLOCK};
 use super::local::TempFile;
+use crate::stores::local::open_source;
 use crate::stores::retry::ChunkError;
 use crate::stores::side::{one_line, Side};
 
@@ -60,7 +61,8 @@ fn classify(e: object_store::Error) -> ChunkError {
     }
 }
 
-/// Reads `range` of the object `key` (a full key for cloud, an absolute path for local),
+/// Reads `range` of the object `key` (a full key for cloud, an absolute path under the side's
+/// folder for local, opened under the symlink rule of `stores::local::open_source`),
 /// hashing every byte in fixed blocks and passing it to `sink`. `etag` guards against the
 /// source changing between chunks. `whole` asks for a plain GET (no Range header).
 pub async fn read_chunk(
@@ -74,9 +76,9 @@ pub async fn read_chunk(
     debug_assert!(range.start % BLOCK == 0);
     match side {
         Side::Cloud { store, .. } => read_cloud(store, key, etag, range, whole, sink).await,
-        Side::Local { .. } => {
-            let path = PathBuf::from(key);
-            tokio::task::spawn_blocking(move || read_local(&path, range, sink))
+        Side::Local { loc } => {
+            let (root, path, follow) = (loc.local_path(), PathBuf::from(key), loc.copy_links);
+            tokio::task::spawn_blocking(move || read_local(&root, &path, follow, range, sink))
                 .await
                 .map_err(|e| ChunkError::Fatal(e.to_string()))?
         }
@@ -149,11 +151,14 @@ async fn read_cloud(
 }
 
 fn read_local(
+    root: &std::path::Path,
     path: &std::path::Path,
+    follow: bool,
     range: Range<u64>,
     sink: ChunkSink,
 ) -> Result<ChunkOut, ChunkError> {
-    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+    // never through a symlink that leads out of the root, even one swapped in just now
+    let file = open_source(root, path, follow).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => {
             ChunkError::Fatal("source file vanished during the copy".into())
         }

@@ -130,7 +130,10 @@ pub const BUDGET_UNIT: u64 = 64 * 1024;
 
 impl Ctx {
     /// The shared state of one copy run over `plan`.
-    pub fn new(plan: &super::Plan, opts: CopyOptions, counters: Arc<Counters>) -> Ctx {
+    pub fn new(plan: &super::Plan, mut opts: CopyOptions, counters: Arc<Counters>) -> Ctx {
+        // the source's location carries the symlink rule its listing obeyed; the probes of
+        // single keys (`opts.copy_links`) and the reads obey the same
+        opts.copy_links = plan.src.location().copy_links;
         let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
         Ctx {
             src: plan.src.clone(),

@@ -40,6 +40,10 @@ pub struct Location {
     pub is_dir_hint: bool,
     /// What the user typed, for messages.
     pub raw: String,
+    /// A local source: follow symlinks that stay inside the folder (`--copy-links`) instead
+    /// of skipping them. Its listings, probes and reads all obey it (`stores::local`'s rule);
+    /// not part of the location's name (a pair is the same pair with or without it).
+    pub copy_links: bool,
 }
 
 impl Location {
@@ -99,6 +103,7 @@ impl Location {
                 prefix: prefix.to_string(),
                 is_dir_hint,
                 raw: raw.to_string(),
+                copy_links: false,
             });
         }
         if raw.contains(':') && !raw.starts_with('.') && !raw.starts_with('/') {
@@ -128,7 +133,15 @@ impl Location {
             prefix: text,
             is_dir_hint,
             raw: raw.to_string(),
+            copy_links: false,
         }
+    }
+
+    /// The same location, following symlinks inside it when `on` and it is a local folder
+    /// (`--copy-links`; cloud stores have no links).
+    pub fn with_copy_links(mut self, on: bool) -> Location {
+        self.copy_links = on && self.scheme == Scheme::Local;
+        self
     }
 
     /// For local locations, the path on disk.

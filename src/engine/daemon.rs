@@ -370,6 +370,7 @@ async fn run_pair(
     let (src, dst, opts) = (&p.src, &p.dst, &p.opts);
     let stats = handle.stats.clone();
     let pair_id = handle.pair_id;
+    let src = &copy::source(src, &opts.sync.copy);
     let plan = copy::plan(src, dst).await?;
     let (s, d, m) = (src.to_string(), dst.to_string(), db.clone());
     let pair = blocking(move || m.pair(&s, &d)).await?;
@@ -416,12 +417,7 @@ async fn run_pair(
     let counters = Arc::new(Counters::default());
     let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters));
     let engine = Arc::new(Engine::new(db.clone(), pair_id, ctx, dst.clone()));
-    let expander = super::expand::Expander::new(
-        db.clone(),
-        pair_id,
-        plan.src.clone(),
-        opts.sync.copy.copy_links,
-    );
+    let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();
     let mut last_health = Instant::now();
     tokio::pin!(shutdown);

@@ -21,6 +21,22 @@ use crate::state::manifest::{self, Manifest};
 use crate::stores::local::{self as local_store, Walked};
 use crate::stores::side::{one_line, prefix_path, Side};
 
+/// Whether `dir` is a folder that a walk of `root` reaches under the symlink rule: no link on
+/// the way (or, with links followed, one that stays inside the root).
+fn folder_within(root: &std::path::Path, dir: &std::path::Path, follow: bool) -> bool {
+    let (Ok(real_root), Ok(real)) = (std::fs::canonicalize(root), std::fs::canonicalize(dir))
+    else {
+        return false;
+    };
+    let rel = dir.strip_prefix(root).unwrap_or(dir);
+    let inside = if follow {
+        real.starts_with(&real_root)
+    } else {
+        real == real_root.join(rel)
+    };
+    inside && real.is_dir()
+}
+
 /// Keys pushed per step.
 pub const PAGE: usize = 1000;
 
@@ -28,9 +44,8 @@ pub const PAGE: usize = 1000;
 pub struct Expander {
     db: Arc<Manifest>,
     pair_id: i64,
+    /// The source; a local one carries its symlink rule (`--copy-links`).
     src: Side,
-    /// A local source's symlink rule (`--copy-links`).
-    follow_links: bool,
 }
 
 /// Joins a pair-relative prefix (`''` or ending with `/`) and a key relative to it.
@@ -39,13 +54,8 @@ fn join(prefix: &str, rel: &str) -> String {
 }
 
 impl Expander {
-    pub fn new(db: Arc<Manifest>, pair_id: i64, src: Side, follow_links: bool) -> Expander {
-        Expander {
-            db,
-            pair_id,
-            src,
-            follow_links,
-        }
+    pub fn new(db: Arc<Manifest>, pair_id: i64, src: Side) -> Expander {
+        Expander { db, pair_id, src }
     }
 
     /// One step of the oldest pending expansion; false when there is none.
@@ -144,7 +154,7 @@ impl Expander {
                     loc.local_path(),
                     x.prefix.clone(),
                     x.cursor.clone(),
-                    self.follow_links,
+                    loc.copy_links,
                 );
                 blocking(move || {
                     let dir = root.join(prefix.trim_end_matches('/'));
@@ -153,13 +163,11 @@ impl Expander {
                         .strip_prefix(prefix.as_str())
                         .unwrap_or_default()
                         .to_string();
-                    // a folder that is not there (gone, or a symlink that is not followed)
-                    // lists nothing: its recorded keys come in phase 1
-                    let is_dir = std::fs::symlink_metadata(&dir)
-                        .map(|m| m.is_dir())
-                        .unwrap_or(false);
-                    if is_dir {
-                        local_store::walk_sorted(&dir, &start, follow, &mut |w| {
+                    // a folder that is not there (gone, or reached through a symlink that is
+                    // not followed, or one that leads out of the root) lists nothing: its
+                    // recorded keys come in phase 1
+                    if folder_within(&root, &dir, follow) {
+                        local_store::walk_sorted_with(&dir, follow, &start, &mut |w| {
                             match w {
                                 Walked::File(f) => keys.push(join(&prefix, &f.rel)),
                                 // pushed all the same: its reconcile reports why it cannot
@@ -223,13 +231,13 @@ mod tests {
             loc: Location::parse(&format!("{}/", root.display())).unwrap(),
         };
         let pending = || Inbox::new(&db).take(pair, 100_000).unwrap();
-        let x = Expander::new(db.clone(), pair, src.clone(), false);
+        let x = Expander::new(db.clone(), pair, src.clone());
         assert!(x.step().await.unwrap());
         assert_eq!(pending().len(), PAGE, "one page per step");
         assert!(x.step().await.unwrap());
         // a crash: a new expander (a restarted daemon) goes on from the stored cursor
         drop(x);
-        let x = Expander::new(db.clone(), pair, src, false);
+        let x = Expander::new(db.clone(), pair, src);
         let mut steps = 2;
         while x.step().await.unwrap() {
             steps += 1;

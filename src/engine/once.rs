@@ -232,17 +232,15 @@ pub struct Compared {
     pub unreadable: Vec<SlateError>,
 }
 
-/// Starts the sorted listing of one side.
-fn listing(
-    side: &Side,
-    filter: &Filter,
-    follow_links: bool,
-) -> (Input, tokio::task::JoinHandle<Result<u64>>) {
+/// Starts the sorted listing of one side (a local source's symlinks follow its location's
+/// rule: `--copy-links`).
+fn listing(side: &Side, filter: &Filter) -> (Input, tokio::task::JoinHandle<Result<u64>>) {
     let (tx, rx) = mpsc::channel(BATCH);
     let side2 = side.clone();
-    let task = tokio::spawn(async move {
-        list::list_entries(&side2, tx, copy::classify_store_error, follow_links).await
-    });
+    let task =
+        tokio::spawn(
+            async move { list::list_entries(&side2, tx, copy::classify_store_error).await },
+        );
     (
         Input::Listing(Listing::new(
             rx,
@@ -274,14 +272,13 @@ async fn walk_pair(
     filter: &Filter,
     list_dst: bool,
     deletes: bool,
-    follow_links: bool,
     spill: Option<&Spill>,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
     let list_dst = list_dst || pair.last_sync_at.is_none();
-    let (src_in, src_task) = listing(&plan.src, filter, follow_links);
+    let (src_in, src_task) = listing(&plan.src, filter);
     let (dst_in, dst_task) = if list_dst {
-        let (i, t) = listing(&plan.dst, filter, false);
+        let (i, t) = listing(&plan.dst, filter);
         (i, Some(t))
     } else {
         (
@@ -400,13 +397,12 @@ async fn open_pair(
 }
 
 /// `slate diff`: lists both sides and compares them with the manifest; `each` sees every
-/// difference in key order.
+/// difference in key order. A local source's symlinks follow `src`'s rule (`--copy-links`).
 pub async fn compare(
     db: &Arc<Manifest>,
     src: &Location,
     dst: &Location,
     filter: &Filter,
-    follow_links: bool,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
     let (plan, pair) = open_pair(db, src, dst).await?;
@@ -415,18 +411,7 @@ pub async fn compare(
             each(row, a)
         }
     };
-    walk_pair(
-        db,
-        plan,
-        pair,
-        filter,
-        true,
-        true,
-        follow_links,
-        None,
-        &mut only_diffs,
-    )
-    .await
+    walk_pair(db, plan, pair, filter, true, true, None, &mut only_diffs).await
 }
 
 /// `slate diff --from-manifest`: what the manifest believes of both sides, with no request
@@ -469,6 +454,7 @@ pub async fn sync_once(
 ) -> Result<SyncReport> {
     opts.copy.validate()?;
     let start = Instant::now();
+    let src = &copy::source(src, &opts.copy);
     let (plan, pair) = open_pair(&db, src, dst).await?;
     let label = format!("{src} -> {dst}");
     let lease = PairLease::take(&db, pair.id, &label, &opts.purpose, opts.wait).await?;
@@ -510,7 +496,6 @@ async fn sync_held(
         &opts.filter,
         opts.full,
         deletes,
-        opts.copy.copy_links,
         Some(spill),
         &mut each,
     )

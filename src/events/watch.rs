@@ -68,13 +68,18 @@ pub fn watch(
     // queue fills up and overflows, and the overflow comes back as a rescan. Nothing grows
     // without bound in slate, and nothing is lost.
     let (raw_tx, mut raw_rx) = mpsc::channel::<Event>(RAW_EVENTS);
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| match res {
+    let handler = move |res: notify::Result<Event>| match res {
         Ok(ev) => {
             let _ = raw_tx.blocking_send(ev);
         }
         Err(e) => tracing::warn!(error = %e, "file watch error"),
-    })
-    .map_err(|e| watch_err(&root, e))?;
+    };
+    // Never into a symlink: notify would follow a link to `/` and watch the whole machine,
+    // and report files outside the root under the link's name. Links are the walkers' and
+    // the probe's business (rule 7), never the watcher's.
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher =
+        notify::RecommendedWatcher::new(handler, config).map_err(|e| watch_err(&root, e))?;
     watcher
         .watch(&root, RecursiveMode::Recursive)
         .map_err(|e| watch_err(&root, e))?;

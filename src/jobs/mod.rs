@@ -204,6 +204,7 @@ const OPTION_FIELDS: &[&str] = &[
     "max_delete",
     "include",
     "exclude",
+    "copy_links",
 ];
 
 /// Checks a `POST /jobs` body; every refusal names the field.
@@ -340,6 +341,7 @@ impl JobRequest {
             }
         }
         copy.verify = flag("verify")?;
+        copy.copy_links = flag("copy_links")?;
         copy.validate()
             .map_err(|e| Refused::bad("options", e.to_string()))?;
         let max_delete = match o.get("max_delete") {
@@ -1111,7 +1113,7 @@ async fn run_job(
     })?;
     settings.copy.counters = Some(counters.clone());
     settings.sync.copy.counters = Some(counters);
-    let src = Location::parse(&req.src)?;
+    let src = copy::source(&Location::parse(&req.src)?, &settings.copy);
     let dst = Location::parse(&req.dst)?;
     match req.kind {
         Kind::Copy if !resumed => {
@@ -1151,9 +1153,8 @@ async fn run_job(
         }
         Kind::Diff => {
             let filter = settings.sync.filter.clone();
-            let follow = settings.sync.copy.copy_links;
-            let scan =
-                once::compare(&manifest, &src, &dst, &filter, follow, &mut |_, _| {}).await?;
+            let src = copy::source(&src, &settings.sync.copy);
+            let scan = once::compare(&manifest, &src, &dst, &filter, &mut |_, _| {}).await?;
             let c = scan.counts;
             Ok(Outcome {
                 failed: 0,
@@ -1184,6 +1185,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.kind, Kind::SyncOnce);
+        let linked = parse_request(
+            br#"{"kind":"sync-once","src":"/a","dst":"/b","options":{"copy_links":true}}"#,
+        )
+        .unwrap();
+        let s = linked.settings(&CopyOptions::default()).unwrap();
+        assert!(s.copy.copy_links && s.sync.copy.copy_links);
         // (body, the field named)
         let table: &[(&str, &str)] = &[
             ("not json", "body"),
@@ -1229,6 +1236,10 @@ mod tests {
             (
                 r#"{"kind":"diff","src":"/a","dst":"/b","options":{"include":[1]}}"#,
                 "options.include",
+            ),
+            (
+                r#"{"kind":"copy","src":"/a","dst":"/b","options":{"copy_links":1}}"#,
+                "options.copy_links",
             ),
         ];
         for (body, field) in table {

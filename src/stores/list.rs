@@ -24,13 +24,11 @@ use object_store::ObjectStoreExt as _;
 /// key, as S3, Azure and GCS list and as the manifest is kept), so that a reconcile can walk
 /// a listing and the manifest side by side without holding either; returns how many entries
 /// were sent. A failure of the first page is classified (missing bucket, access denied) by
-/// `classify`. `follow_links`: for a local side, whether symlinks are followed (inside the
-/// root only) or skipped.
+/// `classify`. A local side's symlinks follow its location's rule (`--copy-links`).
 pub async fn list_entries(
     side: &Side,
     tx: mpsc::Sender<Result<Entry>>,
     classify: fn(&Location, &object_store::Error) -> SlateError,
-    follow_links: bool,
 ) -> Result<u64> {
     match side {
         Side::Cloud {
@@ -55,12 +53,12 @@ pub async fn list_entries(
             level.list(prefix, 0, tx).await
         }
         Side::Local { loc } => {
-            let root = loc.local_path();
+            let (root, follow) = (loc.local_path(), loc.copy_links);
             let url = loc.to_string();
             if !root.exists() {
                 return Ok(0);
             }
-            tokio::task::spawn_blocking(move || walk_local(&root, follow_links, &tx))
+            tokio::task::spawn_blocking(move || walk_local(&root, follow, &tx))
                 .await
                 .map_err(|e| SlateError::List {
                     url,
@@ -118,109 +116,19 @@ fn send_walked(w: local::Walked, prefix: &str, tx: &dyn Fn(Result<Entry>) -> boo
     }
 }
 
-/// Walks a local folder in key order: its top-level folders are walked by up to
-/// [`LOCAL_WALKERS`] threads at once, each a little ahead of the one being sent (a walk is a
-/// stat per file, one thread's worth of system calls), and their entries are sent folder by
-/// folder in key order.
+/// Walks a local folder in key order, its top-level folders [`LOCAL_WALKERS`] at a time
+/// (see [`local::walk_sorted_parallel`]); returns how many entries were sent.
 fn walk_local(
     root: &std::path::Path,
     follow: bool,
     tx: &mpsc::Sender<Result<Entry>>,
 ) -> Result<u64> {
-    let n = std::sync::atomic::AtomicU64::new(0);
-    let send = |e: Result<Entry>| {
-        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tx.blocking_send(e).is_ok()
-    };
-    // the top level, sorted as keys sort: a folder "a" where "a/" would be
-    let mut top: Vec<(String, bool)> = Vec::new();
-    let rd = std::fs::read_dir(root).map_err(|e| SlateError::List {
-        url: root.display().to_string(),
-        detail: e.to_string(),
+    let mut n = 0u64;
+    local::walk_sorted_parallel(root, follow, LOCAL_WALKERS, &mut |w| {
+        n += 1;
+        send_walked(w, "", &|e| tx.blocking_send(e).is_ok())
     })?;
-    for e in rd {
-        let e = e.map_err(|e| SlateError::List {
-            url: root.display().to_string(),
-            detail: e.to_string(),
-        })?;
-        let Some(name) = e.file_name().to_str().map(str::to_string) else {
-            if !send_walked(local::Walked::BadName { path: e.path() }, "", &send) {
-                return Ok(n.into_inner());
-            }
-            continue;
-        };
-        if name.starts_with(local::TMP_PREFIX) {
-            if local::is_orphan_temp(&name) {
-                let _ = std::fs::remove_file(e.path());
-            }
-            continue;
-        }
-        let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-        top.push((name, is_dir));
-    }
-    top.sort_by(|a, b| {
-        let key = |(n, d): &(String, bool)| if *d { format!("{n}/") } else { n.clone() };
-        key(a).cmp(&key(b))
-    });
-    std::thread::scope(|scope| -> Result<()> {
-        // walkers started ahead, in key order: (folder name, its entries)
-        let mut ahead = std::collections::VecDeque::new();
-        let mut next_dir = 0usize;
-        let dirs: Vec<&String> = top.iter().filter(|(_, d)| *d).map(|(n, _)| n).collect();
-        let start = |ahead: &mut std::collections::VecDeque<_>, next_dir: &mut usize| {
-            while ahead.len() < LOCAL_WALKERS && *next_dir < dirs.len() {
-                let name = dirs[*next_dir].clone();
-                *next_dir += 1;
-                let (wtx, wrx) = std::sync::mpsc::sync_channel::<local::Walked>(AHEAD);
-                let dir = root.join(&name);
-                scope.spawn(move || {
-                    let r = local::walk_sorted(&dir, "", follow, &mut |w| wtx.send(w).is_ok());
-                    if let Err(e) = r {
-                        let _ = wtx.send(local::Walked::Unreadable {
-                            rel: String::new(),
-                            error: e.to_string(),
-                        });
-                    }
-                });
-                ahead.push_back((name, wrx));
-            }
-        };
-        for (name, is_dir) in &top {
-            if !is_dir {
-                match local::probe(root, name, follow)? {
-                    local::Probe::File(f) => {
-                        if !send(Ok(local_entry(f))) {
-                            return Ok(());
-                        }
-                    }
-                    local::Probe::Absent => {}
-                }
-                continue;
-            }
-            start(&mut ahead, &mut next_dir);
-            let Some((dir, rx)) = ahead.pop_front() else {
-                continue;
-            };
-            debug_assert_eq!(&dir, name);
-            for w in rx {
-                // a folder that could not be read at all names itself
-                let w = match w {
-                    local::Walked::Unreadable { rel, error } if rel.is_empty() => {
-                        local::Walked::Unreadable {
-                            rel: String::new(),
-                            error: format!("folder {dir}: {error}"),
-                        }
-                    }
-                    w => w,
-                };
-                if !send_walked(w, &dir, &send) {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
-    })?;
-    Ok(n.into_inner())
+    Ok(n)
 }
 
 /// An object or a "folder" (common prefix) of a delimiter listing, in the order keys sort.

@@ -633,3 +633,70 @@ pub fn wait_equal_within(
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
 }
+
+/// Waits until `cond` holds, at most `secs` seconds, then fails naming `what`.
+pub fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A `slate sync SRC DST` daemon of a test: its stderr (every applied key) in `log`, killed
+/// when dropped so that a failing test leaves no process behind.
+pub struct Daemon {
+    pub child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts the daemon on one pair (with `extra` flags) and waits until it follows changes.
+    pub fn start(
+        db: &std::path::Path,
+        src: &str,
+        dst: &str,
+        extra: &[&str],
+        log: &std::path::Path,
+    ) -> Daemon {
+        let mut c = slate_db(db);
+        c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
+            .args(extra)
+            .env("RUST_LOG", "slate=debug,warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log"));
+        let mut d = Daemon {
+            child: c.spawn().expect("spawn daemon"),
+            log: log.to_path_buf(),
+        };
+        wait_for("the daemon follows changes", 60, || {
+            assert!(d.alive(), "the daemon exited: {}", d.log_text());
+            d.log_text().contains("following changes")
+        });
+        d
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then its exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().expect("wait").code()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
