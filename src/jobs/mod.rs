@@ -329,7 +329,7 @@ impl JobRequest {
                 copy.chunk_size = n.as_u64().unwrap_or_default()
             }
             Some(Value::String(s)) => {
-                copy.chunk_size = crate::config::parse_size(s)
+                copy.chunk_size = crate::core::units::parse_size(s)
                     .map_err(|e| Refused::bad("options.chunk_size", e))?
             }
             Some(_) => {
