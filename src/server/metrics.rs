@@ -17,6 +17,7 @@ use super::{json, Server};
 use crate::core::error::Result;
 use crate::engine::running::{PairHandle, PairState};
 use crate::state::inbox::Inbox;
+use crate::state::jobs::{JobCounts, JobState, JobStore};
 
 pub(crate) fn probe_routes() -> Router<Arc<Server>> {
     Router::new()
@@ -82,10 +83,8 @@ async fn metrics(State(s): State<Arc<Server>>) -> Response {
     .unwrap_or_default();
     let mut text = render_metrics(&pairs, &inbox, s.hub.deliveries.load(Relaxed));
     let db = s.db.clone();
-    if let Ok(counts) =
-        crate::state::blocking(move || crate::jobs::JobStore::new(&db).count_by_state()).await
-    {
-        text.push_str(&crate::jobs::render_metrics(&counts));
+    if let Ok(counts) = crate::state::blocking(move || JobStore::new(&db).count_by_state()).await {
+        text.push_str(&render_job_metrics(&counts));
     }
     (
         StatusCode::OK,
@@ -96,6 +95,29 @@ async fn metrics(State(s): State<Arc<Server>>) -> Response {
         text,
     )
         .into_response()
+}
+
+/// `slate_jobs{state}` and `slate_job_bytes_total` in Prometheus text.
+fn render_job_metrics(c: &JobCounts) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "# HELP slate_jobs Jobs in the database, by state.\n# TYPE slate_jobs gauge\n",
+    );
+    for s in JobState::ALL {
+        let _ = writeln!(
+            out,
+            "slate_jobs{{state=\"{}\"}} {}",
+            s.name(),
+            c.by_state[s as usize]
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP slate_job_bytes_total Bytes copied by the jobs in the database.\n\
+         # TYPE slate_job_bytes_total counter\nslate_job_bytes_total {}",
+        c.bytes_done
+    );
+    out
 }
 
 /// A label value with `\`, `"` and newlines escaped, as the text format wants.
