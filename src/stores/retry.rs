@@ -34,7 +34,7 @@ impl std::fmt::Display for ChunkError {
 }
 
 /// Retries of one request (or chunk): the schedule, and who hears of its failures.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Retry {
     pub schedule: Backoff,
     /// The store's scheme (`s3`, `az`, `gs`, `local`) that failed attempts are counted under;
@@ -42,16 +42,6 @@ pub struct Retry {
     pub store: Option<&'static str>,
     /// The adaptive limit told about throttles and successes; None: none.
     pub limit: Option<Arc<Limiter>>,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry {
-            schedule: Backoff::default(),
-            store: None,
-            limit: None,
-        }
-    }
 }
 
 /// The status label of a failed attempt (`503`, `timeout`, …; see
