@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::copy::estimate::Prices;
 use crate::core::error::{Result, SlateError};
+use crate::core::units::parse_size;
 
 /// The whole config file.
 #[derive(Debug, Default, Deserialize)]
@@ -132,35 +133,6 @@ fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, 
     }
 }
 
-/// Parses a byte size: `1048576`, `64MiB`, `64M` (= MiB), `1GiB`, `512k`, `1.5GiB`.
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (e.g. 64MiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => {
-            return Err(format!(
-                "unknown unit '{other}' in '{s}' (use B, KiB, MiB, GiB, TiB)"
-            ))
-        }
-    };
-    let v = num * mult as f64;
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(format!("'{s}' is out of range"));
-    }
-    Ok(v as u64)
-}
-
 /// An error's reason on one line: control characters quoted from the file (a newline, an
 /// escape sequence in a key or a URL) are shown escaped, so they cannot break the line or
 /// drive the terminal.
@@ -224,25 +196,6 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_sizes() {
-        let ok = [
-            ("1048576", 1 << 20),
-            ("64MiB", 64 << 20),
-            ("64M", 64 << 20),
-            ("1GiB", 1 << 30),
-            ("512k", 512 << 10),
-            ("1.5GiB", 3 << 29),
-            ("7 B", 7),
-        ];
-        for (s, want) in ok {
-            assert_eq!(parse_size(s), Ok(want), "{s}");
-        }
-        for s in ["", "MiB", "12XB", "-1", "1e999GiB"] {
-            assert!(parse_size(s).is_err(), "{s}");
-        }
-    }
 
     #[test]
     fn the_example_config_parses() {

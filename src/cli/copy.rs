@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::{parse_size, Config};
+use crate::config::Config;
 use crate::copy::{self, CopyOptions, ProgressMode};
 use crate::core::error::SlateError;
 use crate::core::location::Location;
+use crate::core::units::parse_size;
 
 const AFTER_HELP: &str = "\
 Examples:

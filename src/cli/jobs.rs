@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::open_db;
 use crate::copy::progress::human_bytes;
-use crate::jobs::{Job, JobState, JobStore};
+use crate::state::jobs::{Job, JobState, JobStore};
 
 #[derive(Debug, Args)]
 pub struct JobsArgs {

@@ -1,14 +1,23 @@
-//! Meters that `GET /metrics` (events/webhook.rs) renders, beside each pair's `DaemonStats`:
-//! the lock-free [`Histogram`] a pair keeps of its replication lag, and the process-wide
-//! meters of the copier: failed and retried store requests by store and status, the
-//! transfers in flight, and the adaptive transfer limits (`copy::limit`) by store and side.
+//! The process's meters, exposed by `GET /metrics` (server/metrics.rs) through
+//! prometheus-client: the replication-lag histogram each pair keeps ([`LagHistogram`], in its
+//! `DaemonStats`), and the process-wide meters of the copier, registered once by
+//! [`register`]: failed and retried store requests by store and status, the transfers in
+//! flight, and the adaptive transfer limits (`stores::limit`) by store and side.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
 
 /// Milliseconds since the Unix epoch, the unit of the `*_ms` timestamps of `DaemonStats`.
 pub fn unix_ms() -> u64 {
@@ -23,126 +32,118 @@ pub const LAG_BUCKETS_MS: [u64; 11] = [
     50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000,
 ];
 
-/// A histogram of millisecond values over [`LAG_BUCKETS_MS`], updated without locks.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    /// Observations per bucket, not cumulative; the last slot holds those above every bound.
-    slots: [AtomicU64; LAG_BUCKETS_MS.len() + 1],
-    sum_ms: AtomicU64,
+/// A histogram of replication lags in seconds over [`LAG_BUCKETS_MS`] (a bucket's bound is
+/// inclusive: 50 ms falls in `le="0.05"`).
+#[derive(Debug, Clone)]
+pub struct LagHistogram(Histogram);
+
+impl Default for LagHistogram {
+    fn default() -> Self {
+        LagHistogram(Histogram::new(
+            LAG_BUCKETS_MS.iter().map(|&ms| ms as f64 / 1000.0),
+        ))
+    }
 }
 
-/// A histogram read at one moment, buckets cumulative as Prometheus wants them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HistogramSnapshot {
-    /// `(upper bound in ms, observations <= it)`, then `(None, all)` for `+Inf`.
-    pub buckets: Vec<(Option<u64>, u64)>,
-    pub sum_ms: u64,
-    pub count: u64,
-}
-
-impl Histogram {
-    /// Counts one value (a bucket's bound is inclusive: 50 ms falls in `le="0.05"`).
+impl LagHistogram {
+    /// Counts one lag of `ms` milliseconds.
     pub fn observe_ms(&self, ms: u64) {
-        let i = LAG_BUCKETS_MS.partition_point(|&le| le < ms);
-        self.slots[i].fetch_add(1, Relaxed);
-        self.sum_ms.fetch_add(ms, Relaxed);
-    }
-
-    /// The cumulative buckets; the count is the `+Inf` bucket, so the two always agree.
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut total = 0;
-        let mut buckets = Vec::with_capacity(self.slots.len());
-        for (i, slot) in self.slots.iter().enumerate() {
-            total += slot.load(Relaxed);
-            buckets.push((LAG_BUCKETS_MS.get(i).copied(), total));
-        }
-        HistogramSnapshot {
-            buckets,
-            sum_ms: self.sum_ms.load(Relaxed),
-            count: total,
-        }
-    }
-
-    /// Writes the `NAME_bucket`, `NAME_sum` (seconds) and `NAME_count` samples with `labels`
-    /// (already escaped, without braces) in front of `le`.
-    pub fn write_samples(&self, out: &mut String, name: &str, labels: &str) {
-        let s = self.snapshot();
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (le, n) in &s.buckets {
-            let le = le.map_or_else(|| "+Inf".to_string(), seconds);
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {n}");
-        }
-        let braces = |l: &str| {
-            if l.is_empty() {
-                String::new()
-            } else {
-                format!("{{{l}}}")
-            }
-        };
-        let _ = writeln!(out, "{name}_sum{} {}", braces(labels), seconds(s.sum_ms));
-        let _ = writeln!(out, "{name}_count{} {}", braces(labels), s.count);
+        self.0.observe(ms as f64 / 1000.0);
     }
 }
 
-/// Milliseconds as exact decimal seconds: 50 → `0.05`, 2500 → `2.5`, 60000 → `60`.
-pub fn seconds(ms: u64) -> String {
-    let (s, frac) = (ms / 1000, ms % 1000);
-    if frac == 0 {
-        return s.to_string();
+impl TypedMetric for LagHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for LagHistogram {
+    fn encode(&self, encoder: MetricEncoder) -> std::fmt::Result {
+        self.0.encode(encoder)
     }
-    let text = format!("{s}.{frac:03}");
-    text.trim_end_matches('0').to_string()
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
 }
 
-/// Failed and retried store requests, by (store, status).
-struct Requests {
-    errors: BTreeMap<(&'static str, String), u64>,
-    retries: BTreeMap<(&'static str, String), u64>,
+/// The labels of the request meters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreStatus {
+    /// The store's scheme: `s3`, `az`, `gs`, `local`.
+    store: &'static str,
+    /// An HTTP status code, or `timeout`, `connection`, `other`.
+    status: String,
 }
 
-static REQUESTS: Mutex<Requests> = Mutex::new(Requests {
-    errors: BTreeMap::new(),
-    retries: BTreeMap::new(),
+/// The process-wide meters (every copy of the process adds to them).
+struct Meters {
+    request_errors: Family<StoreStatus, Counter>,
+    request_retries: Family<StoreStatus, Counter>,
+    transfers_in_flight: Gauge,
+}
+
+static METERS: LazyLock<Meters> = LazyLock::new(|| Meters {
+    request_errors: Family::default(),
+    request_retries: Family::default(),
+    transfers_in_flight: Gauge::default(),
 });
 
-fn requests() -> std::sync::MutexGuard<'static, Requests> {
-    // a counter is still right after a panic elsewhere held the lock
-    REQUESTS.lock().unwrap_or_else(|e| e.into_inner())
+/// Registers the process-wide meters in `registry` (the process's one registry, which the
+/// server builds at start). Counter names get their `_total` from the encoder.
+pub fn register(registry: &mut Registry) {
+    let m = &*METERS;
+    registry.register(
+        "slate_request_errors",
+        "Failed store requests seen by the copier, every attempt, by store scheme and HTTP status (or timeout, connection, other)",
+        m.request_errors.clone(),
+    );
+    registry.register(
+        "slate_request_retries",
+        "Failed store requests the copier tried again, by store scheme and HTTP status (or timeout, connection, other)",
+        m.request_retries.clone(),
+    );
+    registry.register(
+        "slate_transfers_in_flight",
+        "Object copies running now",
+        m.transfers_in_flight.clone(),
+    );
+    registry.register_collector(Box::new(TransferLimits));
+}
+
+fn labels(store: &'static str, status: &str) -> StoreStatus {
+    StoreStatus {
+        store,
+        status: status.to_string(),
+    }
 }
 
 /// Counts a failed request to `store` (a scheme: `s3`, `az`, `gs`, `local`); `status` from
 /// [`status_of`] or [`status_of_text`].
 pub fn request_error(store: &'static str, status: &str) {
-    *requests()
-        .errors
-        .entry((store, status.to_string()))
-        .or_default() += 1;
+    METERS
+        .request_errors
+        .get_or_create(&labels(store, status))
+        .inc();
 }
 
 /// Counts a failed request that is tried again.
 pub fn request_retry(store: &'static str, status: &str) {
-    *requests()
-        .retries
-        .entry((store, status.to_string()))
-        .or_default() += 1;
+    METERS
+        .request_retries
+        .get_or_create(&labels(store, status))
+        .inc();
 }
 
-/// `(store, status, count)` of every failed request so far, sorted.
-pub fn request_errors() -> Vec<(&'static str, String, u64)> {
-    let r = requests();
-    r.errors
-        .iter()
-        .map(|((s, st), n)| (*s, st.clone(), *n))
-        .collect()
+/// Failed requests to `store` with `status` so far.
+pub fn request_errors(store: &'static str, status: &str) -> u64 {
+    let m = METERS.request_errors.get(&labels(store, status));
+    m.map_or(0, |c| c.get())
 }
 
-/// `(store, status, count)` of every retried request so far, sorted.
-pub fn request_retries() -> Vec<(&'static str, String, u64)> {
-    let r = requests();
-    r.retries
-        .iter()
-        .map(|((s, st), n)| (*s, st.clone(), *n))
-        .collect()
+/// Retried requests to `store` with `status` so far.
+pub fn request_retries(store: &'static str, status: &str) -> u64 {
+    let m = METERS.request_retries.get(&labels(store, status));
+    m.map_or(0, |c| c.get())
 }
 
 /// The status label of a failed store request: the HTTP status code (`"503"`) when the store
@@ -223,36 +224,34 @@ pub fn status_of_text(text: &str) -> String {
     .to_string()
 }
 
-static TRANSFERS_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
-
 /// Object copies running now, in the whole process.
-pub fn transfers_in_flight() -> u64 {
-    TRANSFERS_IN_FLIGHT.load(Relaxed)
+pub fn transfers_in_flight() -> i64 {
+    METERS.transfers_in_flight.get()
 }
 
 /// Counts one object copy as in flight until dropped (finished, failed or cancelled).
 #[derive(Debug)]
-pub struct InFlight(&'static AtomicU64);
+pub struct InFlight(Gauge);
 
 impl InFlight {
     pub fn start() -> InFlight {
-        InFlight::on(&TRANSFERS_IN_FLIGHT)
+        InFlight::on(&METERS.transfers_in_flight)
     }
 
-    fn on(gauge: &'static AtomicU64) -> InFlight {
-        gauge.fetch_add(1, Relaxed);
-        InFlight(gauge)
+    fn on(gauge: &Gauge) -> InFlight {
+        gauge.inc();
+        InFlight(gauge.clone())
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
+        self.0.dec();
     }
 }
 
-/// The adaptive limit of one side of one copy (`copy::limit`): its value now and the permits
-/// taken from it, for `slate_transfer_limit`.
+/// The adaptive limit of one side of one copy (`stores::limit`): its value now and the
+/// permits taken from it, for `slate_transfer_limit`.
 #[derive(Debug)]
 pub struct LimitGauge {
     /// The store's scheme (`s3`, `az`, `gs`).
@@ -297,108 +296,96 @@ pub fn transfer_limits() -> Vec<(&'static str, &'static str, u64, u64)> {
         .collect()
 }
 
-/// The samples of `slate_transfer_limit` (a gauge: objects the copies may have in flight now,
-/// by store and side), labels rendered: `store="s3",side="dst"`.
-pub fn transfer_limit_samples() -> Vec<(String, u64)> {
-    transfer_limits()
-        .into_iter()
-        .map(|(store, side, limit, _)| (format!("store=\"{store}\",side=\"{side}\""), limit))
-        .collect()
+/// `slate_transfer_limit`, read from the live limits at every scrape.
+#[derive(Debug)]
+struct TransferLimits;
+
+impl Collector for TransferLimits {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let mut family = encoder.encode_descriptor(
+            "slate_transfer_limit",
+            "Objects the copies may have in flight now (halved when a store throttles, +1 per window of successes), by store and side.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (store, side, limit, _) in transfer_limits() {
+            let labels = [("store", store), ("side", side)];
+            ConstGauge::new(limit as i64).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The registry's text, as `GET /metrics` encodes it.
+    fn scrape() -> String {
+        let mut registry = Registry::default();
+        register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
     #[test]
-    fn histogram_buckets_are_cumulative_with_inclusive_bounds() {
-        let h = Histogram::default();
+    fn lag_buckets_are_cumulative_with_inclusive_bounds() {
+        let h = LagHistogram::default();
         for ms in [0, 50, 51, 1_000, 4_000, 300_000, 300_001, 9_999_999] {
             h.observe_ms(ms);
         }
-        let s = h.snapshot();
-        let le = |bound: Option<u64>| s.buckets.iter().find(|(b, _)| *b == bound).unwrap().1;
-        assert_eq!(le(Some(50)), 2, "{s:?}");
-        assert_eq!(le(Some(100)), 3);
-        assert_eq!(le(Some(1_000)), 4);
-        assert_eq!(le(Some(2_500)), 4);
-        assert_eq!(le(Some(5_000)), 5);
-        assert_eq!(le(Some(300_000)), 6);
-        assert_eq!(le(None), 8);
-        assert_eq!(s.count, 8);
-        assert_eq!(
-            s.sum_ms,
-            50 + 51 + 1_000 + 4_000 + 300_000 + 300_001 + 9_999_999
-        );
-        assert!(s.buckets.windows(2).all(|w| w[0].1 <= w[1].1));
-        assert_eq!(s.buckets.len(), 12);
-    }
-
-    #[test]
-    fn histogram_renders_prometheus_samples() {
-        let h = Histogram::default();
-        h.observe_ms(70);
-        h.observe_ms(1_250);
-        let mut out = String::new();
-        h.write_samples(&mut out, "lag_seconds", "pair=\"a\"");
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(
-            lines,
-            vec![
-                "lag_seconds_bucket{pair=\"a\",le=\"0.05\"} 0",
-                "lag_seconds_bucket{pair=\"a\",le=\"0.1\"} 1",
-                "lag_seconds_bucket{pair=\"a\",le=\"0.25\"} 1",
-                "lag_seconds_bucket{pair=\"a\",le=\"0.5\"} 1",
-                "lag_seconds_bucket{pair=\"a\",le=\"1\"} 1",
-                "lag_seconds_bucket{pair=\"a\",le=\"2.5\"} 2",
-                "lag_seconds_bucket{pair=\"a\",le=\"5\"} 2",
-                "lag_seconds_bucket{pair=\"a\",le=\"10\"} 2",
-                "lag_seconds_bucket{pair=\"a\",le=\"30\"} 2",
-                "lag_seconds_bucket{pair=\"a\",le=\"60\"} 2",
-                "lag_seconds_bucket{pair=\"a\",le=\"300\"} 2",
-                "lag_seconds_bucket{pair=\"a\",le=\"+Inf\"} 2",
-                "lag_seconds_sum{pair=\"a\"} 1.32",
-                "lag_seconds_count{pair=\"a\"} 2",
-            ]
-        );
-        let mut bare = String::new();
-        Histogram::default().write_samples(&mut bare, "x", "");
-        assert!(bare.contains("x_bucket{le=\"+Inf\"} 0\n"), "{bare}");
-        assert!(bare.contains("x_sum 0\nx_count 0\n"), "{bare}");
-    }
-
-    #[test]
-    fn seconds_are_exact_decimals() {
-        let got: Vec<String> = [0, 5, 50, 250, 1_000, 1_001, 2_500, 300_000]
-            .into_iter()
-            .map(seconds)
-            .collect();
-        assert_eq!(
-            got,
-            ["0", "0.005", "0.05", "0.25", "1", "1.001", "2.5", "300"]
-        );
+        let mut registry = Registry::default();
+        registry.register("lag_seconds", "Lag", h);
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        let bucket = |le: &str| -> u64 {
+            let want = format!("lag_seconds_bucket{{le=\"{le}\"}} ");
+            let line = text.lines().find_map(|l| l.strip_prefix(&want));
+            line.and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {want} in\n{text}"))
+        };
+        let got: Vec<u64> = [
+            "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "300", "+Inf",
+        ]
+        .into_iter()
+        .map(bucket)
+        .collect();
+        assert_eq!(got, [2, 3, 3, 3, 4, 4, 5, 5, 5, 5, 6, 8], "{text}");
+        assert!(text.contains("# TYPE lag_seconds histogram\n"), "{text}");
+        assert!(text.contains("lag_seconds_count 8\n"), "{text}");
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("lag_seconds_sum "))
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        let want = (50 + 51 + 1_000 + 4_000 + 300_000 + 300_001 + 9_999_999) as f64 / 1000.0;
+        assert!((sum - want).abs() < 1e-6, "{sum} != {want}");
     }
 
     #[test]
     fn registry_counts_errors_and_retries_apart_by_store_and_status() {
-        // labels no other test uses: the registry is shared by the whole test binary
-        let count = |rows: Vec<(&'static str, String, u64)>, store: &str, status: &str| {
-            rows.into_iter()
-                .find(|(s, st, _)| *s == store && st == status)
-                .map_or(0, |r| r.2)
-        };
+        // labels no other test uses: the meters are shared by the whole test binary
         request_error("gs", "597");
         request_error("gs", "597");
         request_error("az", "597");
         request_retry("gs", "597");
-        assert_eq!(count(request_errors(), "gs", "597"), 2);
-        assert_eq!(count(request_errors(), "az", "597"), 1);
-        assert_eq!(count(request_retries(), "gs", "597"), 1);
-        assert_eq!(count(request_retries(), "az", "597"), 0);
-        let errors = request_errors();
-        assert!(errors
-            .windows(2)
-            .all(|w| (w[0].0, &w[0].1) < (w[1].0, &w[1].1)));
+        assert_eq!(request_errors("gs", "597"), 2);
+        assert_eq!(request_errors("az", "597"), 1);
+        assert_eq!(request_retries("gs", "597"), 1);
+        assert_eq!(request_retries("az", "597"), 0);
+        let text = scrape();
+        for want in [
+            "# HELP slate_request_errors_total Failed store requests seen by the copier, every attempt, by store scheme and HTTP status (or timeout, connection, other).",
+            "# TYPE slate_request_errors_total counter",
+            r#"slate_request_errors_total{store="gs",status="597"} 2"#,
+            r#"slate_request_errors_total{store="az",status="597"} 1"#,
+            "# TYPE slate_request_retries_total counter",
+            r#"slate_request_retries_total{store="gs",status="597"} 1"#,
+            "# TYPE slate_transfers_in_flight gauge",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no {want:?} in\n{text}");
+        }
     }
 
     #[test]
@@ -472,7 +459,15 @@ mod tests {
         a.limit.store(2, Relaxed);
         drop(b);
         assert_eq!(find("dst"), Some((2, 0)));
-        assert!(transfer_limit_samples().contains(&("store=\"t1\",side=\"src\"".into(), 8)));
+        let text = scrape();
+        assert!(
+            text.contains("# TYPE slate_transfer_limit gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("slate_transfer_limit{store=\"t1\",side=\"src\"} 8\n"),
+            "{text}"
+        );
         drop((a, c));
         assert_eq!(find("dst"), None);
     }
@@ -481,24 +476,24 @@ mod tests {
     fn in_flight_guard_counts_until_dropped_even_when_cancelled() {
         use std::future::Future;
         // a gauge of its own: copies in other tests move the process-wide one
-        static GAUGE: AtomicU64 = AtomicU64::new(0);
-        let a = InFlight::on(&GAUGE);
-        let b = InFlight::on(&GAUGE);
-        assert_eq!(GAUGE.load(Relaxed), 2);
+        let gauge = Gauge::default();
+        let a = InFlight::on(&gauge);
+        let b = InFlight::on(&gauge);
+        assert_eq!(gauge.get(), 2);
         drop(a);
-        assert_eq!(GAUGE.load(Relaxed), 1);
+        assert_eq!(gauge.get(), 1);
         let copy = async {
-            let _g = InFlight::on(&GAUGE);
+            let _g = InFlight::on(&gauge);
             std::future::pending::<()>().await;
         };
         let mut copy = Box::pin(copy);
         let waker = futures::task::noop_waker();
         let mut cx = std::task::Context::from_waker(&waker);
         assert!(copy.as_mut().poll(&mut cx).is_pending());
-        assert_eq!(GAUGE.load(Relaxed), 2);
+        assert_eq!(gauge.get(), 2);
         drop(copy); // cancelled mid-copy
         drop(b);
-        assert_eq!(GAUGE.load(Relaxed), 0);
+        assert_eq!(gauge.get(), 0);
         let g = InFlight::start();
         assert!(transfers_in_flight() >= 1);
         drop(g);

@@ -1,5 +1,6 @@
 //! The bottom layer: plain types and pure rules, no I/O. Locations as users type them,
-//! errors, what is known of an object, key filters, and the process's meters.
+//! errors, what is known of an object, key filters, sizes and timestamps, and the process's
+//! meters.
 
 pub mod backoff;
 pub mod error;
@@ -7,3 +8,4 @@ pub mod filter;
 pub mod location;
 pub mod metrics;
 pub mod object;
+pub mod units;

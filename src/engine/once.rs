@@ -208,9 +208,12 @@ impl SyncReport {
 /// library prints nothing itself.
 #[derive(Default)]
 pub struct Hooks<'a> {
-    pub planned: Option<&'a mut (dyn FnMut(&Row, Action) + Send)>,
+    pub planned: Option<&'a mut PlannedHook>,
     pub failed: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
+
+/// Hears each planned difference.
+pub type PlannedHook = dyn FnMut(&Row, Action) + Send;
 
 /// Tells the caller's hook about a failed object.
 fn tell(failed: Option<&(dyn Fn(&str) + Send + Sync)>, msg: &str) {

@@ -35,7 +35,7 @@ pub struct DaemonStats {
     /// Largest lag since the last health line (which resets it), ms; failed keys included.
     pub lag_ms_max: AtomicU64,
     /// Replication lag of every key applied.
-    pub lag: crate::core::metrics::Histogram,
+    pub lag: crate::core::metrics::LagHistogram,
     /// Times the pair's loop failed and was restarted.
     pub restarts: AtomicU64,
 }

@@ -26,9 +26,11 @@ use axum::Router;
 use serde_json::{json, Value};
 
 use super::Server;
+use crate::core::units::rfc3339;
 use crate::engine::running::PairState;
-use crate::jobs::{rfc3339, Job, JobState, Refused};
+use crate::jobs::request::Refused;
 use crate::state::inbox::Inbox;
+use crate::state::jobs::{Job, JobState};
 
 /// Every route the server answers: (method, path), as in `schema/openapi.yaml`.
 pub const ROUTES: &[(&str, &str)] = &[

@@ -1,9 +1,15 @@
 //! Probes and metrics: `GET /healthz` (liveness), `GET /readyz` (every pair of this process
 //! follows its events: 503 with each pair's state while one starts or has failed) and
-//! `GET /metrics` (Prometheus text: per pair, events, keys by outcome, bytes copied, drift,
-//! replication lag, backlog, dead letters, the pair's state and restarts; for the process,
-//! deliveries, failed and retried store requests, transfers in flight and their limits, jobs).
+//! `GET /metrics` (Prometheus text 0.0.4, encoded by prometheus-client from the process's one
+//! [`Registry`]: per pair, events, keys by outcome, bytes copied, drift, replication lag,
+//! backlog, dead letters, whether it is up and its restarts; for the process, deliveries,
+//! failed and retried store requests, transfers in flight and their limits, jobs).
+//!
+//! The pairs' meters live in the engine's atomics (which `GET /pairs` reads too) and the
+//! backlog, dead letters and jobs in the database: [`Scrape`], a collector of the registry,
+//! reads them at every scrape. The copier's process-wide meters are `core::metrics`'.
 
+use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -12,11 +18,22 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    prometheus_text, DescriptorEncoder, EncodeLabelSet, EncodeMetric,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use super::{json, Server};
 use crate::core::error::Result;
-use crate::engine::running::{PairHandle, PairState};
-use crate::state::inbox::Inbox;
+use crate::engine::running::{PairHandle, PairState, Running};
+use crate::events::push::Hub;
+use crate::state::inbox::{self, Inbox};
+use crate::state::jobs::{JobCounts, JobState, JobStore};
+use crate::state::manifest::Manifest;
 
 pub(crate) fn probe_routes() -> Router<Arc<Server>> {
     Router::new()
@@ -68,220 +85,294 @@ async fn readyz(State(s): State<Arc<Server>>) -> Response {
     )
 }
 
-/// Prometheus text format (0.0.4).
+/// The process's one registry: the copier's meters and [`Scrape`]. Built once, by
+/// `server::start`.
+pub(crate) fn registry(running: Arc<Running>, db: Arc<Manifest>, hub: Arc<Hub>) -> Registry {
+    let mut registry = Registry::default();
+    crate::core::metrics::register(&mut registry);
+    registry.register_collector(Box::new(Scrape { running, db, hub }));
+    registry
+}
+
+/// The registry in Prometheus text format (0.0.4), encoded on the blocking pool: [`Scrape`]
+/// reads the database.
 async fn metrics(State(s): State<Arc<Server>>) -> Response {
-    let pairs = s.running.pairs();
-    let db = s.db.clone();
-    let ids: Vec<i64> = pairs.iter().map(|p| p.pair_id).collect();
-    let inbox = crate::state::blocking(move || {
-        ids.iter()
-            .map(|id| Inbox::new(&db).stats(*id))
-            .collect::<Result<Vec<_>>>()
+    let text = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &s.registry).map(|()| text)
     })
-    .await
-    .unwrap_or_default();
-    let mut text = render_metrics(&pairs, &inbox, s.hub.deliveries.load(Relaxed));
-    let db = s.db.clone();
-    if let Ok(counts) =
-        crate::state::blocking(move || crate::jobs::JobStore::new(&db).count_by_state()).await
-    {
-        text.push_str(&crate::jobs::render_metrics(&counts));
+    .await;
+    match text {
+        Ok(Ok(text)) => (
+            StatusCode::OK,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                prometheus_text::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        _ => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            serde_json::json!({"error": "the metrics could not be encoded"}),
+        ),
     }
-    (
-        StatusCode::OK,
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
 }
 
-/// A label value with `\`, `"` and newlines escaped, as the text format wants.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// What a scrape reads from the server: the meters of every pair this process runs, their
+/// inbox (backlog, dead letters), the webhook deliveries, the jobs in the database.
+struct Scrape {
+    running: Arc<Running>,
+    db: Arc<Manifest>,
+    hub: Arc<Hub>,
 }
 
-fn render_metrics(
-    pairs: &[Arc<PairHandle>],
-    inbox: &[crate::state::inbox::Stats],
-    deliveries: u64,
-) -> String {
-    use std::fmt::Write;
-    fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+impl fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scrape").finish_non_exhaustive()
     }
-    fn family(out: &mut String, name: &str, kind: &str, help: &str, rows: Vec<(String, u64)>) {
-        header(out, name, kind, help);
-        for (labels, v) in rows {
-            if labels.is_empty() {
-                let _ = writeln!(out, "{name} {v}");
-            } else {
-                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let pairs = self.running.pairs();
+        encode_pairs(&mut encoder, &pairs)?;
+        let inbox = Inbox::new(&self.db);
+        match pairs
+            .iter()
+            .map(|p| inbox.stats(p.pair_id))
+            .collect::<Result<Vec<_>>>()
+        {
+            Ok(stats) => encode_inbox(&mut encoder, &pairs, &stats)?,
+            Err(e) => tracing::warn!(error = %e, "metrics: the inbox could not be read"),
+        }
+        let deliveries = self.hub.deliveries.load(Relaxed);
+        family(
+            &mut encoder,
+            ("slate_webhook_deliveries", MetricType::Counter),
+            "Deliveries received on the listener.",
+            [(NoLabels, deliveries)],
+        )?;
+        match JobStore::new(&self.db).count_by_state() {
+            Ok(counts) => encode_jobs(&mut encoder, &counts),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: the jobs could not be read");
+                Ok(())
             }
         }
     }
-    let mut text = String::new();
-    let out = &mut text;
-    let per_pair = |f: &dyn Fn(&PairHandle) -> u64| -> Vec<(String, u64)> {
-        pairs
-            .iter()
-            .map(|p| (format!("pair=\"{}\"", label(&p.label)), f(p)))
-            .collect()
-    };
-    family(
-        out,
-        "slate_events_received_total",
-        "counter",
+}
+
+/// No labels: a family of one sample.
+#[derive(Debug, Clone, Copy)]
+struct NoLabels;
+
+impl EncodeLabelSet for NoLabels {
+    fn encode(&self, _: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
+        Ok(())
+    }
+}
+
+/// One family: its HELP and TYPE, then a sample per (labels, value). `name` is without the
+/// `_total` the encoder adds to counters.
+fn family<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    (name, kind): (&str, MetricType),
+    help: &str,
+    rows: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, v) in rows {
+        let sample = family.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => ConstCounter::new(v).encode(sample)?,
+            _ => ConstGauge::new(v).encode(sample)?,
+        }
+    }
+    Ok(())
+}
+
+type PairLabel<'a> = [(&'static str, &'a str); 1];
+
+/// A counter family with one sample per pair.
+fn per_pair(
+    encoder: &mut DescriptorEncoder,
+    pairs: &[Arc<PairHandle>],
+    (name, help): (&str, &str),
+    value: impl Fn(&PairHandle) -> u64,
+) -> fmt::Result {
+    let rows = pairs
+        .iter()
+        .map(|p| -> (PairLabel, u64) { ([("pair", p.label.as_str())], value(p)) });
+    family(encoder, (name, MetricType::Counter), help, rows)
+}
+
+/// A per-pair counter family: name (without `_total`), help, how to read it.
+type PairCounter = (&'static str, &'static str, fn(&PairHandle) -> u64);
+
+/// The pairs' counters with one sample per pair.
+const PAIR_COUNTERS: [PairCounter; 6] = [
+    (
+        "slate_events_received",
         "Change events stored in the inbox.",
-        per_pair(&|p| p.intake.events.load(Relaxed)),
-    );
-    family(
-        out,
-        "slate_messages_received_total",
-        "counter",
+        |p| p.intake.events.load(Relaxed),
+    ),
+    (
+        "slate_messages_received",
         "Cloud messages received by the pair's event source.",
-        per_pair(&|p| p.intake.messages.load(Relaxed)),
-    );
-    let mut keys = Vec::new();
+        |p| p.intake.messages.load(Relaxed),
+    ),
+    (
+        "slate_events_applied",
+        "Keys reconciled without error (every outcome of slate_keys_total but failed).",
+        |p| p.stats.applied.load(Relaxed),
+    ),
+    (
+        "slate_bytes_copied",
+        "Bytes written to the destination (applied keys, backfill and drift checks).",
+        |p| p.stats.bytes_copied.load(Relaxed),
+    ),
+    (
+        "slate_drift_found",
+        "Differences drift checks found (new, changed and extra keys), repaired or not.",
+        |p| p.stats.drift_found.load(Relaxed),
+    ),
+    (
+        "slate_drift_repaired",
+        "Objects copied or deleted by drift checks (changes the events missed).",
+        |p| p.stats.drift_repaired.load(Relaxed),
+    ),
+];
+
+/// The families of the pairs' own meters.
+fn encode_pairs(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> fmt::Result {
+    for (name, help, value) in PAIR_COUNTERS {
+        per_pair(encoder, pairs, (name, help), value)?;
+    }
+    encode_keys(encoder, pairs)?;
+    encode_lag(encoder, pairs)?;
+    encode_supervision(encoder, pairs)
+}
+
+/// `slate_keys_total{pair,result}`.
+fn encode_keys(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> fmt::Result {
+    let mut rows = Vec::new();
     for p in pairs {
         let d = &p.stats;
         for (result, v) in [
-            ("copied", d.copied.load(Relaxed)),
-            ("deleted", d.deleted.load(Relaxed)),
-            ("unchanged", d.unchanged.load(Relaxed)),
-            ("stale", d.stale.load(Relaxed)),
-            ("failed", d.failed.load(Relaxed)),
+            ("copied", &d.copied),
+            ("deleted", &d.deleted),
+            ("unchanged", &d.unchanged),
+            ("stale", &d.stale),
+            ("failed", &d.failed),
         ] {
-            keys.push((
-                format!("pair=\"{}\",result=\"{result}\"", label(&p.label)),
-                v,
+            rows.push((
+                [("pair", p.label.as_str()), ("result", result)],
+                v.load(Relaxed),
             ));
         }
     }
     family(
-        out,
-        "slate_keys_total",
-        "counter",
+        encoder,
+        ("slate_keys", MetricType::Counter),
         "Keys reconciled, by outcome (stale: skipped by their ordering token).",
-        keys,
-    );
-    family(
-        out,
-        "slate_events_applied_total",
-        "counter",
-        "Keys reconciled without error (every outcome of slate_keys_total but failed).",
-        per_pair(&|p| p.stats.applied.load(Relaxed)),
-    );
-    family(
-        out,
-        "slate_bytes_copied_total",
-        "counter",
-        "Bytes written to the destination (applied keys, backfill and drift checks).",
-        per_pair(&|p| p.stats.bytes_copied.load(Relaxed)),
-    );
-    family(
-        out,
-        "slate_drift_found_total",
-        "counter",
-        "Differences drift checks found (new, changed and extra keys), repaired or not.",
-        per_pair(&|p| p.stats.drift_found.load(Relaxed)),
-    );
-    family(
-        out,
-        "slate_drift_repaired_total",
-        "counter",
-        "Objects copied or deleted by drift checks (changes the events missed).",
-        per_pair(&|p| p.stats.drift_repaired.load(Relaxed)),
-    );
-    let lag = "slate_replication_lag_seconds";
-    header(
-        out,
-        lag,
-        "histogram",
+        rows,
+    )
+}
+
+/// `slate_replication_lag_seconds{pair}`: each pair's histogram.
+fn encode_lag(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(
+        "slate_replication_lag_seconds",
         "Time from a key's first pending event to its reconcile, per key applied.",
-    );
+        None,
+        MetricType::Histogram,
+    )?;
     for p in pairs {
-        let pair = format!("pair=\"{}\"", label(&p.label));
-        p.stats.lag.write_samples(out, lag, &pair);
+        let labels: PairLabel = [("pair", p.label.as_str())];
+        p.stats.lag.encode(family.encode_family(&labels)?)?;
     }
-    let gauge = |f: fn(&crate::state::inbox::Stats) -> u64| -> Vec<(String, u64)> {
+    Ok(())
+}
+
+/// `slate_pair_up` and `slate_pair_restarts_total`: what the supervisor says of each pair.
+fn encode_supervision(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> fmt::Result {
+    let up = pairs.iter().map(|p| -> (PairLabel, u64) {
+        let following = p.state() == PairState::Following;
+        ([("pair", p.label.as_str())], following as u64)
+    });
+    family(
+        encoder,
+        ("slate_pair_up", MetricType::Gauge),
+        "1 while the pair follows its events; 0 while it starts, after it failed (until it restarts) and once it stopped.",
+        up,
+    )?;
+    per_pair(
+        encoder,
+        pairs,
+        (
+            "slate_pair_restarts",
+            "Times the pair's loop failed and was restarted.",
+        ),
+        |p| p.stats.restarts.load(Relaxed),
+    )
+}
+
+/// `slate_backlog` and `slate_dead_letters`, `stats` in the order of `pairs`.
+fn encode_inbox(
+    encoder: &mut DescriptorEncoder,
+    pairs: &[Arc<PairHandle>],
+    stats: &[inbox::Stats],
+) -> fmt::Result {
+    let gauge = |f: fn(&inbox::Stats) -> u64| {
         pairs
             .iter()
-            .zip(inbox)
-            .map(|(p, s)| (format!("pair=\"{}\"", label(&p.label)), f(s)))
-            .collect()
+            .zip(stats)
+            .map(move |(p, s)| -> (PairLabel, u64) { ([("pair", p.label.as_str())], f(s)) })
     };
     family(
-        out,
-        "slate_backlog",
-        "gauge",
+        encoder,
+        ("slate_backlog", MetricType::Gauge),
         "Keys waiting in the inbox.",
         gauge(|s| s.pending),
-    );
+    )?;
     family(
-        out,
-        "slate_dead_letters",
-        "gauge",
+        encoder,
+        ("slate_dead_letters", MetricType::Gauge),
         "Messages kept as dead letters (the pair's and those of no pair).",
         gauge(|s| s.dead_letters),
-    );
+    )
+}
+
+/// `slate_jobs{state}` and `slate_job_bytes_total`.
+fn encode_jobs(encoder: &mut DescriptorEncoder, c: &JobCounts) -> fmt::Result {
+    let by_state = JobState::ALL
+        .into_iter()
+        .map(|s| ([("state", s.name())], c.by_state[s as usize]));
     family(
-        out,
-        "slate_webhook_deliveries_total",
-        "counter",
-        "Deliveries received on the listener.",
-        vec![(String::new(), deliveries)],
-    );
-    let by_store = |rows: Vec<(&'static str, String, u64)>| -> Vec<(String, u64)> {
-        rows.into_iter()
-            .map(|(store, status, n)| {
-                let labels = format!("store=\"{}\",status=\"{}\"", label(store), label(&status));
-                (labels, n)
-            })
-            .collect()
-    };
+        encoder,
+        ("slate_jobs", MetricType::Gauge),
+        "Jobs in the database, by state.",
+        by_state,
+    )?;
     family(
-        out,
-        "slate_request_errors_total",
-        "counter",
-        "Failed store requests seen by the copier, every attempt, by store scheme and HTTP status (or timeout, connection, other).",
-        by_store(crate::core::metrics::request_errors()),
-    );
-    family(
-        out,
-        "slate_request_retries_total",
-        "counter",
-        "Failed store requests the copier tried again, by store scheme and HTTP status (or timeout, connection, other).",
-        by_store(crate::core::metrics::request_retries()),
-    );
-    family(
-        out,
-        "slate_transfers_in_flight",
-        "gauge",
-        "Object copies running now.",
-        vec![(String::new(), crate::core::metrics::transfers_in_flight())],
-    );
-    family(
-        out,
-        "slate_transfer_limit",
-        "gauge",
-        "Objects the copies may have in flight now (halved when a store throttles, +1 per window of successes), by store and side.",
-        crate::core::metrics::transfer_limit_samples(),
-    );
-    text
+        encoder,
+        ("slate_job_bytes", MetricType::Counter),
+        "Bytes copied by the jobs in the database.",
+        [(NoLabels, c.bytes_done)],
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::inbox::{Intake, Kind};
 
-    #[test]
-    fn metrics_text_has_one_sample_per_pair_and_outcome() {
-        let p = PairHandle::new(1, "az://c/p \"x\" -> s3://b/q".into(), None);
+    /// Two pairs (one following with meters set, one starting), their inbox, two jobs.
+    fn server(dir: &std::path::Path) -> (Arc<Running>, Arc<Manifest>, Arc<Hub>) {
+        let db = Arc::new(Manifest::open(&dir.join("s.db")).unwrap());
+        let (a, b) = (db.pair("/a", "/x").unwrap(), db.pair("/b", "/y").unwrap());
+        let p = PairHandle::new(a.id, "az://c/p \"x\" -> s3://b/q".into(), None);
         let d = p.stats.clone();
         d.copied.store(3, Relaxed);
         d.stale.store(2, Relaxed);
@@ -289,72 +380,146 @@ mod tests {
         d.bytes_copied.store(4096, Relaxed);
         d.drift_found.store(6, Relaxed);
         d.drift_repaired.store(4, Relaxed);
+        d.restarts.store(2, Relaxed);
         for ms in [40, 700, 400_000] {
             d.lag.observe_ms(ms);
         }
-        // process-wide: labels no other test uses (the registry is shared by the test binary)
+        p.intake.events.store(7, Relaxed);
+        p.set_state(PairState::Following);
+        let running = Running::new();
+        running.add(p);
+        running.add(PairHandle::new(b.id, "/b -> /y".into(), None));
+        let keys: Vec<_> = (0..4)
+            .map(|i| (format!("k{i}"), Kind::Upsert, None))
+            .collect();
+        Inbox::new(&db).push(a.id, &keys).unwrap();
+        let dead = (Some(a.id), "az".into(), b"{".to_vec(), "not JSON".into());
+        let intake = Intake {
+            dead: vec![dead],
+            ..Default::default()
+        };
+        Inbox::new(&db).store(&intake).unwrap();
+        let jobs = JobStore::new(&db);
+        let done = jobs
+            .insert("copy", "/a", "/b", &serde_json::json!({}))
+            .unwrap();
+        jobs.insert("copy", "/a", "/b", &serde_json::json!({}))
+            .unwrap();
+        let me = crate::state::owner::owner_tag(std::process::id()).unwrap();
+        jobs.transition(done, &[JobState::Queued], JobState::Running, Some(&me))
+            .unwrap();
+        let progress = crate::state::jobs::Progress {
+            bytes_done: 30,
+            ..Default::default()
+        };
+        jobs.finish(done, JobState::Succeeded, &progress, None, None)
+            .unwrap();
+        let hub = Hub::new(db.clone());
+        (running, db, hub)
+    }
+
+    fn scrape(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn metrics_text_has_one_sample_per_pair_and_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let (running, db, hub) = server(dir.path());
+        // process-wide: labels no other test uses (the meters are shared by the test binary)
         crate::core::metrics::request_error("s3", "418");
         crate::core::metrics::request_retry("s3", "418");
-        p.intake.events.store(7, Relaxed);
-        let meters = vec![p];
-        let inbox = vec![crate::state::inbox::Stats {
-            pending: 4,
-            dead_letters: 1,
-        }];
-        let text = render_metrics(&meters, &inbox, 0);
+        let text = scrape(&registry(running, db, hub));
         let pair = r#"pair="az://c/p \"x\" -> s3://b/q""#;
-        for want in [
+        let other = r#"pair="/b -> /y""#;
+        let mut want: Vec<String> = [
+            "# TYPE slate_events_received_total counter",
+            "# TYPE slate_messages_received_total counter",
+            "# TYPE slate_keys_total counter",
+            "# TYPE slate_events_applied_total counter",
+            "# TYPE slate_bytes_copied_total counter",
+            "# TYPE slate_drift_found_total counter",
+            "# TYPE slate_drift_repaired_total counter",
+            "# TYPE slate_replication_lag_seconds histogram",
+            "# TYPE slate_pair_up gauge",
+            "# TYPE slate_pair_restarts_total counter",
+            "# TYPE slate_backlog gauge",
+            "# TYPE slate_dead_letters gauge",
+            "# TYPE slate_webhook_deliveries_total counter",
+            "# TYPE slate_request_errors_total counter",
+            "# TYPE slate_request_retries_total counter",
+            "# TYPE slate_transfers_in_flight gauge",
+            "# TYPE slate_transfer_limit gauge",
+            "# TYPE slate_jobs gauge",
+            "# TYPE slate_job_bytes_total counter",
+            "# HELP slate_keys_total Keys reconciled, by outcome (stale: skipped by their ordering token).",
+            "slate_webhook_deliveries_total 0",
+            r#"slate_jobs{state="succeeded"} 1"#,
+            r#"slate_jobs{state="queued"} 1"#,
+            r#"slate_jobs{state="running"} 0"#,
+            "slate_job_bytes_total 30",
+        ]
+        .map(String::from)
+        .to_vec();
+        want.extend([
             format!("slate_events_received_total{{{pair}}} 7"),
             format!("slate_keys_total{{{pair},result=\"copied\"}} 3"),
             format!("slate_keys_total{{{pair},result=\"stale\"}} 2"),
-            format!("slate_backlog{{{pair}}} 4"),
-            format!("slate_dead_letters{{{pair}}} 1"),
-            "slate_webhook_deliveries_total 0".to_string(),
-            "# TYPE slate_keys_total counter".to_string(),
-            "# TYPE slate_backlog gauge".to_string(),
+            format!("slate_keys_total{{{pair},result=\"failed\"}} 0"),
+            format!("slate_keys_total{{{other},result=\"copied\"}} 0"),
             format!("slate_events_applied_total{{{pair}}} 5"),
             format!("slate_bytes_copied_total{{{pair}}} 4096"),
             format!("slate_drift_found_total{{{pair}}} 6"),
             format!("slate_drift_repaired_total{{{pair}}} 4"),
-            "# TYPE slate_replication_lag_seconds histogram".to_string(),
             format!("slate_replication_lag_seconds_bucket{{{pair},le=\"0.05\"}} 1"),
             format!("slate_replication_lag_seconds_bucket{{{pair},le=\"0.5\"}} 1"),
             format!("slate_replication_lag_seconds_bucket{{{pair},le=\"1\"}} 2"),
             format!("slate_replication_lag_seconds_bucket{{{pair},le=\"300\"}} 2"),
             format!("slate_replication_lag_seconds_bucket{{{pair},le=\"+Inf\"}} 3"),
-            format!("slate_replication_lag_seconds_sum{{{pair}}} 400.74"),
             format!("slate_replication_lag_seconds_count{{{pair}}} 3"),
-            "# TYPE slate_request_errors_total counter".to_string(),
-            "# TYPE slate_request_retries_total counter".to_string(),
-            "# TYPE slate_transfers_in_flight gauge".to_string(),
-        ] {
+            format!("slate_replication_lag_seconds_count{{{other}}} 0"),
+            format!("slate_pair_up{{{pair}}} 1"),
+            format!("slate_pair_up{{{other}}} 0"),
+            format!("slate_pair_restarts_total{{{pair}}} 2"),
+            format!("slate_pair_restarts_total{{{other}}} 0"),
+            format!("slate_backlog{{{pair}}} 4"),
+            format!("slate_backlog{{{other}}} 0"),
+            format!("slate_dead_letters{{{pair}}} 1"),
+        ]);
+        for want in &want {
             assert!(
                 text.lines().any(|l| l == want),
                 "missing {want:?} in\n{text}"
             );
         }
-        // counters only grow, and other tests may add to the same labels: at least ours
-        let value = |prefix: &str| -> u64 {
+        let value = |prefix: &str| -> f64 {
             text.lines()
                 .find_map(|l| l.strip_prefix(prefix))
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or_else(|| panic!("no {prefix:?} in\n{text}"))
         };
+        let sum = value(&format!("slate_replication_lag_seconds_sum{{{pair}}}"));
+        assert!((sum - 400.74).abs() < 1e-9, "{sum}");
+        // counters only grow, and other tests may add to the same labels: at least ours
         let labels = r#"{store="s3",status="418"}"#;
-        assert!(value(&format!("slate_request_errors_total{labels}")) >= 1);
-        assert!(value(&format!("slate_request_retries_total{labels}")) >= 1);
+        assert!(value(&format!("slate_request_errors_total{labels}")) >= 1.0);
+        assert!(value(&format!("slate_request_retries_total{labels}")) >= 1.0);
         value("slate_transfers_in_flight ");
-        // every family has one HELP and one TYPE line, and no sample without a family
+        every_family_has_help_and_type(&text);
+    }
+
+    /// Every family has one HELP and one TYPE line, and no sample is without its family.
+    fn every_family_has_help_and_type(text: &str) {
         let mut families = std::collections::HashSet::new();
         for l in text.lines() {
             if let Some(rest) = l.strip_prefix("# TYPE ") {
                 let name = rest.split(' ').next().unwrap_or_default();
                 assert!(families.insert(name.to_string()), "{name} twice");
                 let help = format!("# HELP {name} ");
-                assert!(
-                    text.lines().any(|h| h.starts_with(&help)),
-                    "{name} has no HELP"
-                );
+                let helps = text.lines().filter(|h| h.starts_with(&help)).count();
+                assert_eq!(helps, 1, "{name} has {helps} HELP lines");
             } else if !l.starts_with('#') {
                 let name = l.split(['{', ' ']).next().unwrap_or_default();
                 let base = ["_bucket", "_sum", "_count"]
@@ -365,5 +530,9 @@ mod tests {
                 assert!(families.contains(base), "sample {l:?} before its TYPE");
             }
         }
+        assert!(
+            !text.contains(".."),
+            "a HELP ends with two full stops:\n{text}"
+        );
     }
 }

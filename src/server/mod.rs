@@ -42,6 +42,8 @@ pub struct Server {
     /// The pairs with their manifest counts, as `GET /pairs` last read them.
     pub(crate) pair_counts:
         std::sync::Mutex<Option<(std::time::Instant, Vec<crate::state::manifest::PairInfo>)>>,
+    /// The process's one metrics registry (`GET /metrics`).
+    pub(crate) registry: prometheus_client::registry::Registry,
 }
 
 impl std::fmt::Debug for Server {
@@ -187,6 +189,7 @@ pub async fn start(setup: Setup) -> Result<Served> {
     let jobs = Jobs::new(setup.db.clone(), setup.copy, setup.max_jobs);
     let (interrupted, queued) = jobs.recover().await?;
     let has_token = setup.token.is_some();
+    let registry = metrics::registry(setup.running.clone(), setup.db.clone(), setup.hub.clone());
     let server = Arc::new(Server {
         db: setup.db,
         jobs: jobs.clone(),
@@ -194,6 +197,7 @@ pub async fn start(setup: Setup) -> Result<Served> {
         running: setup.running,
         token: setup.token,
         pair_counts: std::sync::Mutex::new(None),
+        registry,
     });
     let (addr, _task) = bind(&setup.addr, has_token, router(server)).await?;
     Ok(Served {

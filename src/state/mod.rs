@@ -2,6 +2,7 @@
 //! knows SQL.
 
 pub mod inbox;
+pub mod jobs;
 pub mod leases;
 pub mod manifest;
 pub mod owner;

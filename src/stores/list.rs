@@ -77,6 +77,12 @@ const LOCAL_WALKERS: usize = 4;
 /// Entries waiting per folder listed ahead of the one being sent.
 const AHEAD: usize = 1000;
 
+/// A folder listed ahead: its entries as they come, and the task listing it (its count).
+type Ahead = (
+    mpsc::Receiver<Result<Entry>>,
+    tokio::task::JoinHandle<Result<u64>>,
+);
+
 /// HEADs in flight per listing page to tell folder markers from zero-byte objects.
 const MARKER_HEADS: usize = 16;
 
@@ -265,10 +271,7 @@ impl Level {
         tx: &mpsc::Sender<Result<Entry>>,
     ) -> Result<Option<u64>> {
         let mut n = 0u64;
-        let mut ahead: std::collections::VecDeque<(
-            mpsc::Receiver<Result<Entry>>,
-            tokio::task::JoinHandle<Result<u64>>,
-        )> = Default::default();
+        let mut ahead: std::collections::VecDeque<Ahead> = Default::default();
         let folders: Vec<object_store::path::Path> = items
             .iter()
             .filter_map(|i| match i {

@@ -34,7 +34,7 @@ impl std::fmt::Display for ChunkError {
 }
 
 /// Retries of one request (or chunk): the schedule, and who hears of its failures.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Retry {
     pub schedule: Backoff,
     /// The store's scheme (`s3`, `az`, `gs`, `local`) that failed attempts are counted under;
@@ -42,16 +42,6 @@ pub struct Retry {
     pub store: Option<&'static str>,
     /// The adaptive limit told about throttles and successes; None: none.
     pub limit: Option<Arc<Limiter>>,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry {
-            schedule: Backoff::default(),
-            store: None,
-            limit: None,
-        }
-    }
 }
 
 /// The status label of a failed attempt (`503`, `timeout`, …; see
@@ -237,12 +227,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn counts_failed_attempts_and_retries_by_store_and_status() {
-        // a label no other test uses: the registry is shared by the whole test binary
-        let count = |rows: Vec<(&'static str, String, u64)>| {
-            rows.into_iter()
-                .find(|(s, st, _)| *s == "az" && st == "418")
-                .map_or(0, |r| r.2)
-        };
+        // a label no other test uses: the meters are shared by the whole test binary
+        let errors = || crate::core::metrics::request_errors("az", "418");
+        let retries = || crate::core::metrics::request_retries("az", "418");
         let teapot = || async { Err::<(), _>("status code: 418 I'm a teapot: no".to_string()) };
         let b = Retry {
             schedule: Backoff {
@@ -257,8 +244,8 @@ mod tests {
             .run("t", |_| true, |_| teapot())
             .await
             .is_err());
-        assert_eq!(count(crate::core::metrics::request_errors()), 3);
-        assert_eq!(count(crate::core::metrics::request_retries()), 2);
+        assert_eq!(errors(), 3);
+        assert_eq!(retries(), 2);
         // a fatal error is counted, not retried; without a store nothing is counted
         let fatal = b
             .clone()
@@ -267,8 +254,8 @@ mod tests {
             .await;
         assert!(fatal.is_err());
         assert!(b.run("t", |_| true, |_| teapot()).await.is_err());
-        assert_eq!(count(crate::core::metrics::request_errors()), 4);
-        assert_eq!(count(crate::core::metrics::request_retries()), 2);
+        assert_eq!(errors(), 4);
+        assert_eq!(retries(), 2);
     }
 
     #[test]

@@ -1,0 +1,391 @@
+//! Running jobs: each waits for a slot, runs as a task of its own while a ticker follows its
+//! progress, and records its outcome; cancel and resume move the row first and then stop or
+//! start the task; at shutdown the running jobs are marked interrupted.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::request::{JobRequest, Kind, Refused};
+use super::Jobs;
+use crate::copy::{self, progress::Counters, CopyOptions};
+use crate::core::error::{Result, SlateError};
+use crate::core::location::Location;
+use crate::engine::once::{self, SyncOptions};
+use crate::state::blocking;
+use crate::state::jobs::{Job, JobState, JobStore, Progress};
+use crate::state::manifest::Manifest;
+
+/// A job this process runs.
+pub(super) struct Live {
+    counters: Arc<Counters>,
+    /// The latest progress, shown instead of the row's.
+    pub(super) snapshot: Mutex<Progress>,
+    abort: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Live {
+    fn abort(&self) {
+        if let Some(a) = self.abort.lock().ok().and_then(|a| a.clone()) {
+            a.abort();
+        }
+    }
+}
+
+/// The copier's counters as a job's progress.
+fn snapshot(c: &Counters, rate: f64, version: u64) -> Progress {
+    let done = c.objects_done.load(Relaxed);
+    let failed = c.objects_failed.load(Relaxed);
+    let bytes = c.bytes_done.load(Relaxed);
+    Progress {
+        objects_done: done,
+        objects_total: c.objects_listed.load(Relaxed).max(done + failed),
+        objects_failed: failed,
+        bytes_done: bytes,
+        bytes_total: c.bytes_listed.load(Relaxed).max(bytes),
+        total_known: c.listing_done.load(Relaxed),
+        rate,
+        version,
+    }
+}
+
+impl Jobs {
+    /// Cancels a queued or running job. A running job stops at once: objects in flight are
+    /// abandoned before they become visible (temp files removed, multipart uploads aborted).
+    pub async fn cancel(self: &Arc<Self>, id: i64) -> std::result::Result<Job, Refused> {
+        let m = self.manifest.clone();
+        let done = blocking(move || {
+            JobStore::new(&m).transition(
+                id,
+                &[JobState::Queued, JobState::Running],
+                JobState::Cancelled,
+                None,
+            )
+        })
+        .await
+        .map_err(Refused::internal)?;
+        let job = self.get(id).await?.ok_or_else(|| Refused::not_found(id))?;
+        if !done {
+            return Err(Refused::conflict(format!(
+                "job {id} is {}: only a queued or running job can be cancelled",
+                job.state
+            )));
+        }
+        if let Some(live) = self.live.lock().ok().and_then(|l| l.get(&id).cloned()) {
+            live.abort();
+        }
+        Ok(job)
+    }
+
+    /// Runs a finished job that did not succeed again, continuing from what is done.
+    pub async fn resume(self: &Arc<Self>, id: i64) -> std::result::Result<Job, Refused> {
+        let m = self.manifest.clone();
+        let done = blocking(move || {
+            let s = JobStore::new(&m);
+            // a job left running by a dead process is interrupted (recover may not have run)
+            if let Some(j) = s.get(id)? {
+                if j.state() == JobState::Interrupted {
+                    s.transition(id, &[JobState::Running], JobState::Interrupted, None)?;
+                }
+            }
+            s.transition(
+                id,
+                &[JobState::Interrupted, JobState::Failed, JobState::Cancelled],
+                JobState::Queued,
+                None,
+            )
+        })
+        .await
+        .map_err(Refused::internal)?;
+        let job = self.get(id).await?.ok_or_else(|| Refused::not_found(id))?;
+        if !done {
+            return Err(Refused::conflict(format!(
+                "job {id} is {}: only an interrupted, failed or cancelled job can be resumed",
+                job.state
+            )));
+        }
+        self.spawn(id);
+        Ok(job)
+    }
+
+    /// Marks the jobs this process runs as interrupted and stops them (shutdown): a restart or
+    /// a resume continues them.
+    pub async fn interrupt_all(&self) {
+        let ids: Vec<(i64, Arc<Live>)> = self
+            .live
+            .lock()
+            .map(|l| l.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default();
+        for (id, live) in ids {
+            let m = self.manifest.clone();
+            let _ = blocking(move || {
+                JobStore::new(&m).transition(id, &[JobState::Running], JobState::Interrupted, None)
+            })
+            .await;
+            live.abort();
+        }
+    }
+
+    /// Runs the job in the background as soon as a slot is free.
+    pub(super) fn spawn(self: &Arc<Self>, id: i64) {
+        let live = Arc::new(Live {
+            counters: Arc::new(Counters::default()),
+            snapshot: Mutex::new(Progress::default()),
+            abort: Mutex::new(None),
+        });
+        if let Ok(mut l) = self.live.lock() {
+            l.insert(id, live.clone());
+        }
+        let jobs = self.clone();
+        tokio::spawn(async move {
+            let r = jobs.clone().drive(id, live).await;
+            if let Err(e) = r {
+                tracing::error!(job = id, error = %e, "job bookkeeping failed");
+            }
+            if let Ok(mut l) = jobs.live.lock() {
+                l.remove(&id);
+            }
+        });
+    }
+
+    /// Waits for a slot, runs the job, records its outcome.
+    async fn drive(self: Arc<Self>, id: i64, live: Arc<Live>) -> Result<()> {
+        let _slot = self.slots.clone().acquire_owned().await.ok();
+        // cancelled (or taken by another process) while it waited
+        let Some(job) = self.claim(id).await? else {
+            return Ok(());
+        };
+        let resumed = job.started_at.is_some();
+        let req = JobRequest {
+            kind: Kind::parse(&job.kind).unwrap_or(Kind::Copy),
+            src: job.src.clone(),
+            dst: job.dst.clone(),
+            options: job.options.clone(),
+        };
+        let version = Arc::new(AtomicU64::new(job.version + 1));
+        tracing::info!(job = id, kind = %job.kind, src = %job.src, dst = %job.dst, resumed, "job started");
+
+        let work = tokio::spawn(run_job(
+            self.manifest.clone(),
+            id,
+            req,
+            self.base.clone(),
+            live.counters.clone(),
+            resumed,
+        ));
+        if let Ok(mut a) = live.abort.lock() {
+            *a = Some(work.abort_handle());
+        }
+        let ticker = tokio::spawn(tick(
+            self.manifest.clone(),
+            id,
+            live.clone(),
+            version.clone(),
+        ));
+        let outcome = work.await;
+        ticker.abort();
+        let snap = snapshot(&live.counters, 0.0, version.load(Relaxed));
+        self.record(id, &live, snap, ending(outcome)).await
+    }
+
+    /// Takes a queued job for this process: the job as it was, or None when it is no longer
+    /// queued.
+    async fn claim(&self, id: i64) -> Result<Option<Job>> {
+        let (m, owner) = (self.manifest.clone(), self.owner.clone());
+        blocking(move || {
+            let s = JobStore::new(&m);
+            let prior = s.get(id)?;
+            let started = s.transition(id, &[JobState::Queued], JobState::Running, Some(&owner))?;
+            Ok(prior.filter(|_| started))
+        })
+        .await
+    }
+
+    /// Writes how the job ended, unless a cancel or an interrupt did first: then only the
+    /// progress it made is kept.
+    async fn record(&self, id: i64, live: &Live, snap: Progress, end: Ending) -> Result<()> {
+        let (state, error, result) = end;
+        let m = self.manifest.clone();
+        let (err2, res2) = (error.clone(), result.clone());
+        let recorded = blocking(move || {
+            JobStore::new(&m).finish(id, state, &snap, err2.as_deref(), res2.as_ref())
+        })
+        .await?;
+        if recorded {
+            tracing::info!(
+                job = id,
+                state = state.name(),
+                error = error.as_deref().unwrap_or(""),
+                "job finished"
+            );
+        } else {
+            // cancelled or interrupted meanwhile: keep the progress it made
+            let m = self.manifest.clone();
+            let snap = snapshot(&live.counters, 0.0, 0);
+            blocking(move || JobStore::new(&m).keep_progress(id, &snap)).await?;
+        }
+        Ok(())
+    }
+}
+
+/// How a job ended: its final state, its error and its summary.
+type Ending = (JobState, Option<String>, Option<Value>);
+
+/// The ending of the job's task.
+fn ending(outcome: std::result::Result<Result<Outcome>, tokio::task::JoinError>) -> Ending {
+    match outcome {
+        Ok(Ok(Outcome { failed: 0, result })) => (JobState::Succeeded, None, Some(result)),
+        Ok(Ok(Outcome { failed, result })) => (
+            JobState::Failed,
+            Some(format!(
+                "{failed} objects failed; first error: {}",
+                result["first_error"].as_str().unwrap_or("unknown")
+            )),
+            Some(result),
+        ),
+        Ok(Err(e)) => (JobState::Failed, Some(e.to_string()), None),
+        // aborted: cancelled or interrupted, already recorded by who aborted it
+        Err(e) if e.is_cancelled() => (JobState::Cancelled, None, None),
+        Err(e) => (
+            JobState::Failed,
+            Some(format!("the job panicked: {e}")),
+            None,
+        ),
+    }
+}
+
+/// Turns the counters into snapshots four times a second, writes one a second.
+async fn tick(manifest: Arc<Manifest>, id: i64, live: Arc<Live>, version: Arc<AtomicU64>) {
+    let mut window: std::collections::VecDeque<(Instant, u64)> = Default::default();
+    let mut last_write = Instant::now();
+    let mut last = Progress::default();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = Instant::now();
+        window.push_back((now, live.counters.bytes_done.load(Relaxed)));
+        while window.len() > 1 && now.duration_since(window[0].0) > Duration::from_secs(5) {
+            window.pop_front();
+        }
+        let mut snap = snapshot(&live.counters, rate(&window), version.load(Relaxed));
+        if !snap.same_progress(&last) {
+            snap.version = version.fetch_add(1, Relaxed) + 1;
+            if let Ok(mut s) = live.snapshot.lock() {
+                *s = snap.clone();
+            }
+            last = snap.clone();
+        }
+        if last_write.elapsed() >= Duration::from_secs(1) {
+            last_write = Instant::now();
+            let (m, s) = (manifest.clone(), last.clone());
+            let _ = blocking(move || JobStore::new(&m).progress(id, &s)).await;
+        }
+    }
+}
+
+/// Bytes per second between the first and the last (time, bytes done) of `window`.
+fn rate(window: &std::collections::VecDeque<(Instant, u64)>) -> f64 {
+    match (window.front(), window.back()) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            (b.1 - a.1) as f64 / b.0.duration_since(a.0).as_secs_f64()
+        }
+        _ => 0.0,
+    }
+}
+
+/// What a job's work produced: objects that failed, and its summary.
+struct Outcome {
+    failed: u64,
+    result: Value,
+}
+
+async fn run_job(
+    manifest: Arc<Manifest>,
+    id: i64,
+    req: JobRequest,
+    base: CopyOptions,
+    counters: Arc<Counters>,
+    resumed: bool,
+) -> Result<Outcome> {
+    let mut settings = req.settings(&base).map_err(|r| SlateError::BadOption {
+        option: r.field.unwrap_or_default(),
+        why: r.message,
+    })?;
+    settings.copy.counters = Some(counters.clone());
+    settings.sync.copy.counters = Some(counters);
+    let src = crate::copy::source(&Location::parse(&req.src)?, &settings.copy);
+    let dst = Location::parse(&req.dst)?;
+    match req.kind {
+        Kind::Copy if !resumed => run_copy(&src, &dst, settings.copy).await,
+        // a resumed copy: what the destination already holds unchanged is skipped
+        Kind::Copy | Kind::SyncOnce => {
+            let mut opts = settings.sync;
+            if req.kind == Kind::Copy {
+                opts.no_delete = true;
+            }
+            opts.purpose = format!("job {id} ({})", req.kind.name());
+            run_sync(manifest, id, &src, &dst, &opts).await
+        }
+        Kind::Diff => run_diff(manifest, &src, &dst, &settings.sync).await,
+    }
+}
+
+async fn run_copy(src: &Location, dst: &Location, opts: CopyOptions) -> Result<Outcome> {
+    let s = copy::run(src, dst, opts).await?;
+    Ok(Outcome {
+        failed: s.failed,
+        result: json!({
+            "objects": s.objects, "bytes": s.bytes, "failed": s.failed,
+            "server_side": s.server_side, "seconds": s.elapsed.as_secs_f64(),
+            "first_error": s.first_error,
+        }),
+    })
+}
+
+async fn run_sync(
+    manifest: Arc<Manifest>,
+    id: i64,
+    src: &Location,
+    dst: &Location,
+    opts: &SyncOptions,
+) -> Result<Outcome> {
+    let failed = |msg: &str| tracing::warn!(job = id, error = %msg, "object failed");
+    let hooks = once::Hooks {
+        planned: None,
+        failed: Some(&failed),
+    };
+    let r = once::sync_once(manifest, src, dst, opts, hooks).await?;
+    Ok(Outcome {
+        failed: r.failed,
+        result: json!({
+            "copied": r.copied, "copied_bytes": r.copied_bytes, "deleted": r.deleted,
+            "failed": r.failed, "listed_src": r.listed_src, "listed_dst": r.listed_dst,
+            "equal": r.counts.equal, "dry_run": r.dry_run,
+            "seconds": r.elapsed.as_secs_f64(), "first_error": r.first_error,
+            "summary": r.line(),
+        }),
+    })
+}
+
+async fn run_diff(
+    manifest: Arc<Manifest>,
+    src: &Location,
+    dst: &Location,
+    opts: &SyncOptions,
+) -> Result<Outcome> {
+    let scan = once::compare(&manifest, src, dst, &opts.filter, &mut |_, _| {}).await?;
+    let c = scan.counts;
+    Ok(Outcome {
+        failed: 0,
+        result: json!({
+            "equal": c.differences() == 0,
+            "only_in_source": c.only_in_source,
+            "only_in_destination": c.only_in_destination + c.kept,
+            "changed": c.changed,
+            "same": c.equal,
+            "bytes_to_copy": c.bytes_to_copy,
+            "listed_src": scan.listed_src, "listed_dst": scan.listed_dst,
+        }),
+    })
+}

@@ -1,0 +1,516 @@
+//! The jobs table (schema/0004_jobs.sql): one row per job started through the API, from the
+//! moment it is accepted, so that it outlives the process running it. A row marked running by
+//! a process that is gone reads as interrupted, whoever reads it.
+
+use rusqlite::params;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::core::error::Result;
+use crate::core::units::rfc3339;
+use crate::state::inbox::now as now_ms;
+use crate::state::manifest::Manifest;
+use crate::state::owner::owner_alive;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    /// Its process died while it ran; can be resumed.
+    Interrupted,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Interrupted,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Finished: nothing will change it but a resume.
+    pub fn is_final(self) -> bool {
+        !matches!(self, JobState::Queued | JobState::Running)
+    }
+
+    /// `slate status`'s exit code: 0 succeeded, 1 failed, 3 cancelled or interrupted,
+    /// 4 not finished.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            JobState::Succeeded => 0,
+            JobState::Failed => 1,
+            JobState::Cancelled | JobState::Interrupted => 3,
+            JobState::Queued | JobState::Running => 4,
+        }
+    }
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Job {
+    pub id: i64,
+    pub kind: String,
+    pub src: String,
+    pub dst: String,
+    pub options: Value,
+    pub state: String,
+    pub objects_done: u64,
+    pub objects_total: u64,
+    pub objects_failed: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// The totals are final (the listing is complete).
+    pub total_known: bool,
+    /// Bytes per second over the last seconds.
+    pub rate: f64,
+    pub created_at: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub error: Option<String>,
+    pub result: Option<Value>,
+    /// Grows with every change: the id of the job's SSE events.
+    #[serde(skip)]
+    pub version: u64,
+}
+
+impl Job {
+    pub fn state(&self) -> JobState {
+        JobState::parse(&self.state).unwrap_or(JobState::Failed)
+    }
+}
+
+/// A point in a job's progress, as its row keeps it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    pub objects_done: u64,
+    pub objects_total: u64,
+    pub objects_failed: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub total_known: bool,
+    pub rate: f64,
+    pub version: u64,
+}
+
+impl Progress {
+    /// The same counts and rate, whatever the versions.
+    pub fn same_progress(&self, o: &Progress) -> bool {
+        Progress {
+            version: 0,
+            ..self.clone()
+        } == Progress {
+            version: 0,
+            ..o.clone()
+        }
+    }
+
+    /// Shows this progress in `j` (a newer version than the row's wins).
+    pub fn apply(&self, j: &mut Job) {
+        j.objects_done = self.objects_done;
+        j.objects_total = self.objects_total;
+        j.objects_failed = self.objects_failed;
+        j.bytes_done = self.bytes_done;
+        j.bytes_total = self.bytes_total;
+        j.total_known = self.total_known;
+        j.rate = self.rate;
+        j.version = j.version.max(self.version);
+    }
+}
+
+/// Jobs per state, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobCounts {
+    /// Indexed by `JobState as usize`.
+    pub by_state: [u64; 6],
+    /// Bytes copied by all jobs in the database.
+    pub bytes_done: u64,
+}
+
+const COLUMNS: &str = "id, kind, src, dst, options, state, objects_done, objects_total, \
+     objects_failed, bytes_done, bytes_total, total_known, rate, created_at, started_at, \
+     finished_at, error, result, owner, version";
+
+/// The state a row reads as: a running job whose process is gone was interrupted.
+fn read_state(state: &str, owner: Option<&str>) -> Option<JobState> {
+    match JobState::parse(state)? {
+        JobState::Running if !owner.is_some_and(owner_alive) => Some(JobState::Interrupted),
+        s => Some(s),
+    }
+}
+
+fn row_to_job(r: &rusqlite::Row) -> rusqlite::Result<Job> {
+    let ts = |i: usize| -> rusqlite::Result<Option<String>> {
+        Ok(r.get::<_, Option<i64>>(i)?.map(rfc3339))
+    };
+    let json_col = |i: usize| -> rusqlite::Result<Option<Value>> {
+        Ok(r.get::<_, Option<String>>(i)?
+            .and_then(|s| serde_json::from_str(&s).ok()))
+    };
+    let count = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)? as u64) };
+    let mut state: String = r.get(5)?;
+    let owner: Option<String> = r.get(18)?;
+    if read_state(&state, owner.as_deref()) == Some(JobState::Interrupted) {
+        state = JobState::Interrupted.name().into();
+    }
+    Ok(Job {
+        id: r.get(0)?,
+        kind: r.get(1)?,
+        src: r.get(2)?,
+        dst: r.get(3)?,
+        options: json_col(4)?.unwrap_or_else(|| json!({})),
+        state,
+        objects_done: count(6)?,
+        objects_total: count(7)?,
+        objects_failed: count(8)?,
+        bytes_done: count(9)?,
+        bytes_total: count(10)?,
+        total_known: r.get::<_, i64>(11)? != 0,
+        rate: r.get(12)?,
+        created_at: ts(13)?,
+        started_at: ts(14)?,
+        finished_at: ts(15)?,
+        error: r.get(16)?,
+        result: json_col(17)?,
+        version: count(19)?,
+    })
+}
+
+/// `UPDATE` that moves a job from the states in `list` (quoted, comma-separated) to `to`.
+fn transition_sql(to: JobState, list: &str) -> String {
+    let set = match to {
+        JobState::Running => {
+            "state = 'running', owner = ?2, started_at = ?3, finished_at = NULL, error = NULL, \
+             runs = runs + 1"
+        }
+        JobState::Queued => "state = 'queued', owner = NULL, finished_at = NULL",
+        _ => "state = ?2, finished_at = ?3, rate = 0",
+    };
+    format!("UPDATE jobs SET {set}, version = version + 1 WHERE id = ?1 AND state IN ({list})")
+}
+
+/// The rows of the jobs table.
+pub struct JobStore<'a> {
+    m: &'a Manifest,
+}
+
+impl<'a> JobStore<'a> {
+    pub fn new(m: &'a Manifest) -> Self {
+        JobStore { m }
+    }
+
+    /// Stores a new job, queued; returns its id. `options` is the JSON object it was given.
+    pub fn insert(&self, kind: &str, src: &str, dst: &str, options: &Value) -> Result<i64> {
+        self.m.with(|c| {
+            c.execute(
+                "INSERT INTO jobs (kind, src, dst, options, state, created_at, version)
+                 VALUES (?1, ?2, ?3, ?4, 'queued', ?5, 1)",
+                params![kind, src, dst, options.to_string(), now_ms()],
+            )?;
+            Ok(c.last_insert_rowid())
+        })
+    }
+
+    pub fn get(&self, id: i64) -> Result<Option<Job>> {
+        self.m.read(|c| {
+            let mut st = c.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"))?;
+            let mut rows = st.query_map([id], row_to_job)?;
+            rows.next().transpose()
+        })
+    }
+
+    /// Newest first: up to `limit` jobs with an id below `before`, in `state` if given.
+    pub fn list(
+        &self,
+        state: Option<JobState>,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<Vec<Job>> {
+        let before = before.unwrap_or(i64::MAX);
+        self.m.read(|c| {
+            let mut st = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM jobs WHERE id < ?1 ORDER BY id DESC"
+            ))?;
+            let mut out = Vec::new();
+            for j in st.query_map([before], row_to_job)? {
+                let j = j?;
+                if state.is_none_or(|s| j.state() == s) {
+                    out.push(j);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Moves a job from one of `from` to `to` (recording `owner` when it starts running);
+    /// false when it was in none of them.
+    pub fn transition(
+        &self,
+        id: i64,
+        from: &[JobState],
+        to: JobState,
+        owner: Option<&str>,
+    ) -> Result<bool> {
+        let list = from
+            .iter()
+            .map(|s| format!("'{}'", s.name()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let sql = transition_sql(to, &list);
+        let t = now_ms();
+        self.m.with(|c| {
+            let n = match to {
+                JobState::Running => c.execute(&sql, params![id, owner, t])?,
+                JobState::Queued => c.execute(&sql, params![id])?,
+                other => c.execute(&sql, params![id, other.name(), t])?,
+            };
+            Ok(n > 0)
+        })
+    }
+
+    /// Writes a running job's progress (ignored once it is no longer running).
+    pub fn progress(&self, id: i64, p: &Progress) -> Result<()> {
+        self.m.with(|c| {
+            c.execute(
+                "UPDATE jobs SET objects_done = ?2, objects_total = ?3, objects_failed = ?4,
+                    bytes_done = ?5, bytes_total = ?6, total_known = ?7, rate = ?8, version = ?9
+                 WHERE id = ?1 AND state = 'running'",
+                params![
+                    id,
+                    p.objects_done as i64,
+                    p.objects_total as i64,
+                    p.objects_failed as i64,
+                    p.bytes_done as i64,
+                    p.bytes_total as i64,
+                    p.total_known as i64,
+                    p.rate,
+                    p.version as i64
+                ],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Keeps the counts a job reached before it was cancelled or interrupted.
+    pub fn keep_progress(&self, id: i64, p: &Progress) -> Result<()> {
+        self.m.with(|c| {
+            c.execute(
+                "UPDATE jobs SET objects_done = ?2, objects_failed = ?3, bytes_done = ?4,
+                    version = version + 1 WHERE id = ?1",
+                params![
+                    id,
+                    p.objects_done as i64,
+                    p.objects_failed as i64,
+                    p.bytes_done as i64
+                ],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Records the outcome of a running job (only while it is still running: a cancel wins).
+    pub fn finish(
+        &self,
+        id: i64,
+        state: JobState,
+        p: &Progress,
+        error: Option<&str>,
+        result: Option<&Value>,
+    ) -> Result<bool> {
+        self.m.with(|c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = ?2, finished_at = ?3, error = ?4, result = ?5,
+                    objects_done = ?6, objects_total = ?7, objects_failed = ?8, bytes_done = ?9,
+                    bytes_total = ?10, total_known = 1, rate = 0, version = MAX(version, ?11) + 1
+                 WHERE id = ?1 AND state = 'running'",
+                params![
+                    id,
+                    state.name(),
+                    now_ms(),
+                    error,
+                    result.map(Value::to_string),
+                    p.objects_done as i64,
+                    p.objects_total as i64,
+                    p.objects_failed as i64,
+                    p.bytes_done as i64,
+                    p.bytes_total as i64,
+                    p.version as i64
+                ],
+            )?;
+            Ok(n > 0)
+        })
+    }
+
+    /// How many jobs are in each state (as read: a dead process's running job is interrupted),
+    /// with the bytes finished jobs copied.
+    pub fn count_by_state(&self) -> Result<JobCounts> {
+        let rows: Vec<(String, Option<String>, i64)> = self.m.read(|c| {
+            let mut st = c.prepare_cached("SELECT state, owner, bytes_done FROM jobs")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect()
+        })?;
+        let mut counts = JobCounts::default();
+        for (state, owner, bytes) in rows {
+            let Some(state) = read_state(&state, owner.as_deref()) else {
+                continue;
+            };
+            counts.by_state[state as usize] += 1;
+            counts.bytes_done += bytes.max(0) as u64;
+        }
+        Ok(counts)
+    }
+
+    /// Jobs marked running by processes that are gone become interrupted; returns their ids
+    /// and the ids of queued jobs no live process has taken.
+    pub fn recover(&self) -> Result<(Vec<i64>, Vec<i64>)> {
+        let rows: Vec<(i64, String, Option<String>)> = self.m.with(|c| {
+            let mut st = c.prepare(
+                "SELECT id, state, owner FROM jobs WHERE state IN ('running', 'queued') ORDER BY id",
+            )?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect()
+        })?;
+        let (mut interrupted, mut queued) = (Vec::new(), Vec::new());
+        for (id, state, owner) in rows {
+            match read_state(&state, owner.as_deref()) {
+                Some(JobState::Interrupted) if state == "running" => {
+                    let to = JobState::Interrupted;
+                    let moved = self.transition(id, &[JobState::Running], to, None)?;
+                    interrupted.extend(moved.then_some(id));
+                }
+                Some(JobState::Queued) => queued.push(id),
+                _ => {}
+            }
+        }
+        Ok((interrupted, queued))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::owner::owner_tag;
+
+    #[test]
+    fn jobs_move_through_their_states_and_dead_owners_interrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manifest::open(&dir.path().join("s.db")).unwrap();
+        let s = JobStore::new(&m);
+        let a = s.insert("copy", "/a", "/b", &json!({})).unwrap();
+        let b = s.insert("copy", "/a", "/b", &json!({})).unwrap();
+        assert_eq!(s.get(a).unwrap().unwrap().state, "queued");
+        let me = owner_tag(std::process::id()).unwrap();
+        assert!(owner_alive(&me));
+        assert!(s
+            .transition(a, &[JobState::Queued], JobState::Running, Some(&me))
+            .unwrap());
+        assert!(!s
+            .transition(a, &[JobState::Queued], JobState::Running, Some(&me))
+            .unwrap());
+        // b is claimed by a process that no longer exists (PID 1's start time is never this)
+        assert!(s
+            .transition(b, &[JobState::Queued], JobState::Running, Some("1:0"))
+            .unwrap());
+        assert_eq!(
+            s.get(b).unwrap().unwrap().state,
+            "interrupted",
+            "read as interrupted"
+        );
+        let (interrupted, queued) = s.recover().unwrap();
+        assert_eq!((interrupted, queued), (vec![b], vec![]));
+        assert_eq!(
+            s.get(a).unwrap().unwrap().state,
+            "running",
+            "a live owner keeps it"
+        );
+        let snap = Progress {
+            objects_done: 3,
+            bytes_done: 30,
+            version: 7,
+            ..Default::default()
+        };
+        assert!(s
+            .finish(a, JobState::Succeeded, &snap, None, Some(&json!({"x": 1})))
+            .unwrap());
+        let j = s.get(a).unwrap().unwrap();
+        assert_eq!(
+            (j.state.as_str(), j.bytes_done, j.version),
+            ("succeeded", 30, 8)
+        );
+        assert!(j.finished_at.is_some() && j.result == Some(json!({"x": 1})));
+        assert!(
+            !s.finish(a, JobState::Failed, &snap, None, None).unwrap(),
+            "final stays final"
+        );
+        let newest = s.list(None, 10, None).unwrap();
+        assert_eq!(newest.iter().map(|j| j.id).collect::<Vec<_>>(), vec![b, a]);
+        let only = s.list(Some(JobState::Interrupted), 10, None).unwrap();
+        assert_eq!(only.len(), 1);
+        assert_eq!(s.list(None, 10, Some(b)).unwrap()[0].id, a, "paged by id");
+        let counts = s.count_by_state().unwrap();
+        assert_eq!(counts.by_state[JobState::Succeeded as usize], 1);
+        assert_eq!(counts.by_state[JobState::Interrupted as usize], 1);
+        assert_eq!(counts.by_state[JobState::Running as usize], 0);
+        assert_eq!(counts.bytes_done, 30);
+    }
+
+    #[test]
+    fn progress_compares_without_versions() {
+        let a = Progress {
+            bytes_done: 5,
+            version: 1,
+            ..Default::default()
+        };
+        let b = Progress {
+            version: 9,
+            ..a.clone()
+        };
+        assert!(a.same_progress(&b));
+        let mut j = Job {
+            id: 1,
+            kind: "copy".into(),
+            src: "/a".into(),
+            dst: "/b".into(),
+            options: json!({}),
+            state: "running".into(),
+            objects_done: 0,
+            objects_total: 0,
+            objects_failed: 0,
+            bytes_done: 0,
+            bytes_total: 0,
+            total_known: false,
+            rate: 0.0,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            error: None,
+            result: None,
+            version: 4,
+        };
+        b.apply(&mut j);
+        assert_eq!((j.bytes_done, j.version), (5, 9));
+    }
+}
