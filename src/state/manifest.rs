@@ -189,7 +189,7 @@ impl Manifest {
             let r = Connection::open(path).map_err(|e| err(e.to_string()))?;
             r.busy_timeout(std::time::Duration::from_secs(30))
                 .map_err(|e| err(e.to_string()))?;
-            r.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -8192;")
+            r.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -2048;")
                 .map_err(|e| err(e.to_string()))?;
             readers.push(Mutex::new(r));
         }
