@@ -156,7 +156,7 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
     }
     let quiet = args.tuning.quiet;
     let finished = tokio::select! {
-        r = copy::run(&src, &dst, opts) => Some(r),
+        r = copy::run(&src, &dst, opts, &|msg| eprintln!("error: {msg}")) => Some(r),
         _ = tokio::signal::ctrl_c() => None,
     };
     let Some(summary) = finished else {

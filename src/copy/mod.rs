@@ -418,7 +418,14 @@ pub(crate) fn item_for(src: &Side, dst_loc: &Location, e: crate::core::object::E
 
 /// Copies `src` to `dst`. Objects that fail are reported and counted; the copy goes on with
 /// the others and the summary says how many failed.
-pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> Result<CopySummary> {
+/// `failed` hears of each object that failed (named): the CLI prints it, a job logs it; the
+/// library prints nothing.
+pub async fn run(
+    src_loc: &Location,
+    dst_loc: &Location,
+    opts: CopyOptions,
+    failed: &(dyn Fn(&str) + Send + Sync),
+) -> Result<CopySummary> {
     opts.validate()?;
     let src_loc = &source(src_loc, &opts);
     let start = Instant::now();
@@ -474,7 +481,7 @@ pub async fn run(src_loc: &Location, dst_loc: &Location, opts: CopyOptions) -> R
                 summary.failed += 1;
                 counters.objects_failed.fetch_add(1, Relaxed);
                 let msg = e.to_string();
-                eprintln!("error: {msg}");
+                failed(&msg);
                 summary.first_error.get_or_insert(msg);
             }
         }

@@ -62,7 +62,7 @@ pub struct Ctx {
     pub counters: Arc<Counters>,
     /// Memory budget for chunk buffers, in units of [`BUDGET_UNIT`] bytes.
     pub budget: Arc<Semaphore>,
-    pub dirs: DirMaker,
+    pub dirs: Arc<DirMaker>,
     /// Source and destination are one bucket of one store.
     pub server_side: bool,
     /// Source and destination are two buckets of one S3 endpoint.
@@ -310,20 +310,32 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     })
 }
 
-fn local_dest(ctx: &Ctx, item: &Item) -> Result<PathBuf, SlateError> {
+/// Where a local destination file goes, its folders made (never through a symlink), and a
+/// temp file for it there; None for a folder marker whose folder exists (nothing to write).
+/// File-system calls: run on the blocking pool, not on a runtime worker.
+async fn local_dest(ctx: &Ctx, item: &Item) -> Result<(PathBuf, Option<TempFile>), SlateError> {
     let path = safe_join(&ctx.dst_root, &item.dst)?;
-    ctx.dirs.ensure_parent(&ctx.dst_root, &path).map_err(|e| {
-        obj_err(
-            item,
-            format!("creating folders for {}: {e}", path.display()),
-        )
-    })?;
-    Ok(path)
+    let (dirs, root, size) = (ctx.dirs.clone(), ctx.dst_root.clone(), item.size);
+    let p = path.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        dirs.ensure_parent(&root, &p)
+            .map_err(|e| format!("creating folders for {}: {e}", p.display()))?;
+        if size == 0 && p.is_dir() {
+            return Ok(None);
+        }
+        TempFile::create(&p, size)
+            .map(Some)
+            .map_err(|e| format!("creating {}: {e}", p.display()))
+    })
+    .await
+    .map_err(|e| obj_err(item, e.to_string()))?
+    .map_err(|e| obj_err(item, e))?;
+    Ok((path, made))
 }
 
 async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
-    let path = local_dest(ctx, item)?;
-    if item.size == 0 && path.is_dir() {
+    let (path, tmp) = local_dest(ctx, item).await?;
+    let Some(tmp) = tmp else {
         // A zero-byte "folder marker" (key ending in `/`, as consoles create them) whose folder
         // exists: nothing to write.
         return Ok(Outcome {
@@ -332,9 +344,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
             server_side: false,
             dst_etag: None,
         });
-    }
-    let tmp = TempFile::create(&path, item.size)
-        .map_err(|e| obj_err(item, format!("creating {}: {e}", path.display())))?;
+    };
     let tmp = Arc::new(tmp);
     let parts = chunks(item.size, ctx.opts.chunk_size);
     let whole = parts.len() == 1;
@@ -357,19 +367,21 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     if item.size == 0 {
         ctx.dirs.wrote_empty(&path);
     }
-    let (size, mtime, fsync) = (item.size, item.mtime, ctx.opts.fsync);
-    let committed = tokio::task::spawn_blocking(move || tmp.commit(size, mtime, fsync))
-        .await
-        .map_err(|e| obj_err(item, e.to_string()))?;
-    match committed {
-        Ok(()) => {}
-        // a folder marker whose folder another object created meanwhile
-        Err(_) if item.size == 0 && path.is_dir() => {}
-        Err(e) => return Err(obj_err(item, format!("finishing {}: {e}", path.display()))),
-    }
-    let dst_etag = std::fs::metadata(&path)
-        .ok()
-        .and_then(|m| crate::core::object::local_etag(m.modified().ok(), m.len()));
+    let (size, mtime, fsync, p) = (item.size, item.mtime, ctx.opts.fsync, path.clone());
+    let committed = tokio::task::spawn_blocking(move || {
+        match tmp.commit(size, mtime, fsync) {
+            Ok(()) => {}
+            // a folder marker whose folder another object created meanwhile
+            Err(_) if size == 0 && p.is_dir() => {}
+            Err(e) => return Err(format!("finishing {}: {e}", p.display())),
+        }
+        Ok(std::fs::metadata(&p)
+            .ok()
+            .and_then(|m| crate::core::object::local_etag(m.modified().ok(), m.len())))
+    })
+    .await
+    .map_err(|e| obj_err(item, e.to_string()))?;
+    let dst_etag = committed.map_err(|e| obj_err(item, e))?;
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),

@@ -332,7 +332,8 @@ async fn run_job(
 }
 
 async fn run_copy(src: &Location, dst: &Location, opts: CopyOptions) -> Result<Outcome> {
-    let s = copy::run(src, dst, opts).await?;
+    let failed = |msg: &str| tracing::warn!(error = %msg, "object failed");
+    let s = copy::run(src, dst, opts, &failed).await?;
     Ok(Outcome {
         failed: s.failed,
         result: json!({
