@@ -846,7 +846,7 @@ fn a_public_listener_needs_a_token() {
 #[test]
 fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
     // fully real: fake-gcs-server publishes OBJECT_FINALIZE / OBJECT_DELETE to the Pub/Sub
-    // emulator; slate pulls them (google-cloud-pubsub streaming pull).
+    // emulator; slate pulls them (Pub/Sub's REST pull).
     let sub = Subscription::new("slate-pull", None);
     let http = reqwest::blocking::Client::new();
 
