@@ -858,7 +858,7 @@ fn a_public_listener_needs_a_token() {
 #[test]
 fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
     // fully real: fake-gcs-server publishes OBJECT_FINALIZE / OBJECT_DELETE to the Pub/Sub
-    // emulator; slate pulls them (google-cloud-pubsub streaming pull).
+    // emulator; slate pulls them (Pub/Sub's REST pull).
     let sub = Subscription::new("slate-pull", None);
     let http = reqwest::blocking::Client::new();
 
@@ -921,6 +921,84 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
         1,
         "the malformed notification is one dead letter"
     );
+    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+}
+
+#[test]
+fn every_change_of_a_pubsub_burst_arrives_promptly() {
+    // Three bursts of GCS writes (25, 12, 12), each after the daemon went idle: every key of a
+    // burst must be in the replica soon after the burst's last write. The bound is wide for a
+    // slow shared machine; a tail held back by the consumer arrived 60-180 s late. The daemon
+    // ran and stopped three times before on this subscription (stopped, killed, stopped, as
+    // upgrades and crashes do): nothing an earlier one left behind may keep taking messages.
+    const BOUND: Duration = Duration::from_secs(15);
+    // past the bound, how long to keep looking, only to say in the failure how late it was
+    const MEASURE: Duration = Duration::from_secs(200);
+    let sub = Subscription::new("slate-burst", None);
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let dst = Replica::Local(dir.path().join("replica"));
+    let prefix = unique("psb");
+    let write = gcs_writer("slate-src");
+    let initial: BTreeMap<String, Vec<u8>> = [("seed.bin".to_string(), bytes(1, 100))].into();
+    rt().block_on(seed(&write, &prefix, &initial));
+    let su = format!("gs://slate-src/{prefix}");
+    let spec = format!("pubsub://projects/test-project/subscriptions/{}", sub.0);
+    for (n, signal) in [libc::SIGTERM, libc::SIGKILL, libc::SIGTERM]
+        .into_iter()
+        .enumerate()
+    {
+        let earlier = dir.path().join(format!("earlier{n}.log"));
+        let d = start_with(&db, &su, &dst.url(), Some(&spec), &earlier);
+        assert_same(&dst.read(), &initial);
+        let code = stop(d, signal);
+        assert!(signal == libc::SIGKILL || code == Some(0), "exit {code:?}");
+    }
+    let mut daemon = start_with(&db, &su, &dst.url(), Some(&spec), &log);
+
+    let mut timings = Vec::new();
+    for (n, size) in [25u64, 12, 12].into_iter().enumerate() {
+        let burst: BTreeMap<String, Vec<u8>> = (0..size)
+            .map(|i| (format!("b{n}/k{i:02}.bin"), bytes(1000 * n as u64 + i, 300)))
+            .collect();
+        rt().block_on(seed(&write, &prefix, &burst));
+        let last_write = Instant::now();
+        let missing = || -> Vec<String> {
+            let have = dst.read();
+            burst
+                .iter()
+                .filter(|(k, v)| have.get(*k) != Some(*v))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let mut left = missing();
+        while !left.is_empty() && last_write.elapsed() < BOUND + MEASURE {
+            std::thread::sleep(Duration::from_millis(100));
+            left = missing();
+        }
+        let took = last_write.elapsed();
+        timings.push(took);
+        if took > BOUND {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            let late = if left.is_empty() {
+                format!(
+                    "the last of them arrived {:.1} s after the last write",
+                    took.as_secs_f64()
+                )
+            } else {
+                format!("still missing after {:.1} s: {left:?}", took.as_secs_f64())
+            };
+            panic!(
+                "burst {n} ({size} writes): not every key in the replica {} s after the last \
+                 write; {late} (earlier bursts: {:?})\n{}",
+                BOUND.as_secs(),
+                &timings[..n],
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+    }
+    eprintln!("bursts applied after their last write in {timings:?}");
     assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
 }
 
