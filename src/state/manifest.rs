@@ -471,10 +471,12 @@ impl Manifest {
             SpillFilter::PruneSrc => "prune_src = 1".to_string(),
             SpillFilter::PruneDst => "prune_dst = 1".to_string(),
         };
+        // `key > ''` holds for every key: one statement that can seek the primary key
+        let after = after.unwrap_or("");
         self.with(|c| {
             let mut st = c.prepare_cached(&format!(
                 "SELECT key, action, s_size, s_etag, s_mtime, d_size, d_etag, d_mtime, prune_src, prune_dst
-                 FROM {t} WHERE {cond} AND (?1 IS NULL OR key > ?1) ORDER BY key LIMIT ?2"
+                 FROM {t} WHERE key > ?1 AND {cond} ORDER BY key LIMIT ?2"
             ))?;
             let rows = st.query_map(params![after, limit as i64], |r| {
                 Ok(Planned {
@@ -517,25 +519,27 @@ impl Manifest {
         first: bool,
         limit: usize,
     ) -> Result<Vec<(String, State)>> {
+        // two statements, not `(key > ?3 OR ?4)`: an OR keeps SQLite from seeking the
+        // primary key to `after`, and every page would scan from the pair's first row
+        let sql = if first {
+            "SELECT key, size, etag, last_modified FROM objects
+             WHERE pair_id = ?1 AND side = ?2 AND key >= ?3 ORDER BY key LIMIT ?4"
+        } else {
+            "SELECT key, size, etag, last_modified FROM objects
+             WHERE pair_id = ?1 AND side = ?2 AND key > ?3 ORDER BY key LIMIT ?4"
+        };
         self.read(|c| {
-            let mut st = c.prepare_cached(
-                "SELECT key, size, etag, last_modified FROM objects
-                 WHERE pair_id = ?1 AND side = ?2 AND (key > ?3 OR ?4)
-                 ORDER BY key LIMIT ?5",
-            )?;
-            let rows = st.query_map(
-                params![pair_id, side as i64, after, first, limit as i64],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        State {
-                            size: r.get::<_, i64>(1)?.max(0) as u64,
-                            etag: r.get(2)?,
-                            mtime_ms: r.get(3)?,
-                        },
-                    ))
-                },
-            )?;
+            let mut st = c.prepare_cached(sql)?;
+            let rows = st.query_map(params![pair_id, side as i64, after, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    State {
+                        size: r.get::<_, i64>(1)?.max(0) as u64,
+                        etag: r.get(2)?,
+                        mtime_ms: r.get(3)?,
+                    },
+                ))
+            })?;
             rows.collect()
         })
     }
@@ -585,18 +589,21 @@ impl Manifest {
             Some(p) => format!("{p}0"),
             None => "\u{10ffff}".repeat(2),
         };
-        let lo = if after > prefix { after } else { prefix };
         let strict = after > prefix;
-        self.with(|c| {
-            let mut st = c.prepare_cached(
-                "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2
-                   AND (key > ?3 OR (key = ?3 AND ?4 = 0)) AND key < ?5
-                 ORDER BY key LIMIT ?6",
-            )?;
-            let rows = st.query_map(
-                params![pair_id, side as i64, lo, strict as i64, hi, limit as i64],
-                |r| r.get(0),
-            )?;
+        let lo = if strict { after } else { prefix };
+        // one statement each way: an OR would keep SQLite from seeking the key range
+        let sql = if strict {
+            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key > ?3 AND key < ?4
+             ORDER BY key LIMIT ?5"
+        } else {
+            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key >= ?3 AND key < ?4
+             ORDER BY key LIMIT ?5"
+        };
+        self.read(|c| {
+            let mut st = c.prepare_cached(sql)?;
+            let rows = st.query_map(params![pair_id, side as i64, lo, hi, limit as i64], |r| {
+                r.get(0)
+            })?;
             rows.collect()
         })
     }
