@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 
 use crate::copy::{self, progress::Counters, CopyOptions, ProgressMode};
 use crate::core::error::{Result, SlateError};
-use crate::core::filter::Filter;
+use crate::core::filter::{Filter, MAX_PATTERNS};
 use crate::core::location::Location;
 use crate::engine::once::{self, MaxDelete, SyncOptions};
 use crate::state::blocking;
@@ -300,6 +300,13 @@ impl JobRequest {
         let list = |k: &str| -> std::result::Result<Vec<String>, Refused> {
             match o.get(k) {
                 None | Some(Value::Null) => Ok(Vec::new()),
+                Some(Value::Array(a)) if a.len() > MAX_PATTERNS => Err(Refused::bad(
+                    &field(k),
+                    format!(
+                        "'{k}' holds {} patterns, more than the {MAX_PATTERNS} accepted",
+                        a.len()
+                    ),
+                )),
                 Some(Value::Array(a)) => a
                     .iter()
                     .map(|v| {
@@ -358,11 +365,8 @@ impl JobRequest {
             }
         };
         let (dry_run, no_delete) = (flag("dry_run")?, flag("no_delete")?);
-        let filter = Filter {
-            include: list("include")?,
-            exclude: list("exclude")?,
-            max_age: None,
-        };
+        let filter = Filter::new(list("include")?, list("exclude")?, None)
+            .map_err(|e| Refused::bad(&field(e.list), format!("'{}': {e}", e.list)))?;
         let only_sync = [
             ("dry_run", dry_run),
             ("no_delete", no_delete),
@@ -376,7 +380,7 @@ impl JobRequest {
                 ));
             }
         }
-        if self.kind == Kind::Copy && !filter.include.is_empty() | !filter.exclude.is_empty() {
+        if self.kind == Kind::Copy && !filter.include().is_empty() | !filter.exclude().is_empty() {
             return Err(Refused::bad(
                 "options.include",
                 "include/exclude apply to sync-once and diff jobs",
@@ -1216,6 +1220,10 @@ mod tests {
                 r#"{"kind":"diff","src":"/a","dst":"/b","options":{"include":[1]}}"#,
                 "options.include",
             ),
+            (
+                r#"{"kind":"diff","src":"/a","dst":"/b","options":{"exclude":["ok/*",""]}}"#,
+                "options.exclude",
+            ),
         ];
         for (body, field) in table {
             let e = parse_request(body.as_bytes()).expect_err(body);
@@ -1226,6 +1234,46 @@ mod tests {
             );
             assert!(!e.message.is_empty() && !e.message.contains('\n'), "{e:?}");
         }
+    }
+
+    #[test]
+    fn glob_lists_are_bounded_and_bad_ones_named() {
+        let body = |opts: serde_json::Value| {
+            json!({"kind": "sync-once", "src": "/a", "dst": "/b", "options": opts}).to_string()
+        };
+        let many: Vec<String> = (0..=MAX_PATTERNS).map(|i| format!("k{i}/*")).collect();
+        let long = format!(
+            "keep/{}",
+            "x".repeat(crate::core::filter::MAX_PATTERN_BYTES)
+        );
+        let cases = [
+            (
+                json!({ "include": many }),
+                "options.include",
+                "101 patterns",
+            ),
+            (
+                json!({"exclude": ["a/*", long]}),
+                "options.exclude",
+                "'keep/xxx",
+            ),
+            (json!({"include": [""]}), "options.include", "empty pattern"),
+        ];
+        for (opts, field, says) in cases {
+            let e = parse_request(body(opts).as_bytes()).unwrap_err();
+            assert_eq!((e.status, e.field.as_deref()), (400, Some(field)), "{e:?}");
+            assert!(e.message.contains(says), "{e:?}");
+            assert!(
+                e.message.len() < 200,
+                "the refusal does not echo a long pattern: {e:?}"
+            );
+        }
+        let req = parse_request(
+            body(json!({"include": ["?.txt", "x[1]/**"], "exclude": ["*.tmp"]})).as_bytes(),
+        )
+        .unwrap();
+        let f = req.settings(&CopyOptions::default()).unwrap().sync.filter;
+        assert!(f.key("é.txt") && f.key("x[1]/a/b") && !f.key("x[1]/a.tmp") && !f.key("ab.txt"));
     }
 
     #[test]
