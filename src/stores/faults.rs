@@ -305,7 +305,7 @@ impl Dice {
         self.count.fetch_add(1, Relaxed);
         INJECTED.fetch_add(1, Relaxed);
         tracing::debug!(
-            target: "slate::faults",
+            target: "slate::stores::faults",
             store = self.store,
             %method,
             %path,
