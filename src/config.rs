@@ -88,6 +88,8 @@ impl Config {
                 .map_err(|e| bad(format!("{which}.src: {e}")))?;
             crate::core::location::Location::parse(&p.dst)
                 .map_err(|e| bad(format!("{which}.dst: {e}")))?;
+            crate::core::filter::Filter::new(p.include.clone(), p.exclude.clone(), None)
+                .map_err(|e| bad(format!("{which}.{}: {e}", e.list)))?;
             if let Some(m) = &p.max_delete {
                 crate::engine::once::MaxDelete::parse(m)
                     .map_err(|e| bad(format!("{which}.max_delete: {e}")))?;
@@ -226,6 +228,16 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("pairs[0].max_delete"));
+        let c = Config::parse(
+            "[[pairs]]\nsrc = \"/a\"\ndst = \"/b\"\nexclude = [\"*.tmp\", \"\"]\n",
+            "c.toml",
+        )
+        .unwrap();
+        let e = c.validate("c.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("pairs[0].exclude: pattern '': empty pattern"),
+            "{e}"
+        );
         let e = Config::parse(
             "[[pairs]]\nsrc = \"/a\"\ndst = \"/b\"\nevnts = \"x\"\n",
             "c.toml",

@@ -1,9 +1,10 @@
-//! Store faults (`SLATE_FAULTS`, src/faults.rs) on moto (S3) and Azurite: with one request in
+//! Store faults (`SLATE_FAULTS`, src/stores/faults.rs) on moto (S3) and Azurite: with one request in
 //! five failing (503 SlowDown, 500, 429, connection resets, timeouts, GET bodies cut short),
 //! `slate copy`, `slate sync --once` and the daemon converge in one run each to an empty
 //! `slate diff` (run without faults) and byte-equal objects. Under a burst of 503s the
 //! adaptive transfer limit drops below `--transfers`, and climbs back once the store stops
-//! throttling.
+//! throttling. The fault store exists only in builds with the `faults` feature, which
+//! `cargo test` turns on (Cargo.toml's dev-dependency on slate itself).
 
 mod common;
 
@@ -50,6 +51,11 @@ fn converges(what: &str, c: Command) -> Tally {
         out.status.success(),
         "{what} did not converge in one run: {}",
         tail(&log)
+    );
+    assert!(
+        !log.contains("SLATE_FAULTS is ignored"),
+        "{what}: the slate under test was built without the faults feature (Cargo.toml's \
+         dev-dependency on slate turns it on for `cargo test`)"
     );
     assert!(t.injected > 0, "{what}: no fault was injected");
     assert!(

@@ -162,12 +162,30 @@ fn check_parsed(p: &Parsed, nested: bool, keys: &mut Vec<String>) -> Result<(), 
             if nested || items.is_empty() || events > 1 {
                 return Err(format!("a malformed batch: {p:?}"));
             }
+            // invalid entries come last, beside at least one good one
+            let good = items
+                .iter()
+                .take_while(|i| !matches!(i, Parsed::Invalid(_)))
+                .count();
+            if good == 0
+                || items[good..]
+                    .iter()
+                    .any(|i| !matches!(i, Parsed::Invalid(_)))
+            {
+                return Err(format!("a malformed batch: {p:?}"));
+            }
             for i in items {
                 if matches!(i, Parsed::Ignore(_) | Parsed::Batch(_)) {
                     return Err(format!("a malformed batch: {p:?}"));
                 }
                 check_parsed(i, true, keys)?;
             }
+        }
+        Parsed::Invalid(why) => {
+            if !nested {
+                return Err(format!("an invalid event outside a batch: {p:?}"));
+            }
+            check_reason(why)?;
         }
         Parsed::Ignore(why) => {
             if why.is_empty() || nested {

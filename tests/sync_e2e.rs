@@ -210,6 +210,24 @@ fn filters_limit_what_is_copied_and_deleted() {
     );
     let out = sync(&db, &s.url(), &d.url(), &["--max-age", "1d", "--dry-run"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // a bad glob is refused before anything is listed: one line naming the flag and pattern
+    let long = format!("shards/{}", "x".repeat(1100));
+    for (flag, pattern, says) in [
+        ("--exclude", "", "--exclude: pattern '': empty pattern"),
+        ("--include", long.as_str(), "--include: pattern 'shards/xxx"),
+    ] {
+        let out = sync(
+            &db,
+            &s.url(),
+            &d.url(),
+            &["--include", "ok/*", flag, pattern],
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(says), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    assert_eq!(d.read().len(), 3, "nothing changed");
 }
 
 #[test]

@@ -49,10 +49,24 @@ fn check_parsed(p: &Parsed, nested: bool) {
                 .filter(|i| matches!(i, Parsed::Events(_)))
                 .count();
             assert!(events <= 1, "{p:?}");
+            // invalid entries come last, beside at least one good one
+            let good = items
+                .iter()
+                .take_while(|i| !matches!(i, Parsed::Invalid(_)))
+                .count();
+            assert!(good > 0, "{p:?}");
+            assert!(
+                items[good..].iter().all(|i| matches!(i, Parsed::Invalid(_))),
+                "{p:?}"
+            );
             for i in items {
                 assert!(!matches!(i, Parsed::Ignore(_) | Parsed::Batch(_)), "{p:?}");
                 check_parsed(i, true);
             }
+        }
+        Parsed::Invalid(why) => {
+            assert!(nested, "{p:?}");
+            assert!(!why.is_empty() && !why.contains(['\n', '\r']), "{p:?}");
         }
         Parsed::Ignore(why) => assert!(!why.is_empty() && !nested),
         Parsed::Handshake { validation_code } => assert!(!validation_code.is_empty()),

@@ -10,7 +10,6 @@ use serde_json::json;
 
 use super::open_db;
 use crate::core::error::SlateError;
-use crate::core::filter::Filter;
 use crate::core::location::Location;
 use crate::engine::once::{self, Counts};
 use crate::engine::plan::Action;
@@ -85,11 +84,7 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
     let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?
         .with_copy_links(args.copy_links);
     let dst = Location::parse(args.dst.as_deref().ok_or_else(|| missing("DST"))?)?;
-    let filter = Filter {
-        include: args.include.clone(),
-        exclude: args.exclude.clone(),
-        max_age: None,
-    };
+    let filter = super::sync::cli_filter(args.include.clone(), args.exclude.clone(), None)?;
 
     let json = args.json;
     let show = args.show;

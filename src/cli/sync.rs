@@ -107,11 +107,7 @@ struct Job {
 
 fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
     let copy = options(&args.tuning, cfg);
-    let filter = Filter {
-        include: args.include.clone(),
-        exclude: args.exclude.clone(),
-        max_age: args.max_age,
-    };
+    let filter = cli_filter(args.include.clone(), args.exclude.clone(), args.max_age)?;
     let base = SyncOptions {
         dry_run: args.dry_run,
         no_delete: args.no_delete,
@@ -138,10 +134,21 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         (None, None) if !cfg.pairs.is_empty() => cfg
             .pairs
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
                 let mut opts = base.clone();
-                opts.filter.include.extend(p.include.iter().cloned());
-                opts.filter.exclude.extend(p.exclude.iter().cloned());
+                if !p.include.is_empty() || !p.exclude.is_empty() {
+                    let both = |flags: &[String], pair: &[String]| [flags, pair].concat();
+                    opts.filter = Filter::new(
+                        both(&args.include, &p.include),
+                        both(&args.exclude, &p.exclude),
+                        args.max_age,
+                    )
+                    .map_err(|e| SlateError::BadOption {
+                        option: format!("--{} with pairs[{i}].{}", e.list, e.list),
+                        why: e.to_string(),
+                    })?;
+                }
                 opts.no_delete |= p.delete == Some(false);
                 opts.copy.copy_links |= p.copy_links == Some(true);
                 if let Some(m) = &p.max_delete {
@@ -169,6 +176,19 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
             why: "give both SRC and DST, or --config FILE with [[pairs]]".into(),
         }),
     }
+}
+
+/// The filter of `--include`, `--exclude` and `--max-age`; a bad glob is a bad option that
+/// names its flag and the pattern.
+pub(super) fn cli_filter(
+    include: Vec<String>,
+    exclude: Vec<String>,
+    max_age: Option<std::time::Duration>,
+) -> Result<Filter, SlateError> {
+    Filter::new(include, exclude, max_age).map_err(|e| SlateError::BadOption {
+        option: format!("--{}", e.list),
+        why: e.to_string(),
+    })
 }
 
 async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {

@@ -6,6 +6,10 @@
 //! commit, rule 2 of docs/ARCHITECTURE.md). A message whose events could not be stored becomes visible again
 //! when its visibility timeout runs out and is received again.
 //!
+//! The answers' XML is read with quick-xml. Microsoft's `azure_storage_queue` 1.x is no
+//! replacement: it authenticates with an Entra ID token or a SAS in the URL, and has no Shared
+//! Key, which Azurite and account keys need.
+//!
 //! Azure queues have no long poll: an empty receive is followed by a pause that doubles from
 //! 100 ms up to 2 s (a quiet queue costs about one request every 2 s, ~1.3 M a month).
 //!
@@ -197,7 +201,7 @@ impl AzQueueSource {
     pub async fn send(&self, text: &str) -> Result<()> {
         let body = format!(
             "<QueueMessage><MessageText>{}</MessageText></QueueMessage>",
-            xml_escape(text)
+            quick_xml::escape::escape(text)
         );
         self.request(reqwest::Method::POST, "/messages", &[], &body)
             .await
@@ -282,7 +286,7 @@ impl AzQueueSource {
         if status.is_success() {
             return Ok(body);
         }
-        let code = xml_values(&body, "Code").into_iter().next();
+        let code = error_code(&body);
         let what = match (status.as_u16(), code.as_deref()) {
             (404, _) => "the queue does not exist".to_string(),
             (403, c) => format!(
@@ -306,7 +310,10 @@ impl AzQueueSource {
                 "",
             )
             .await?;
-        Ok(parse_messages(&body))
+        parse_messages(&body).map_err(|why| SlateError::Store {
+            url: self.spec.clone(),
+            detail: format!("GET {}/messages: {why}", self.queue_url),
+        })
     }
 
     /// Deletes (acknowledges) one received message.
@@ -420,81 +427,66 @@ fn string_to_sign(
     s
 }
 
-/// The `<QueueMessage>` elements of a Get Messages answer.
-pub fn parse_messages(xml: &str) -> Vec<QueueMessage> {
-    xml_values(xml, "QueueMessage")
+/// A Get Messages answer: `<QueueMessagesList>` of `<QueueMessage>`s.
+#[derive(Debug, Default, serde::Deserialize)]
+struct MessagesList {
+    #[serde(rename = "QueueMessage", default)]
+    messages: Vec<RawMessage>,
+}
+
+/// One `<QueueMessage>`; the elements slate does not use (`InsertionTime`, …) are skipped.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RawMessage {
+    message_id: Option<String>,
+    pop_receipt: Option<String>,
+    message_text: Option<String>,
+    dequeue_count: Option<String>,
+}
+
+/// An error answer: `<Error><Code>…</Code><Message>…</Message></Error>`.
+#[derive(Debug, serde::Deserialize)]
+struct ErrorBody {
+    #[serde(rename = "Code")]
+    code: Option<String>,
+}
+
+/// The XML of an answer without the byte order mark Azure may put first.
+fn xml_text(xml: &str) -> &str {
+    xml.strip_prefix('\u{feff}').unwrap_or(xml)
+}
+
+/// The `<QueueMessage>` elements of a Get Messages answer (entities, CDATA and whitespace as
+/// XML has them; a message without its id or pop receipt cannot be deleted and is skipped).
+/// An answer that is not that XML is an error (the messages in it come back after their
+/// visibility timeout).
+pub fn parse_messages(xml: &str) -> std::result::Result<Vec<QueueMessage>, String> {
+    let list: MessagesList = quick_xml::de::from_str(xml_text(xml))
+        .map_err(|e| format!("not a Get Messages answer ({e})"))?;
+    Ok(list
+        .messages
         .into_iter()
         .filter_map(|m| {
-            let one = |tag| xml_values(&m, tag).into_iter().next();
             Some(QueueMessage {
-                id: one("MessageId")?,
-                pop_receipt: one("PopReceipt")?,
-                text: one("MessageText").unwrap_or_default(),
-                dequeue_count: one("DequeueCount")
-                    .and_then(|c| c.parse().ok())
+                id: m.message_id.filter(|s| !s.is_empty())?,
+                pop_receipt: m.pop_receipt.filter(|s| !s.is_empty())?,
+                text: m.message_text.unwrap_or_default(),
+                dequeue_count: m
+                    .dequeue_count
+                    .and_then(|c| c.trim().parse().ok())
                     .unwrap_or(0),
             })
         })
-        .collect()
+        .collect())
 }
 
-/// The unescaped text of every `<tag>…</tag>` in `xml` (flat: no nesting of the same tag).
-fn xml_values(xml: &str, tag: &str) -> Vec<String> {
-    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
-    let mut out = Vec::new();
-    let mut rest = xml;
-    while let Some(i) = rest.find(&open) {
-        let after = &rest[i + open.len()..];
-        let Some(j) = after.find(&close) else { break };
-        out.push(xml_unescape(&after[..j]));
-        rest = &after[j + close.len()..];
-    }
-    out
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-fn xml_unescape(s: &str) -> String {
-    if !s.contains('&') {
-        return s.to_string();
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find('&') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i..];
-        let end = after.find(';').filter(|e| *e <= 10);
-        let ent = end.map(|e| &after[1..e]);
-        let ch = match ent {
-            Some("amp") => Some('&'),
-            Some("lt") => Some('<'),
-            Some("gt") => Some('>'),
-            Some("quot") => Some('"'),
-            Some("apos") => Some('\''),
-            Some(n) if n.starts_with("#x") => u32::from_str_radix(&n[2..], 16)
-                .ok()
-                .and_then(char::from_u32),
-            Some(n) if n.starts_with('#') => n[1..].parse().ok().and_then(char::from_u32),
-            _ => None,
-        };
-        match (ch, end) {
-            (Some(c), Some(e)) => {
-                out.push(c);
-                rest = &after[e + 1..];
-            }
-            _ => {
-                out.push('&');
-                rest = &after[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+/// The `<Code>` of an error answer, if it is one.
+fn error_code(xml: &str) -> Option<String> {
+    quick_xml::de::from_str::<ErrorBody>(xml_text(xml))
+        .ok()?
+        .code
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
 }
 
 #[cfg(test)]
@@ -534,7 +526,7 @@ mod tests {
             <MessageText>{&quot;k&quot;:&quot;a&amp;b &#x263A; &#65;&quot;}</MessageText></QueueMessage>\
             <QueueMessage><MessageId>no-receipt</MessageId></QueueMessage>\
             </QueueMessagesList>";
-        let m = parse_messages(xml);
+        let m = parse_messages(xml).unwrap();
         assert_eq!(m.len(), 2, "{m:?}");
         assert_eq!(
             m[0],
@@ -546,11 +538,97 @@ mod tests {
             }
         );
         assert_eq!(m[1].text, "{\"k\":\"a&b \u{263A} A\"}");
-        assert!(parse_messages("<QueueMessagesList />").is_empty());
-        assert!(parse_messages("<QueueMessage><MessageId>x").is_empty());
+        assert_eq!(parse_messages("<QueueMessagesList />"), Ok(vec![]));
         assert_eq!(
-            xml_unescape("a & b &bogus; &#xZZ; &"),
-            "a & b &bogus; &#xZZ; &"
+            parse_messages("<QueueMessagesList></QueueMessagesList>"),
+            Ok(vec![])
         );
+        // a cut or garbled answer is an error, not "no messages"
+        for bad in [
+            "<QueueMessage><MessageId>x",
+            "<QueueMessagesList><QueueMessage><MessageId>a &bogus; b</MessageId>",
+            "not xml",
+            "",
+        ] {
+            assert!(parse_messages(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn get_messages_answers_parse_as_xml_has_them() {
+        // whitespace and line breaks between elements, a BOM, the declaration, attributes,
+        // elements in another order, CDATA, entities in every form
+        let xml = "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?>\r\n\
+            <QueueMessagesList xmlns:x=\"urn:x\">\n  \
+              <QueueMessage a=\"1\" b='2'>\n    \
+                <PopReceipt>p1</PopReceipt>\n    \
+                <MessageText><![CDATA[{\"k\":\"<a&b>\"}]]></MessageText>\n    \
+                <DequeueCount> 3 </DequeueCount>\n    \
+                <MessageId>id-1</MessageId>\n  \
+              </QueueMessage>\n  \
+              <QueueMessage>\
+                <MessageId>id-2</MessageId><PopReceipt>p&#x2B;2&#61;</PopReceipt>\
+                <TimeNextVisible>Mon, 30 Nov 2026 10:00:00 GMT</TimeNextVisible>\
+                <MessageText>&lt;&#233;&gt; &apos;&quot;&amp;</MessageText>\
+              </QueueMessage>\n\
+              <QueueMessage><MessageId>id-3</MessageId><PopReceipt>p3</PopReceipt>\
+                <MessageText/></QueueMessage>\
+            </QueueMessagesList>\n";
+        let m = parse_messages(xml).unwrap();
+        assert_eq!(
+            m,
+            vec![
+                QueueMessage {
+                    id: "id-1".into(),
+                    pop_receipt: "p1".into(),
+                    text: "{\"k\":\"<a&b>\"}".into(),
+                    dequeue_count: 3,
+                },
+                QueueMessage {
+                    id: "id-2".into(),
+                    pop_receipt: "p+2=".into(),
+                    text: "<\u{e9}> '\"&".into(),
+                    dequeue_count: 0,
+                },
+                QueueMessage {
+                    id: "id-3".into(),
+                    pop_receipt: "p3".into(),
+                    text: String::new(),
+                    dequeue_count: 0,
+                },
+            ]
+        );
+        // what send() writes comes back as it was
+        let text = "a<b>&\"c\" é";
+        let sent = format!(
+            "<QueueMessagesList><QueueMessage><MessageId>i</MessageId><PopReceipt>p</PopReceipt>\
+             <MessageText>{}</MessageText></QueueMessage></QueueMessagesList>",
+            quick_xml::escape::escape(text)
+        );
+        assert_eq!(parse_messages(&sent).unwrap()[0].text, text);
+    }
+
+    #[test]
+    fn error_answers_name_their_code() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>QueueNotFound</Code>\
+                 <Message>The specified queue does not exist.\nRequestId:x</Message></Error>",
+                Some("QueueNotFound"),
+            ),
+            (
+                "<Error>\n  <Message>denied</Message>\n  <Code> AuthenticationFailed </Code>\n\
+                 <AuthenticationErrorDetail>a &amp; b</AuthenticationErrorDetail>\n</Error>",
+                Some("AuthenticationFailed"),
+            ),
+            ("<Error><Code><![CDATA[ServerBusy]]></Code></Error>", Some("ServerBusy")),
+            ("<Error><Message>no code</Message></Error>", None),
+            ("<Error><Code></Code></Error>", None),
+            ("", None),
+            ("<html>bad gateway", None),
+        ];
+        for (xml, want) in cases {
+            assert_eq!(error_code(xml).as_deref(), *want, "{xml}");
+        }
     }
 }

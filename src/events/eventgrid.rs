@@ -25,18 +25,24 @@ use super::{ChangeEvent, EventKind, ParseError, Parsed, Token};
 
 const SUBJECT_PREFIX: &str = "/blobServices/default/containers/";
 
-/// Parses an Event Grid delivery: one event object, or an array of them (a batch).
+/// Parses an Event Grid delivery: one event object, or an array of them (a batch). In a batch
+/// each malformed event becomes a [`Parsed::Invalid`] beside the good ones; a batch with no
+/// good event fails as a whole.
 pub fn parse_eventgrid(body: &str) -> Result<Parsed, ParseError> {
     check_size("body", body.len())?;
     let v = parse_json("body", body)?;
     match &v {
         Value::Array(items) if items.is_empty() => Ok(Parsed::Ignore("eventgrid: empty batch")),
         Value::Array(items) => {
-            let mut out = Vec::with_capacity(items.len());
+            // each event on its own: a malformed one must not take the others with it
+            let (mut good, mut bad) = (Vec::with_capacity(items.len()), Vec::new());
             for (i, item) in items.iter().enumerate() {
-                out.push(parse_event(item, &format!("[{i}]"))?);
+                match parse_event(item, &format!("[{i}]")) {
+                    Ok(p) => good.push(p),
+                    Err(e) => bad.push(e),
+                }
             }
-            Ok(Parsed::combine(out))
+            Parsed::from_parts(good, bad)
         }
         Value::Object(_) => parse_event(&v, ""),
         _ => Err(ParseError::new(
@@ -491,6 +497,93 @@ mod tests {
                 .len(),
             2
         );
+    }
+
+    #[test]
+    fn a_malformed_event_does_not_take_its_batch_with_it() {
+        let created: Vec<Value> = serde_json::from_str(EG_CREATED).unwrap();
+        let deleted: Vec<Value> = serde_json::from_str(CE_DELETED).unwrap();
+        let (created, deleted) = (created[0].clone(), deleted[0].clone());
+        let no_subject = serde_json::json!({"eventType": "Microsoft.Storage.BlobCreated",
+            "data": {"url": "https://SECRET-SHOULD-NOT-BE-ECHOED"}});
+        let bad_key = blob_event(
+            true,
+            "Microsoft.Storage.BlobDeleted",
+            "/blobServices/default/containers/c/blobs/SECRET\u{0}",
+            serde_json::json!({}),
+        );
+        let tier = blob_event(
+            false,
+            "Microsoft.Storage.BlobTierChanged",
+            "/blobServices/default/containers/c/blobs/t",
+            serde_json::json!({}),
+        );
+        let dir: Vec<Value> = serde_json::from_str(EG_DIR_DELETED).unwrap();
+        let keys = |p: &Parsed| -> Vec<String> {
+            p.events()
+                .map(|e| e.iter().map(|e| e.key.clone()).collect())
+                .unwrap_or_default()
+        };
+        // (batch, keys kept, other good entries, reasons of the bad ones)
+        type Case<'a> = (Vec<Value>, Vec<&'a str>, usize, Vec<&'a str>);
+        let cases: Vec<Case> = vec![
+            (
+                vec![created.clone(), no_subject.clone(), deleted.clone()],
+                vec!["new-file.txt", "file-to-delete.txt"],
+                0,
+                vec!["[1].subject: missing"],
+            ),
+            (
+                vec![bad_key.clone(), tier.clone(), created.clone(), Value::Null],
+                vec!["new-file.txt"],
+                0,
+                vec![
+                    "[0].subject: key contains NUL",
+                    "[3]: expected an object, found null",
+                ],
+            ),
+            (
+                vec![dir[0].clone(), no_subject.clone()],
+                vec![],
+                1,
+                vec!["[1].subject: missing"],
+            ),
+        ];
+        for (batch, want_keys, others, reasons) in cases {
+            let body = Value::Array(batch).to_string();
+            let got = parse_eventgrid(&body).unwrap();
+            let Parsed::Batch(items) = &got else {
+                panic!("expected a batch, got {got:?}")
+            };
+            let kept: Vec<String> = items.iter().flat_map(keys).collect();
+            assert_eq!(kept, want_keys, "{got:?}");
+            let bad: Vec<&str> = items
+                .iter()
+                .filter_map(|p| match p {
+                    Parsed::Invalid(why) => Some(why.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(bad, reasons, "{got:?}");
+            let good_others = items.len() - bad.len() - usize::from(!want_keys.is_empty());
+            assert_eq!(good_others, others, "{got:?}");
+            assert!(!format!("{got:?}").contains("SECRET"), "{got:?}");
+        }
+        // nothing good in the batch: it fails as a whole, as one bad event did before
+        for (batch, want) in [
+            (vec![no_subject.clone()], "[0].subject: missing"),
+            (
+                vec![tier.clone(), no_subject.clone()],
+                "[1].subject: missing",
+            ),
+            (
+                vec![no_subject.clone(), bad_key, no_subject],
+                "[0].subject: missing (and 2 more malformed events)",
+            ),
+        ] {
+            let body = Value::Array(batch).to_string();
+            crate::events::assert_rejected(parse_eventgrid(&body), want, "SECRET");
+        }
     }
 
     #[test]

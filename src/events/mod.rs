@@ -150,47 +150,99 @@ pub enum Parsed {
     PrefixReconcile { bucket: String, prefix: String },
     /// One message that carried several of the above (an Event Grid batch mixing blob and
     /// directory events, or a directory rename: old and new prefix). Never nested, never
-    /// empty, at most one `Events`, no `Ignore`.
+    /// empty, at most one `Events`, no `Ignore`; `Invalid` entries come last, and only next to
+    /// at least one entry that is not `Invalid`.
     Batch(Vec<Parsed>),
+    /// One malformed event of a message that carried several (an Event Grid batch, S3
+    /// `Records`), found only inside a [`Parsed::Batch`] beside the good ones: the reason, as a
+    /// [`ParseError`] gives it (names the field, never the value). The consumer dead-letters
+    /// the message with this reason and keeps the good events; a message with nothing good in
+    /// it fails as a whole instead.
+    Invalid(String),
 }
 
 impl Parsed {
     /// Folds the outcomes of the events of one message into one: all change events into one
-    /// `Events` (first), then the others; ignores only count when nothing else is left.
+    /// `Events` (first), then the others, then the invalid ones; ignores only count when
+    /// nothing else is left.
     pub(crate) fn combine(items: Vec<Parsed>) -> Parsed {
-        fn flatten(
-            item: Parsed,
-            events: &mut Vec<ChangeEvent>,
-            others: &mut Vec<Parsed>,
-            ignored: &mut Option<&'static str>,
-        ) {
+        #[derive(Default)]
+        struct Parts {
+            events: Vec<ChangeEvent>,
+            others: Vec<Parsed>,
+            invalid: Vec<Parsed>,
+            ignored: Option<&'static str>,
+        }
+        fn flatten(item: Parsed, parts: &mut Parts) {
             match item {
-                Parsed::Events(e) => events.extend(e),
+                Parsed::Events(e) => parts.events.extend(e),
                 Parsed::Ignore(why) => {
-                    ignored.get_or_insert(why);
+                    parts.ignored.get_or_insert(why);
                 }
                 Parsed::Batch(inner) => {
                     for i in inner {
-                        flatten(i, events, others, ignored);
+                        flatten(i, parts);
                     }
                 }
-                other => others.push(other),
+                bad @ Parsed::Invalid(_) => parts.invalid.push(bad),
+                other => parts.others.push(other),
             }
         }
-        let (mut events, mut others, mut ignored) = (Vec::new(), Vec::new(), None);
+        let mut parts = Parts::default();
         for item in items {
-            flatten(item, &mut events, &mut others, &mut ignored);
+            flatten(item, &mut parts);
         }
-        let mut out = Vec::with_capacity(others.len() + 1);
+        let Parts {
+            events,
+            mut others,
+            mut invalid,
+            ignored,
+        } = parts;
+        let mut out = Vec::with_capacity(others.len() + invalid.len() + 1);
         if !events.is_empty() {
             out.push(Parsed::Events(events));
         }
         out.append(&mut others);
+        out.append(&mut invalid);
         match out.len() {
             0 => Parsed::Ignore(ignored.unwrap_or("no events")),
             1 => out.pop().unwrap_or(Parsed::Ignore("no events")),
             _ => Parsed::Batch(out),
         }
+    }
+
+    /// The outcome of a message whose events were parsed one by one: the good ones combined,
+    /// each bad one beside them as [`Parsed::Invalid`], so that one malformed event does not
+    /// take the others to the dead letters with it. When nothing good is left to act on (no
+    /// event but ignored ones), the message fails as a whole: the first bad event's reason,
+    /// with how many more there were.
+    pub(crate) fn from_parts(
+        good: Vec<Parsed>,
+        bad: Vec<ParseError>,
+    ) -> Result<Parsed, ParseError> {
+        let good = Parsed::combine(good);
+        let mut bad = bad.into_iter();
+        let Some(first) = bad.next() else {
+            return Ok(good);
+        };
+        if matches!(good, Parsed::Ignore(_)) {
+            let more = bad.count();
+            return Err(if more == 0 {
+                first
+            } else {
+                ParseError::new(format!(
+                    "{} (and {more} more malformed event{})",
+                    first.reason,
+                    if more == 1 { "" } else { "s" }
+                ))
+            });
+        }
+        let invalid = std::iter::once(first)
+            .chain(bad)
+            .map(|e| Parsed::Invalid(e.reason));
+        Ok(Parsed::combine(
+            std::iter::once(good).chain(invalid).collect(),
+        ))
     }
 
     /// The change events, if this is [`Parsed::Events`] (handy in tests and callers that only
@@ -529,9 +581,75 @@ mod tests {
                 Parsed::Batch(vec![prefix("old/"), prefix("new/")]),
             ),
             (vec![Parsed::Batch(vec![prefix("d/")])], prefix("d/")),
+            (
+                vec![
+                    Parsed::Invalid("[0].x: missing".into()),
+                    prefix("d/"),
+                    Parsed::Events(vec![ev("a")]),
+                ],
+                Parsed::Batch(vec![
+                    Parsed::Events(vec![ev("a")]),
+                    prefix("d/"),
+                    Parsed::Invalid("[0].x: missing".into()),
+                ]),
+            ),
         ];
         for (i, (items, want)) in cases.into_iter().enumerate() {
             assert_eq!(Parsed::combine(items), want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn from_parts_keeps_the_good_and_names_each_bad() {
+        let bad = |r: &str| ParseError::new(r);
+        let prefix = Parsed::PrefixReconcile {
+            bucket: "b".into(),
+            prefix: "d/".into(),
+        };
+        // (good entries, bad events, outcome)
+        type Case = (Vec<Parsed>, Vec<ParseError>, Result<Parsed, ParseError>);
+        let cases: Vec<Case> = vec![
+            (
+                vec![Parsed::Events(vec![ev("a")])],
+                vec![],
+                Ok(Parsed::Events(vec![ev("a")])),
+            ),
+            (
+                vec![Parsed::Events(vec![ev("a")]), Parsed::Events(vec![ev("c")])],
+                vec![bad("[1].subject: missing")],
+                Ok(Parsed::Batch(vec![
+                    Parsed::Events(vec![ev("a"), ev("c")]),
+                    Parsed::Invalid("[1].subject: missing".into()),
+                ])),
+            ),
+            (
+                vec![prefix.clone(), Parsed::Ignore("x")],
+                vec![bad("[0].a: missing"), bad("[2].b: missing")],
+                Ok(Parsed::Batch(vec![
+                    prefix,
+                    Parsed::Invalid("[0].a: missing".into()),
+                    Parsed::Invalid("[2].b: missing".into()),
+                ])),
+            ),
+            // nothing good left: the message fails as a whole, as before
+            (
+                vec![],
+                vec![bad("[0].a: missing")],
+                Err(bad("[0].a: missing")),
+            ),
+            (
+                vec![Parsed::Ignore("x")],
+                vec![
+                    bad("[1].a: missing"),
+                    bad("[2].b: missing"),
+                    bad("[3].c: x"),
+                ],
+                Err(bad("[1].a: missing (and 2 more malformed events)")),
+            ),
+            (vec![Parsed::Ignore("x")], vec![], Ok(Parsed::Ignore("x"))),
+        ];
+        for (i, (good, bad, want)) in cases.into_iter().enumerate() {
+            assert_eq!(Parsed::from_parts(good, bad), want, "case {i}");
         }
     }
 }

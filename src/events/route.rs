@@ -148,6 +148,9 @@ impl Routed {
                 self.ignored += 1;
                 self.handshake = Some(validation_code);
             }
+            // a malformed event belongs to no pair: `strangers` dead-letters it once per
+            // message, not once per pair
+            Parsed::Invalid(_) => {}
             Parsed::PrefixReconcile { bucket, prefix } => {
                 match scope.rel_prefix(&bucket, &prefix) {
                     Some(p) => self.prefixes.push(p),
@@ -161,8 +164,8 @@ impl Routed {
     }
 }
 
-/// Reasons for the events of `parsed` that none of `scopes` takes (the dead letters of a
-/// delivery that several pairs share).
+/// Reasons for the events of `parsed` that none of `scopes` takes, and for its malformed ones
+/// (the dead letters of a delivery that several pairs share).
 pub fn strangers(parsed: &Parsed, scopes: &[Scope], what: &str) -> Vec<String> {
     let mut out = Vec::new();
     match parsed {
@@ -191,6 +194,7 @@ pub fn strangers(parsed: &Parsed, scopes: &[Scope], what: &str) -> Vec<String> {
                 ));
             }
         }
+        Parsed::Invalid(why) => out.push(why.clone()),
         Parsed::Ignore(_) | Parsed::Handshake { .. } => {}
     }
     out
@@ -268,7 +272,8 @@ impl Fanout {
 
     /// Routes and stores a batch of messages (raw text, what the parser made of it) in one
     /// transaction: each pair's rows and prefixes, and a dead letter (with the raw text) per
-    /// reason no pair could use. Only after this returns Ok may the messages be acknowledged.
+    /// reason no pair could use, each malformed event of a message ([`Parsed::Invalid`])
+    /// included. Only after this returns Ok may the messages be acknowledged.
     pub async fn store(
         &self,
         source: &'static str,
@@ -294,6 +299,18 @@ impl Fanout {
             };
             if targets.is_empty() {
                 let why = format!("no {}:// pair follows {source}", self.what);
+                // and the message's malformed events, each with its reason
+                let invalid = match &parsed {
+                    Parsed::Batch(items) => items.iter().collect(),
+                    one => vec![one],
+                };
+                for p in invalid {
+                    if let Parsed::Invalid(bad) = p {
+                        intake
+                            .dead
+                            .push((None, source.to_string(), raw.clone(), bad.clone()));
+                    }
+                }
                 intake.dead.push((None, source.to_string(), raw, why));
                 continue;
             }
@@ -458,6 +475,138 @@ mod tests {
         );
         assert!(r.rows.is_empty());
         assert!(r.dead[0].contains("beginning with '/'"), "{:?}", r.dead);
+    }
+
+    #[test]
+    fn invalid_events_are_nobodys_and_strangers_names_each() {
+        let scope = Scope {
+            bucket: "b".into(),
+            prefix: String::new(),
+        };
+        let parsed = Parsed::Batch(vec![
+            Parsed::Events(vec![ev("b", "k", EventKind::Upsert)]),
+            Parsed::Invalid("[1].subject: missing".into()),
+            Parsed::Invalid("[2]: expected an object, found null".into()),
+        ]);
+        let mut r = Routed::default();
+        r.add(parsed.clone(), &scope, "az");
+        assert_eq!(r.rows, vec![("k".to_string(), Kind::Upsert, None)]);
+        assert!(r.dead.is_empty() && r.prefixes.is_empty(), "{r:?}");
+        assert_eq!(r.ignored, 0);
+        assert_eq!(
+            strangers(&parsed, std::slice::from_ref(&scope), "az"),
+            vec![
+                "[1].subject: missing".to_string(),
+                "[2]: expected an object, found null".to_string()
+            ]
+        );
+    }
+
+    /// (pair, source, raw, reason) of every dead letter, in order.
+    fn dead_letters(db: &Manifest) -> Vec<(Option<i64>, String, Vec<u8>, String)> {
+        db.with(|c| {
+            let mut st =
+                c.prepare("SELECT pair_id, source, raw, reason FROM dead_letters ORDER BY id")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            rows.collect()
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn fanout_stores_the_good_events_and_dead_letters_each_bad_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Manifest::open(&dir.path().join("s.db")).unwrap());
+        let one = db.pair("az://b/one", "/tmp/one").unwrap().id;
+        let two = db.pair("az://b/two", "/tmp/two").unwrap().id;
+        let fan = Fanout::new(db.clone(), "az");
+        for (id, prefix) in [(one, "one"), (two, "two")] {
+            fan.add(Target {
+                pair_id: id,
+                scope: Scope {
+                    bucket: "b".into(),
+                    prefix: prefix.into(),
+                },
+                stats: Arc::default(),
+            });
+        }
+        // a batch of three whose middle event is malformed, then a message that failed whole
+        let raw = b"[{...}, {...}, {...}]".to_vec();
+        let batch = Parsed::Batch(vec![
+            Parsed::Events(vec![
+                ev("b", "one/a", EventKind::Upsert),
+                ev("b", "two/c", EventKind::Delete),
+            ]),
+            Parsed::Invalid("[1].subject: missing".into()),
+        ]);
+        fan.store(
+            "azqueue",
+            vec![
+                (raw.clone(), Ok(batch)),
+                (b"garbage".to_vec(), Err("body: not JSON".into())),
+            ],
+        )
+        .await
+        .unwrap();
+        let inbox = Inbox::new(&db);
+        let keys = |id| -> Vec<(String, Kind)> {
+            inbox
+                .take(id, 10)
+                .unwrap()
+                .into_iter()
+                .map(|p| (p.key, p.kind))
+                .collect()
+        };
+        assert_eq!(keys(one), vec![("a".to_string(), Kind::Upsert)]);
+        assert_eq!(keys(two), vec![("c".to_string(), Kind::Delete)]);
+        // one dead letter per malformed event (not one per pair), with the raw message
+        assert_eq!(
+            dead_letters(&db),
+            vec![
+                (
+                    None,
+                    "azqueue".into(),
+                    raw.clone(),
+                    "[1].subject: missing".into()
+                ),
+                (
+                    None,
+                    "azqueue".into(),
+                    b"garbage".to_vec(),
+                    "body: not JSON".into()
+                ),
+            ]
+        );
+        assert_eq!(fan.dead_lettered.load(Relaxed), 2);
+        let targets = fan.targets();
+        for t in &targets {
+            assert_eq!(t.stats.events.load(Relaxed), 1, "pair {}", t.pair_id);
+            assert_eq!(t.stats.messages.load(Relaxed), 1, "pair {}", t.pair_id);
+        }
+
+        // with no pair following, the message is dead-lettered with each bad event's reason too
+        let lonely = Fanout::new(db.clone(), "az");
+        lonely
+            .store(
+                "webhook-eventgrid",
+                vec![(
+                    raw.clone(),
+                    Ok(Parsed::Batch(vec![
+                        Parsed::Events(vec![ev("b", "x", EventKind::Upsert)]),
+                        Parsed::Invalid("[0].data: missing".into()),
+                    ])),
+                )],
+            )
+            .await
+            .unwrap();
+        let reasons: Vec<String> = dead_letters(&db)[2..].iter().map(|d| d.3.clone()).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                "[0].data: missing".to_string(),
+                "no az:// pair follows webhook-eventgrid".to_string()
+            ]
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!
 //! `ObjectCreated:*` is an upsert; `ObjectRemoved:*` (including `DeleteMarkerCreated`) and
 //! `LifecycleExpiration:*` are deletes; every other event name (restore, replication,
-//! tagging, ACL, lifecycle transition, …) changes nothing to copy and is skipped.
+//! tagging, ACL, lifecycle transition, …) changes nothing to copy and is skipped. A malformed
+//! record among good ones becomes a [`Parsed::Invalid`] beside them; a message with no good
+//! record fails as a whole.
 
 use serde_json::Value;
 
@@ -115,30 +117,41 @@ fn parse_records(v: &Value, path: &str) -> Result<Parsed, ParseError> {
     let records = child(v, "Records", path)?
         .as_array()
         .ok_or_else(|| ParseError::new(format!("{records_path}: expected an array")))?;
-    let mut events = Vec::with_capacity(records.len());
+    // each record on its own: a malformed one must not take the others with it
+    let (mut events, mut bad) = (Vec::with_capacity(records.len()), Vec::new());
     for (i, record) in records.iter().enumerate() {
-        let rp = format!("{records_path}[{i}]");
-        let Some(kind) = record_kind(req_str(record, "eventName", &rp)?) else {
-            continue;
-        };
-        let at = locate(child(record, "s3", &rp)?, &join(&rp, "s3"))?;
-        let key_path = join(&at.object_path, "key");
-        let key = check_key(&key_path, url_decode(&key_path, at.raw_key, true)?)?;
-        events.push(ChangeEvent {
-            bucket: at.bucket,
-            key,
-            kind,
-            etag: etag(at.object, &at.object_path)?,
-            size: opt_u64(at.object, "size", &at.object_path)?,
-            sequencer: sequencer(at.object, &at.object_path)?,
-            event_time: loose_str(record, "eventTime"),
-            id: None,
-        });
+        match parse_record(record, &format!("{records_path}[{i}]")) {
+            Ok(Some(ev)) => events.push(ev),
+            Ok(None) => {}
+            Err(e) => bad.push(e),
+        }
     }
-    if events.is_empty() {
-        return Ok(Parsed::Ignore("s3: no create or delete records"));
-    }
-    Ok(Parsed::Events(events))
+    let good = if events.is_empty() {
+        Parsed::Ignore("s3: no create or delete records")
+    } else {
+        Parsed::Events(events)
+    };
+    Parsed::from_parts(vec![good], bad)
+}
+
+/// One notification record: `None` for an event that changes nothing to copy.
+fn parse_record(record: &Value, rp: &str) -> Result<Option<ChangeEvent>, ParseError> {
+    let Some(kind) = record_kind(req_str(record, "eventName", rp)?) else {
+        return Ok(None);
+    };
+    let at = locate(child(record, "s3", rp)?, &join(rp, "s3"))?;
+    let key_path = join(&at.object_path, "key");
+    let key = check_key(&key_path, url_decode(&key_path, at.raw_key, true)?)?;
+    Ok(Some(ChangeEvent {
+        bucket: at.bucket,
+        key,
+        kind,
+        etag: etag(at.object, &at.object_path)?,
+        size: opt_u64(at.object, "size", &at.object_path)?,
+        sequencer: sequencer(at.object, &at.object_path)?,
+        event_time: loose_str(record, "eventTime"),
+        id: None,
+    }))
 }
 
 fn parse_eventbridge(v: &Value, path: &str) -> Result<Parsed, ParseError> {
@@ -397,6 +410,63 @@ mod tests {
     }
 
     #[test]
+    fn a_malformed_record_does_not_take_the_good_ones_with_it() {
+        let good = |key: &str| {
+            serde_json::json!({"eventName": "ObjectCreated:Put",
+                "s3": {"bucket": {"name": "b"}, "object": {"key": key}}})
+        };
+        // (records, keys kept, reasons of the bad ones)
+        let cases: Vec<(serde_json::Value, Vec<&str>, Vec<&str>)> = vec![
+            (
+                serde_json::json!([good("a"), {"eventName": "ObjectCreated:Put"}, good("c")]),
+                vec!["a", "c"],
+                vec!["Records[1].s3: missing"],
+            ),
+            (
+                serde_json::json!([
+                    {"eventName": "ObjectRemoved:Delete", "s3": {"bucket": {"name": "b"},
+                        "object": {"key": "k", "sequencer": "SECRET-not-hex"}}},
+                    good("x"),
+                    null,
+                ]),
+                vec!["x"],
+                vec![
+                    "Records[0].s3.object.sequencer: not a hexadecimal sequencer of at most 40 digits",
+                    "Records[2]: expected an object, found null",
+                ],
+            ),
+        ];
+        for (records, keys, reasons) in cases {
+            let body = serde_json::json!({ "Records": records }).to_string();
+            let Ok(Parsed::Batch(items)) = parse_s3(&body) else {
+                panic!("{body}: {:?}", parse_s3(&body));
+            };
+            let Parsed::Events(evs) = &items[0] else {
+                panic!("{items:?}")
+            };
+            assert_eq!(evs.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), keys);
+            let bad: Vec<&str> = items[1..]
+                .iter()
+                .map(|p| match p {
+                    Parsed::Invalid(why) => why.as_str(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(bad, reasons);
+            assert!(!bad.iter().any(|r| r.contains("SECRET")));
+        }
+        // wrapped by SNS, the same
+        let inner = serde_json::json!({"Records": [good("s"), {}]}).to_string();
+        let Ok(Parsed::Batch(items)) = parse_s3(&sns(&inner)) else {
+            panic!()
+        };
+        assert_eq!(
+            items[1],
+            Parsed::Invalid("Message.Records[1].eventName: missing".into())
+        );
+    }
+
+    #[test]
     fn lifecycle_expiration_is_a_delete() {
         let e = events(AWS_LIFECYCLE);
         assert_eq!(e.len(), 1);
@@ -573,7 +643,9 @@ mod tests {
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","sequencer":12}}}]}"#.into(), "Records[0].s3.object.sequencer: expected a string"),
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","sequencer":"ZZ-SECRET-SHOULD-NOT-BE-ECHOED"}}}]}"#.into(), "Records[0].s3.object.sequencer: not a hexadecimal sequencer"),
             (format!(r#"{{"Records":[{{"eventName":"ObjectCreated:Put","s3":{{"bucket":{{"name":"b"}},"object":{{"key":"k","sequencer":"1{}"}}}}}}]}}"#, "0".repeat(40)), "Records[0].s3.object.sequencer: not a hexadecimal sequencer"),
-            (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k"}}},{"eventName":"ObjectCreated:Put"}]}"#.into(), "Records[1].s3: missing"),
+            // no good record at all: the message fails as a whole, naming the first bad one
+            (r#"{"Records":[{"eventName":"ObjectRestore:Post"},{"eventName":"ObjectCreated:Put"}]}"#.into(), "Records[1].s3: missing"),
+            (r#"{"Records":[{"eventName":"ObjectCreated:Put"},{"eventName":5},{}]}"#.into(), "Records[0].s3: missing (and 2 more malformed events)"),
             (r#"{"Type":"Notification"}"#.into(), "Message: missing"),
             (r#"{"Type":"Notification","Message":{"Records":[]}}"#.into(), "Message: expected a string"),
             (format!(r#"{{"Type":"Notification","Message":"{secret} is not json"}}"#), "Message: not JSON"),

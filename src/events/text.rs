@@ -1,6 +1,10 @@
 //! Shared decoding for the event parsers: size limit, JSON field access that names the field
 //! in its errors (and never echoes a value), strict URL decoding, base64, key checks.
 
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
 use serde_json::Value;
 
 use super::{ParseError, MAX_BODY_BYTES};
@@ -218,64 +222,38 @@ pub(crate) fn check_bucket(what: &str, name: &str) -> Result<String, ParseError>
     Ok(name.to_string())
 }
 
-/// Decodes base64 in the standard or the URL-safe alphabet, padding optional, ASCII
-/// whitespace skipped. `None` for anything else.
+/// Padding optional, and bits past the last whole byte ignored (as Azure and Google are lax
+/// about both in what they hand over).
+const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
+    .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+    .with_decode_allow_trailing_bits(true);
+const STANDARD_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
+const URL_SAFE_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIENT);
+
+/// Decodes base64 in the standard or the URL-safe alphabet (one of them: the text's `-` or
+/// `_` picks the URL-safe one), padding optional, ASCII whitespace skipped. `None` for
+/// anything else.
 pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len() / 4 * 3 + 3);
-    let (mut acc, mut bits, mut digits, mut pads) = (0u32, 0u32, 0usize, 0usize);
-    for b in s.bytes() {
-        if b.is_ascii_whitespace() {
-            continue;
-        }
-        if b == b'=' {
-            pads += 1;
-            continue;
-        }
-        if pads > 0 {
-            return None; // data after padding
-        }
-        let v = match b {
-            b'A'..=b'Z' => b - b'A',
-            b'a'..=b'z' => b - b'a' + 26,
-            b'0'..=b'9' => b - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        digits += 1;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    if digits % 4 == 1 || pads > 2 || (pads > 0 && (digits + pads) % 4 != 0) {
-        return None;
-    }
-    Some(out)
+    let compact: std::borrow::Cow<'_, str> = if s.bytes().any(|b| b.is_ascii_whitespace()) {
+        s.chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    };
+    let engine = if compact.contains(['-', '_']) {
+        &URL_SAFE_LENIENT
+    } else {
+        &STANDARD_LENIENT
+    };
+    engine.decode(compact.as_bytes()).ok()
 }
 
 /// Encodes base64 (standard alphabet, padded): the inverse of [`base64_decode`] (request
 /// signatures; tests that build queue messages and push bodies).
 pub(crate) fn base64_encode(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    STANDARD.encode(bytes)
 }
 
 #[cfg(test)]
@@ -334,9 +312,32 @@ mod tests {
         for (input, want) in ok {
             assert_eq!(base64_decode(input).as_deref(), Some(*want), "{input}");
         }
-        for bad in ["Z", "Zg=a", "Zg===", "Z===", "Zm9v!", "é"] {
+        for bad in [
+            "Z",
+            "Zg=a",
+            "Zg===",
+            "Z===",
+            "Zm9v!",
+            "é",
+            "Zm9v=Zm9v",
+            "+/-_",
+        ] {
             assert_eq!(base64_decode(bad), None, "{bad}");
         }
+        // encoding is standard and padded, and round-trips
+        let cases: &[(&[u8], &str)] = &[
+            (b"", ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foobar", "Zm9vYmFy"),
+            (&[0xfb, 0xff], "+/8="),
+        ];
+        for (bytes, text) in cases {
+            assert_eq!(base64_encode(bytes), *text);
+            assert_eq!(base64_decode(text).as_deref(), Some(*bytes));
+        }
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(base64_decode(&base64_encode(&all)), Some(all));
     }
 
     #[test]

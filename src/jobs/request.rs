@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use crate::copy::{CopyOptions, ProgressMode};
 use crate::core::error::SlateError;
-use crate::core::filter::Filter;
+use crate::core::filter::{Filter, MAX_PATTERNS};
 use crate::core::location::Location;
 use crate::core::units::parse_size;
 use crate::engine::lease::Wait;
@@ -182,11 +182,8 @@ impl JobRequest {
         let copy = o.copy(base)?;
         let max_delete = o.max_delete()?;
         let (dry_run, no_delete) = (o.flag("dry_run")?, o.flag("no_delete")?);
-        let filter = Filter {
-            include: o.list("include")?,
-            exclude: o.list("exclude")?,
-            max_age: None,
-        };
+        let filter = Filter::new(o.list("include")?, o.list("exclude")?, None)
+            .map_err(|e| Opts::bad(e.list, format!("'{}': {e}", e.list)))?;
         let only_sync = [
             ("dry_run", dry_run),
             ("no_delete", no_delete),
@@ -220,7 +217,7 @@ impl JobRequest {
                 ));
             }
         }
-        if self.kind == Kind::Copy && !filter.include.is_empty() | !filter.exclude.is_empty() {
+        if self.kind == Kind::Copy && !filter.include().is_empty() | !filter.exclude().is_empty() {
             return Err(Refused::bad(
                 "options.include",
                 "include/exclude apply to sync-once and diff jobs",
@@ -296,6 +293,13 @@ impl Opts<'_> {
         let bad = || Self::bad(k, format!("'{k}' must be a list of patterns"));
         match self.get(k) {
             None => Ok(Vec::new()),
+            Some(Value::Array(a)) if a.len() > MAX_PATTERNS => Err(Self::bad(
+                k,
+                format!(
+                    "'{k}' holds {} patterns, more than the {MAX_PATTERNS} accepted",
+                    a.len()
+                ),
+            )),
             Some(Value::Array(a)) => a
                 .iter()
                 .map(|v| v.as_str().map(str::to_string).ok_or_else(bad))
@@ -340,7 +344,7 @@ mod tests {
         let s = ok.settings(&CopyOptions::default()).unwrap();
         assert_eq!((s.copy.transfers, s.copy.chunk_size), (4, 8 << 20));
         assert!(s.sync.no_delete && s.sync.max_delete == Some(MaxDelete::Percent(10.0)));
-        assert_eq!(s.sync.filter.include, vec!["x/**".to_string()]);
+        assert_eq!(s.sync.filter.include(), vec!["x/**".to_string()]);
         // (body, the field named)
         let table: &[(&str, &str)] = &[
             ("not json", "body"),
@@ -413,5 +417,45 @@ mod tests {
             );
             assert!(!e.message.is_empty() && !e.message.contains('\n'), "{e:?}");
         }
+    }
+
+    #[test]
+    fn glob_lists_are_bounded_and_bad_ones_named() {
+        let body = |opts: serde_json::Value| {
+            json!({"kind": "sync-once", "src": "/a", "dst": "/b", "options": opts}).to_string()
+        };
+        let many: Vec<String> = (0..=MAX_PATTERNS).map(|i| format!("k{i}/*")).collect();
+        let long = format!(
+            "keep/{}",
+            "x".repeat(crate::core::filter::MAX_PATTERN_BYTES)
+        );
+        let cases = [
+            (
+                json!({ "include": many }),
+                "options.include",
+                "101 patterns",
+            ),
+            (
+                json!({"exclude": ["a/*", long]}),
+                "options.exclude",
+                "'keep/xxx",
+            ),
+            (json!({"include": [""]}), "options.include", "empty pattern"),
+        ];
+        for (opts, field, says) in cases {
+            let e = parse_request(body(opts).as_bytes()).unwrap_err();
+            assert_eq!((e.status, e.field.as_deref()), (400, Some(field)), "{e:?}");
+            assert!(e.message.contains(says), "{e:?}");
+            assert!(
+                e.message.len() < 200,
+                "the refusal does not echo a long pattern: {e:?}"
+            );
+        }
+        let req = parse_request(
+            body(json!({"include": ["?.txt", "x[1]/**"], "exclude": ["*.tmp"]})).as_bytes(),
+        )
+        .unwrap();
+        let f = req.settings(&CopyOptions::default()).unwrap().sync.filter;
+        assert!(f.key("é.txt") && f.key("x[1]/a/b") && !f.key("x[1]/a.tmp") && !f.key("ab.txt"));
     }
 }

@@ -1,4 +1,5 @@
-//! Fault injection, a test hook in front of the stores: [`FaultyStore`] wraps any store
+//! Fault injection, a test hook in front of the stores (only in a build with the cargo feature
+//! `faults`, which `cargo test` turns on; release binaries have none of it): [`FaultyStore`] wraps any store
 //! (object_store's wrapper style, like its `ThrottledStore`) and fails a share of the requests
 //! the way a struggling cloud does: 503 SlowDown, 500, 429, connection resets, timeouts and
 //! GET bodies cut short. `store.rs` wraps every cloud store it builds when `SLATE_FAULTS` is
@@ -31,7 +32,7 @@ use object_store::{
 };
 
 /// The environment variable that turns fault injection on.
-pub const ENV: &str = "SLATE_FAULTS";
+pub const ENV: &str = super::FAULTS_ENV;
 
 /// One kind of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,9 +4,11 @@
 //! Missing credentials are detected here, before any request: object_store would otherwise
 //! fall back to a cloud metadata endpoint, which hangs or fails far from the cause.
 //!
-//! `SLATE_FAULTS` (a test hook, see [`crate::stores::faults`]) wraps every store built here in a
-//! [`FaultyStore`] that fails a share of the requests.
+//! `SLATE_FAULTS` (a test hook: `faults.rs`, built only with the cargo feature `faults`, which
+//! the tests turn on) wraps every store built here in a `FaultyStore` that fails a share of the
+//! requests. A slate built without the feature ignores the variable, with one warning.
 
+#[cfg(feature = "faults")]
 pub mod faults;
 pub mod limit;
 pub mod list;
@@ -27,7 +29,11 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use crate::core::error::{Result, SlateError};
 use crate::core::location::{Location, Scheme};
+#[cfg(feature = "faults")]
 use faults::{FaultConfig, FaultyStore};
+
+/// The environment variable of the fault-injecting store (the `faults` feature).
+pub const FAULTS_ENV: &str = "SLATE_FAULTS";
 
 /// The environment variables slate reads, with what they do (shown by `--help`).
 pub const ENV_HELP: &str = "\
@@ -120,8 +126,28 @@ fn all<S: ObjectStore + PaginatedListStore + MultipartStore>(s: S) -> Stores {
     }
 }
 
+/// The faces of `s`. A slate built without the `faults` feature never fails a request on
+/// purpose: `SLATE_FAULTS` only earns one warning.
+#[cfg(not(feature = "faults"))]
+fn wrap<S: ObjectStore + PaginatedListStore + MultipartStore>(
+    _loc: &Location,
+    s: S,
+    _name: &'static str,
+) -> Result<Stores> {
+    if std::env::var_os(FAULTS_ENV).is_some_and(|v| !v.is_empty()) {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "{FAULTS_ENV} is ignored: this slate was built without the faults feature"
+            )
+        });
+    }
+    Ok(all(s))
+}
+
 /// The faces of `s`, behind a [`FaultyStore`] when `SLATE_FAULTS` asks for one (a test hook;
 /// see `faults.rs`). `name` is object_store's name of the store in its errors.
+#[cfg(feature = "faults")]
 fn wrap<S: ObjectStore + PaginatedListStore + MultipartStore>(
     loc: &Location,
     s: S,

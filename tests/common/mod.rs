@@ -469,22 +469,8 @@ pub fn gcs_upload_any_name(bucket: &str, name: &str, body: &str) {
 
 /// Standard base64 with padding (what Event Grid's queue delivery and Pub/Sub use).
 pub fn b64<T: AsRef<[u8]> + ?Sized>(data: &T) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.as_ref().chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                A[((n >> (18 - 6 * i)) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }
 
 /// A moto bucket whose notifications for every create and delete go to a new SQS queue:

@@ -15,6 +15,7 @@ use serde_json::json;
 use slate::copy::transfer::Ctx;
 use slate::copy::{CopyOptions, Counters, ProgressMode};
 use slate::core::location::Location;
+use slate::engine::expand::Expander;
 use slate::engine::key::{Applied, Engine};
 use slate::events::route::{Fanout, IntakeStats, Routed, Scope, Target};
 use slate::events::{self, Parsed};
@@ -207,6 +208,8 @@ struct Env {
     manifest: Arc<Manifest>,
     pair: i64,
     engine: Engine,
+    /// Prefix events (Azure directory deletes) are expanded as the daemon does, a page a step.
+    expander: Expander,
     fanout: Arc<Fanout>,
     scope: Scope,
 }
@@ -240,6 +243,7 @@ impl Env {
         };
         let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())));
         let engine = Engine::new(manifest.clone(), pair, ctx, dst_loc.clone());
+        let expander = Expander::new(manifest.clone(), pair, plan.src.clone());
         let scope = Scope {
             bucket: BUCKET.into(),
             prefix: prefix.into(),
@@ -257,6 +261,7 @@ impl Env {
             manifest,
             pair,
             engine,
+            expander,
             fanout,
             scope,
         })
@@ -578,6 +583,8 @@ impl World {
         mut mid: Option<Mut>,
     ) -> Result<usize, TestCaseError> {
         let db = |e: slate::SlateError| fail(format!("inbox: {e}"));
+        // the daemon's loop: one step of each pending prefix expansion, then the keys
+        while env.expander.step().await.map_err(db)? {}
         let inbox = Inbox::new(&env.manifest);
         let pending = inbox.take(env.pair, batch).map_err(db)?;
         for p in &pending {
