@@ -8,25 +8,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
 
 /// A `slate serve` under test: killed when dropped.
 struct Server {
-    child: std::process::Child,
+    child: Child,
     addr: String,
     log: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 impl Server {
@@ -40,42 +31,16 @@ impl Server {
             Some(t) => c.env("SLATE_API_TOKEN", t),
             None => c.env_remove("SLATE_API_TOKEN"),
         };
-        let mut child = c.spawn().expect("spawn serve");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if let Some(addr) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("slate: listening on http://"))
-            {
-                return Server {
-                    child,
-                    addr: addr.trim().to_string(),
-                    log: log.to_path_buf(),
-                };
-            }
-            if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
-                let _ = child.kill();
-                panic!("slate serve did not start: {text}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let child = spawn_ready(c, log, 30, |text| listen_addr(text).is_some());
+        Server {
+            child,
+            addr: listen_addr(&read_log(log)).expect("listening"),
+            log: log.to_path_buf(),
         }
     }
 
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
-    }
-
-    fn kill9(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-
-    fn stop(&mut self) -> Option<i32> {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().expect("wait").code()
     }
 }
 
@@ -181,14 +146,6 @@ fn read_events(url: &str, last_id: Option<u64>) -> (u16, Vec<Sse>) {
         }
     }
     (status, out)
-}
-
-fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn files(n: usize, size: usize) -> BTreeMap<String, Vec<u8>> {
@@ -308,7 +265,11 @@ fn a_copy_job_runs_to_its_end_and_streams_its_progress() {
         .expect("status");
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["objects_done"], 300);
-    assert_eq!(s.stop(), Some(0), "SIGTERM stops the server cleanly");
+    assert_eq!(
+        s.child.signal(libc::SIGTERM),
+        Some(0),
+        "SIGTERM stops the server cleanly"
+    );
 }
 
 #[test]
@@ -431,7 +392,7 @@ fn a_job_killed_with_its_server_resumes_from_where_it_was() {
     wait_for("progress before the kill", 60, || {
         get_job(&s, id)["objects_done"].as_u64().unwrap_or(0) >= 150
     });
-    s.kill9();
+    s.child.kill9();
     let at_kill = dst.read().len();
     assert!(
         (150..1500).contains(&at_kill),

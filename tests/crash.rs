@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -77,40 +76,6 @@ impl Drop for Repro {
     }
 }
 
-/// A process under test: killed when dropped, so a failing test leaves none behind.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-impl Child {
-    fn kill9(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGKILL) };
-        let _ = self.0.wait();
-    }
-}
-
-/// SIGKILLs `child` `delay_ms` from now unless it exits first: then how long it ran (ms).
-fn kill_after(child: &mut Child, delay_ms: u64) -> Option<u64> {
-    let start = Instant::now();
-    let until = start + Duration::from_millis(delay_ms);
-    while Instant::now() < until {
-        if let Ok(Some(_)) = child.0.try_wait() {
-            return Some(start.elapsed().as_millis() as u64);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child.kill9();
-    None
-}
-
 /// Files under `root` with size and mtime: what tells that a copy is under way.
 fn local_state(root: &Path) -> BTreeMap<PathBuf, (u64, Option<std::time::SystemTime>)> {
     let mut out = BTreeMap::new();
@@ -147,7 +112,7 @@ fn kill_once_changed(child: &mut Child, root: &Path, after_ms: u64, limit_ms: u6
         std::thread::sleep(Duration::from_millis(3));
     }
     let waited = start.elapsed().as_millis() as u64;
-    kill_after(child, after_ms).map(|t| t + waited)
+    child.kill_after(after_ms).map(|t| t + waited)
 }
 
 /// (length, hash) of a content: what the history keeps instead of the bytes.
@@ -596,7 +561,7 @@ fn sync_once_trials(name: &'static str, src: Side, dst: Side, trials: usize) {
                     // idle machine too
                     span / 8 + rng.below((span * 7 / 8).max(1))
                 };
-                (kill_after(&mut child, delay), format!("at {delay} ms"))
+                (child.kill_after(delay), format!("at {delay} ms"))
             }
         };
         match killed {
@@ -728,7 +693,9 @@ fn sync_once_killed_local_to_local() {
 // ---------------------------------------------------------------------------------------------
 // the daemon
 
-struct Daemon {
+/// The daemon of a trial, started again and again over one database, each time with a log of
+/// its own.
+struct Restarts {
     db: PathBuf,
     logs: PathBuf,
     src: String,
@@ -737,62 +704,33 @@ struct Daemon {
     starts: usize,
 }
 
-impl Daemon {
+impl Restarts {
     fn log(&self, n: usize) -> PathBuf {
         self.logs.join(format!("daemon-{n}.log"))
     }
 
     /// Starts the daemon over the same database and waits until it follows changes.
-    fn start(&mut self) -> Child {
+    fn start(&mut self) -> Daemon {
         self.starts += 1;
-        let log = self.log(self.starts);
-        let mut c = slate_db(&self.db);
-        c.args([
-            "sync",
+        let mut extra = vec!["--chunk-size", "5MiB", "--streams", "3"];
+        if let Some(e) = &self.events {
+            extra.extend(["--events", e]);
+        }
+        Daemon::start(
+            &self.db,
             &self.src,
             &self.dst,
-            "--drift-check-secs",
-            "0",
-            "--chunk-size",
-            "5MiB",
-            "--streams",
-            "3",
-            "--quiet",
-        ])
-        .env("RUST_LOG", "slate=debug,warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"));
-        if let Some(e) = &self.events {
-            c.args(["--events", e]);
-        }
-        let mut child = Child(c.spawn().expect("spawn daemon"));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut text = String::new();
-            if let Ok(mut f) = std::fs::File::open(&log) {
-                let _ = f.read_to_string(&mut text);
-            }
-            if text.contains("following changes") {
-                return child;
-            }
-            let exited = matches!(child.0.try_wait(), Ok(Some(_)));
-            assert!(
-                Instant::now() < deadline && !exited,
-                "the daemon did not start: {text}"
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
+            &extra,
+            &self.log(self.starts),
+        )
     }
 
+    /// The ends of the last two daemons' logs.
     fn tail(&self) -> String {
         let mut out = String::new();
         for n in self.starts.saturating_sub(1)..=self.starts {
-            let text = std::fs::read_to_string(self.log(n)).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let from = lines.len().saturating_sub(40);
-            out.push_str(&format!("--- daemon-{n}.log (last 40 lines)\n"));
-            out.push_str(&lines[from..].join("\n"));
-            out.push('\n');
+            let text = log_tail(&read_log(&self.log(n)));
+            out.push_str(&format!("--- daemon-{n}.log (last lines)\n{text}\n"));
         }
         out
     }
@@ -818,7 +756,7 @@ fn daemon_trials(name: &'static str, src: Side, dst: Side, events: Option<String
     for _ in 0..30 {
         m.change(&src, &mut rng, Sizes::Daemon);
     }
-    let mut d = Daemon {
+    let mut d = Restarts {
         db: dir.path().join("slate.db"),
         logs: dir.path().to_path_buf(),
         src: src.url(),
@@ -828,7 +766,7 @@ fn daemon_trials(name: &'static str, src: Side, dst: Side, events: Option<String
     };
     let mut daemon = d.start();
     // equal: first by reading the destination (cheap), then as `slate diff` says (exit 0)
-    let wait_equal = |d: &Daemon, daemon: &mut Child, m: &Model, ctx: &str| {
+    let wait_equal = |d: &Restarts, daemon: &mut Daemon, m: &Model, ctx: &str| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let got = dst.read();
@@ -844,8 +782,8 @@ fn daemon_trials(name: &'static str, src: Side, dst: Side, events: Option<String
             } else {
                 "(the destination differs from the source)".to_string()
             };
-            if Instant::now() > deadline || matches!(daemon.0.try_wait(), Ok(Some(_))) {
-                daemon.kill9();
+            if Instant::now() > deadline || !daemon.alive() {
+                daemon.child.kill9();
                 panic!("{ctx}: not equal in time: {text}\n{}", d.tail());
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -868,7 +806,7 @@ fn daemon_trials(name: &'static str, src: Side, dst: Side, events: Option<String
             }
             std::thread::sleep(Duration::from_millis(rng.below(150)));
         }
-        daemon.kill9();
+        daemon.child.kill9();
         let ctx = format!(
             "{name} trial {trial} (killed {} ms into the changes)",
             kill_at.as_millis()
@@ -892,7 +830,7 @@ fn daemon_trials(name: &'static str, src: Side, dst: Side, events: Option<String
                 t.elapsed().as_millis() - start_ms
             );
         }
-        let pid = daemon.0.id();
+        let pid = daemon.child.id();
         // the killed daemon's temporary files: swept by the new one at its start (in the
         // background, so allow it a moment)
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -909,9 +847,7 @@ fn daemon_trials(name: &'static str, src: Side, dst: Side, events: Option<String
         m.check_equal(&got, &|k| temp_pid(k) == Some(pid), &ctx);
     }
     // a clean stop at the end
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(daemon.0.id() as i32, libc::SIGTERM) };
-    let code = daemon.0.wait().expect("wait").code();
+    let code = daemon.stop();
     assert_eq!(code, Some(0), "SIGTERM: {}", d.tail());
     let got = dst.read();
     m.check_equal(&got, &|_| false, &format!("{name} after SIGTERM"));

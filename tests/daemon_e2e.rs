@@ -5,59 +5,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use object_store::ObjectStoreExt;
-
-/// A daemon under test: killed when dropped, so a failing test leaves no process behind.
-struct Child(std::process::Child);
-
-impl std::ops::Deref for Child {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Child {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// Spawns the daemon and waits until `pairs` pairs follow changes. The caller stops it.
-fn spawn_and_wait(mut c: std::process::Command, log: &std::path::Path, pairs: usize) -> Child {
-    let mut child = Child(c.spawn().expect("spawn daemon"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(log) {
-            let _ = f.read_to_string(&mut text);
-        }
-        if text.matches("following changes").count() >= pairs {
-            return child;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("daemon did not start: {text}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// Starts the daemon on one pair and waits until it follows changes.
 fn start(db: &std::path::Path, src: &str, dst: &str, log: &std::path::Path) -> Child {
@@ -72,41 +25,8 @@ fn start_with(
     events: Option<&str>,
     log: &std::path::Path,
 ) -> Child {
-    let mut c = slate_db(db);
-    let err = std::fs::File::create(log).expect("log");
-    c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
-        // every applied key in the log: what a failing test prints, and what some assert on
-        .env("RUST_LOG", "slate=debug,warn")
-        .stdout(Stdio::null())
-        .stderr(err);
-    if let Some(e) = events {
-        c.args(["--events", e]);
-    }
-    spawn_and_wait(c, log, 1)
-}
-
-fn wait_equal(db: &std::path::Path, src: &str, dst: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut c = slate_db(db);
-        c.args(["diff", src, dst, "--json"]);
-        let out = c.output().expect("diff");
-        if out.status.code() == Some(0) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not equal in time: {}",
-            stdout(&out)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-fn stop(mut child: Child, signal: i32) -> Option<i32> {
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, signal) };
-    child.wait().expect("wait").code()
+    let extra: Vec<&str> = events.map(|e| vec!["--events", e]).unwrap_or_default();
+    Daemon::start(db, src, dst, &extra, log).child
 }
 
 fn local_files(root: &std::path::Path) -> BTreeMap<String, Vec<u8>> {
@@ -125,14 +45,14 @@ fn local_folder_daemon_follows_every_kind_of_change() {
         .collect();
     s.seed(&initial);
     let (su, du) = (s.url(), d.url());
-    let mut daemon = start(&db, &su, &du, &log);
+    let daemon = start(&db, &su, &du, &log);
     assert_same(&d.read(), &initial);
 
     let mut feed = LocalFeed {
         root: s.root.clone(),
         keys: Vec::new(),
     };
-    scenario(&mut feed, &db, &mut daemon, &log, &d);
+    scenario(&mut feed, &db, &log, &d);
 
     // a nested folder created at once, a folder moved in from outside, one removed as a whole
     std::fs::create_dir_all(s.root.join("new/deep")).expect("mkdir");
@@ -155,22 +75,22 @@ fn local_folder_daemon_follows_every_kind_of_change() {
     std::fs::rename(outside.join("m"), s.root.join("moved")).expect("mv in");
     std::fs::remove_dir_all(s.root.join("dir2")).expect("rm -r");
 
-    wait_equal(&db, &su, &du);
+    wait_equal_within(&db, &su, &du, 60, Some(&log));
     assert_same(&d.read(), &local_files(&s.root));
     assert!(d.read().contains_key("moved/b.txt"));
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0), "SIGTERM exits 0");
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0), "SIGTERM exits 0");
 
     // SIGKILL right after changes, then restart: nothing is lost
     let daemon = start(&db, &su, &du, &log);
     std::fs::write(s.root.join("after-kill.txt"), b"x").expect("write");
     std::fs::remove_file(s.root.join("dir1/f5.bin")).expect("rm");
     std::thread::sleep(Duration::from_millis(150));
-    stop(daemon, libc::SIGKILL);
+    daemon.stop(libc::SIGKILL);
     std::fs::write(s.root.join("while-down.txt"), b"y").expect("write"); // no daemon to see it
     let daemon = start(&db, &su, &du, &log);
-    wait_equal(&db, &su, &du);
+    wait_equal_within(&db, &su, &du, 60, Some(&log));
     assert_same(&d.read(), &local_files(&s.root));
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
 #[test]
@@ -199,7 +119,7 @@ fn s3_via_sqs(dst: Replica, tag: &str) {
     rt().block_on(seed(&store, "data", &initial));
     let su = format!("s3://{bucket}/data");
     let du = dst.url();
-    let mut daemon = start_with(&db, &su, &du, Some(&format!("sqs://{queue}")), &log);
+    let daemon = start_with(&db, &su, &du, Some(&format!("sqs://{queue}")), &log);
 
     let mut feed = SqsFeed {
         store: store.clone(),
@@ -207,7 +127,7 @@ fn s3_via_sqs(dst: Replica, tag: &str) {
         queue: queue.clone(),
         sent: Vec::new(),
     };
-    scenario(&mut feed, &db, &mut daemon, &log, &dst);
+    scenario(&mut feed, &db, &log, &dst);
 
     rt().block_on(async {
         // hostile and foreign messages: dead-lettered, the daemon goes on
@@ -234,25 +154,7 @@ fn s3_via_sqs(dst: Replica, tag: &str) {
     let late = [("after.bin".to_string(), b"late".to_vec())].into();
     rt().block_on(seed(&store, "data", &late));
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut c = slate_db(&db);
-        c.args(["diff", &su, &du]);
-        let out = c.output().expect("diff");
-        if out.status.code() == Some(0) {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-            panic!(
-                "not equal in time: {}\n{}",
-                stdout(&out),
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_equal_within(&db, &su, &du, 60, Some(&log));
     let want = rt().block_on(read_all(&store, "data"));
     assert_same(&dst.read(), &want);
     assert!(want.contains_key("after.bin"));
@@ -292,7 +194,7 @@ fn s3_via_sqs(dst: Replica, tag: &str) {
     // neither was applied to another key: f1.bin and f2.bin are still at the destination
     let got = dst.read();
     assert!(got.contains_key("f1.bin") && got.contains_key("f2.bin"));
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
 #[test]
@@ -354,16 +256,16 @@ fn one_process_keeps_every_pair_of_the_config() {
     c.args(["sync", "--config", &cfgs, "--quiet"])
         .stdout(Stdio::null())
         .stderr(err);
-    let daemon = spawn_and_wait(c, &log, 2);
+    let daemon = spawn_daemon(c, &log, 2);
     std::fs::write(a.root.join("new-a.txt"), b"1").expect("write");
     std::fs::write(b.root.join("new-b.txt"), b"2").expect("write");
-    wait_equal(&db, &a.url(), &a2.url());
+    wait_equal_within(&db, &a.url(), &a2.url(), 60, Some(&log));
     let deadline = Instant::now() + Duration::from_secs(30);
     while !b2.read().contains_key("new-b.txt") {
         assert!(Instant::now() < deadline, "second pair did not follow");
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
 /// An Azure Blob event in the Event Grid schema, or in CloudEvents 1.0.
@@ -547,7 +449,7 @@ fn azure_events_through_a_storage_queue_reach_s3() {
         // as Event Grid writes to a Storage Queue: base64 JSON
         deliver: Box::new(move |ev, _| rt().block_on(send.send(&b64(ev))).expect("send")),
     };
-    scenario(&mut feed, &db, &mut daemon, &log, &dst);
+    scenario(&mut feed, &db, &log, &dst);
 
     let key = |k: &str| format!("{prefix}/{k}");
     // a delete, then a late create older than it: the create is skipped by the tombstone
@@ -614,7 +516,7 @@ fn azure_events_through_a_storage_queue_reach_s3() {
     rt().block_on(q.send(&b64(&late))).expect("send");
     // (receiving here would hide the message from the daemon: wait out its idle polling)
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         text.lines()
@@ -659,14 +561,9 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         .env("SLATE_API_TOKEN", token)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"));
-    let mut daemon = spawn_and_wait(c, &log, 2);
+    let mut daemon = spawn_daemon(c, &log, 2);
     let text = std::fs::read_to_string(&log).expect("log");
-    let addr = text
-        .lines()
-        .find_map(|l| l.strip_prefix("slate: listening on http://"))
-        .expect("listening line")
-        .trim()
-        .to_string();
+    let addr = listen_addr(&text).expect("listening line");
     assert!(!text.contains(token), "the token must not be logged");
     for d in [&dst_a, &dst_g] {
         assert_eq!(d.read(), seed_a, "backfill of {}: {text}", d.url());
@@ -761,13 +658,13 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
             assert_eq!(r.status().as_u16(), 200);
         }),
     };
-    scenario(&mut feed_a, &db, &mut daemon, &log, &dst_a);
+    scenario(&mut feed_a, &db, &log, &dst_a);
     // GCS: fake-gcs-server's notifications reach slate through the emulator's push
     let mut feed_g = GcsFeed {
         prefix: pg.clone(),
         sent: Vec::new(),
     };
-    scenario(&mut feed_g, &db, &mut daemon, &log, &dst_g);
+    scenario(&mut feed_g, &db, &log, &dst_g);
     let r = http
         .post(&eg)
         .bearer_auth(token)
@@ -828,7 +725,7 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         "{text}"
     );
     assert!(!text.contains(token), "the token must not appear");
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
 #[test]
@@ -883,7 +780,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
         prefix: prefix.clone(),
         sent: Vec::new(),
     };
-    scenario(&mut feed, &db, &mut daemon, &log, &dst);
+    scenario(&mut feed, &db, &log, &dst);
 
     // a malformed notification on the same topic: a dead letter, acked, the daemon goes on
     let r = http
@@ -921,7 +818,7 @@ fn gcs_notifications_through_a_pubsub_pull_subscription_reach_a_local_folder() {
         1,
         "the malformed notification is one dead letter"
     );
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
 #[test]
@@ -951,7 +848,7 @@ fn every_change_of_a_pubsub_burst_arrives_promptly() {
         let earlier = dir.path().join(format!("earlier{n}.log"));
         let d = start_with(&db, &su, &dst.url(), Some(&spec), &earlier);
         assert_same(&dst.read(), &initial);
-        let code = stop(d, signal);
+        let code = d.stop(signal);
         assert!(signal == libc::SIGKILL || code == Some(0), "exit {code:?}");
     }
     let mut daemon = start_with(&db, &su, &dst.url(), Some(&spec), &log);
@@ -999,7 +896,7 @@ fn every_change_of_a_pubsub_burst_arrives_promptly() {
         }
     }
     eprintln!("bursts applied after their last write in {timings:?}");
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
 #[test]
@@ -1045,7 +942,7 @@ fn a_daemon_killed_between_receive_and_apply_loses_nothing() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert_eq!(stop(daemon, libc::SIGKILL), None, "killed by a signal");
+    assert_eq!(daemon.stop(libc::SIGKILL), None, "killed by a signal");
     assert_eq!(
         pending(&conn),
         1,
@@ -1070,7 +967,7 @@ fn a_daemon_killed_between_receive_and_apply_loses_nothing() {
     let got = dst.read();
     assert_eq!(got.get("big.bin").map(Vec::len), Some(40 * MIB));
     assert!(!got.contains_key("f0.bin"));
-    assert_eq!(stop(daemon, libc::SIGTERM), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1109,13 +1006,7 @@ fn shuffled(n: usize, seed: u64) -> Vec<usize> {
 
 /// Runs the scenario on a daemon already following `feed` into `dst`. The source must hold at
 /// least four objects.
-fn scenario(
-    feed: &mut dyn Feed,
-    db: &std::path::Path,
-    daemon: &mut Child,
-    log: &std::path::Path,
-    dst: &Replica,
-) {
+fn scenario(feed: &mut dyn Feed, db: &std::path::Path, log: &std::path::Path, dst: &Replica) {
     let before = feed.read();
     let old: Vec<String> = before.keys().take(4).cloned().collect();
     assert_eq!(
@@ -1146,27 +1037,7 @@ fn scenario(
     feed.redeliver(&order);
 
     let (su, du) = (feed.url(), dst.url());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = slate_db(db)
-            .args(["diff", &su, &du])
-            .output()
-            .expect("diff");
-        if out.status.code() == Some(0) {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-            panic!(
-                "{su} -> {du} not equal in time: {}{}\n{}",
-                stdout(&out),
-                stderr(&out),
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_equal_within(db, &su, &du, 60, Some(log));
     let want = feed.read();
     assert_same(&dst.read(), &want);
     assert!(want.contains_key("sc/new 1+ü%.bin") && !want.contains_key(&old[2]));

@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,18 +18,6 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const TOKEN: &str = "dash-7c1e-token";
-
-/// A process killed when dropped, so a failing test leaves nothing running.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// Chromium and playwright-core: where `scripts/services.sh env` says, else where
 /// `scripts/services.sh browser` puts them.
@@ -70,14 +57,6 @@ fn browser() -> (PathBuf, PathBuf) {
     (chromium, playwright)
 }
 
-fn read(path: &Path) -> String {
-    let mut text = String::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let _ = f.read_to_string(&mut text);
-    }
-    text
-}
-
 /// Starts the daemon and returns it with the address it listens on.
 fn start_daemon(db: &Path, cfg: &Path, log: &Path) -> (Child, String) {
     let mut c = slate_db(db);
@@ -86,28 +65,11 @@ fn start_daemon(db: &Path, cfg: &Path, log: &Path) -> (Child, String) {
         .env("SLATE_API_TOKEN", TOKEN)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("log"));
-    let mut child = Child(c.spawn().expect("spawn slate sync"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = read(log);
-        let addr = text
-            .lines()
-            .find_map(|l| l.strip_prefix("slate: listening on http://"))
-            .map(|a| a.trim().to_string());
-        if let Some(addr) = addr {
-            if text.contains("following changes") {
-                return (child, addr);
-            }
-        }
-        if let Ok(Some(status)) = child.0.try_wait() {
-            panic!("slate sync exited ({status}): {text}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "slate sync did not start: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let child = spawn_ready(c, log, 60, |text| {
+        listen_addr(text).is_some() && text.contains("following changes")
+    });
+    let addr = listen_addr(&read_log(log)).expect("listening");
+    (child, addr)
 }
 
 struct Api {
@@ -268,26 +230,26 @@ fn dashboard_shows_live_progress_in_a_real_browser() {
     let mut node = Child(node);
     let deadline = Instant::now() + Duration::from_secs(150);
     let status = loop {
-        if let Some(s) = node.0.try_wait().expect("wait node") {
+        if let Some(s) = node.try_wait().expect("wait node") {
             break s;
         }
         if Instant::now() > deadline {
-            let _ = node.0.kill();
+            node.kill9();
             panic!(
                 "tests/browser/dashboard.mjs ran over 150 s: {}",
-                read(&out_path)
+                read_log(&out_path)
             );
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let said = read(&out_path);
+    let said = read_log(&out_path);
     eprint!("{said}");
     assert!(
         status.success(),
         "tests/browser/dashboard.mjs failed ({status}): {}\nscreenshot: {}\ndaemon log:\n{}",
         said.trim(),
         shot.display(),
-        read(&log)
+        read_log(&log)
     );
     assert!(shot.is_file(), "no screenshot at {}", shot.display());
 
@@ -297,9 +259,11 @@ fn dashboard_shows_live_progress_in_a_real_browser() {
         status == 200 || status == 409,
         "DELETE /jobs/{job_id}: {status} {j}"
     );
-    let mut daemon = daemon;
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(daemon.0.id() as i32, libc::SIGTERM) };
-    let code = daemon.0.wait().expect("wait").code();
-    assert_eq!(code, Some(0), "slate sync after SIGTERM: {}", read(&log));
+    let code = daemon.stop(libc::SIGTERM);
+    assert_eq!(
+        code,
+        Some(0),
+        "slate sync after SIGTERM: {}",
+        read_log(&log)
+    );
 }

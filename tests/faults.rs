@@ -9,9 +9,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use common::*;
 
@@ -50,7 +49,7 @@ fn converges(what: &str, c: Command) -> Tally {
     assert!(
         out.status.success(),
         "{what} did not converge in one run: {}",
-        tail(&log)
+        log_tail(&log)
     );
     assert!(
         !log.contains("SLATE_FAULTS is ignored"),
@@ -61,15 +60,9 @@ fn converges(what: &str, c: Command) -> Tally {
     assert!(
         log.contains("SLATE_FAULTS is set"),
         "{what}: no warning: {}",
-        tail(&log)
+        log_tail(&log)
     );
     t
-}
-
-/// The last lines of a log (the faults make long ones).
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// `slate diff` without faults says equal.
@@ -165,46 +158,6 @@ fn sync_once_converges_with_one_request_in_five_failing() {
     assert_same(&dst.read(), &data);
 }
 
-/// A daemon under test: killed when dropped, so a failing test leaves no process behind.
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn read_log(log: &std::path::Path) -> String {
-    let mut text = String::new();
-    if let Ok(mut f) = std::fs::File::open(log) {
-        let _ = f.read_to_string(&mut text);
-    }
-    text
-}
-
-/// Waits until `slate diff` (without faults) says equal.
-fn wait_equal(db: &std::path::Path, src: &str, dst: &str, log: &std::path::Path) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let mut c = slate_db(db);
-        c.env_remove("SLATE_FAULTS").args(["diff", src, dst]);
-        let out: Output = c.output().expect("diff");
-        if out.status.code() == Some(0) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not equal in time: {}\n{}",
-            stdout(&out),
-            tail(&read_log(log))
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 #[test]
 fn daemon_converges_with_one_request_in_five_failing() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -226,18 +179,9 @@ fn daemon_converges_with_one_request_in_five_failing() {
     c.args(["sync", &su, &du, "--drift-check-secs", "0", "--quiet"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"));
-    let mut daemon = Daemon(c.spawn().expect("spawn daemon"));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !read_log(&log).contains("following changes") {
-        assert!(
-            daemon.0.try_wait().expect("wait").is_none(),
-            "the daemon exited: {}",
-            tail(&read_log(&log))
-        );
-        assert!(Instant::now() < deadline, "no backfill: {}", read_log(&log));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    wait_equal(&db, &su, &du, &log);
+    // the backfill goes through the faulted store: 90 s for it, as for every wait here
+    let daemon = spawn_ready(c, &log, 90, |text| text.contains("following changes"));
+    wait_equal_within(&db, &su, &du, 90, Some(&log));
 
     // every kind of change, through the faulted store
     for i in 0..20u64 {
@@ -258,17 +202,15 @@ fn daemon_converges_with_one_request_in_five_failing() {
         std::fs::remove_file(src.root.join(&k)).expect("rm");
         data.remove(&k);
     }
-    wait_equal(&db, &su, &du, &log);
+    wait_equal_within(&db, &su, &du, 90, Some(&log));
     assert_same(&dst.read(), &data);
 
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(daemon.0.id() as i32, libc::SIGTERM) };
-    let code = daemon.0.wait().expect("wait").code();
+    let code = daemon.stop(libc::SIGTERM);
     let text = read_log(&log);
     let t = Tally::of(&text);
     let failed_keys = text.matches("reconcile failed").count();
     eprintln!("daemon: {t:?}, keys failed and retried later: {failed_keys}");
-    assert_eq!(code, Some(0), "{}", tail(&text));
+    assert_eq!(code, Some(0), "{}", log_tail(&text));
     assert!(t.injected > 0, "no fault was injected");
 }
 
@@ -310,7 +252,7 @@ fn the_transfer_limit_backs_off_while_the_store_throttles_and_recovers() {
     let started = Instant::now();
     let out = run(c);
     let log = stderr(&out);
-    assert!(out.status.success(), "{}", tail(&log));
+    assert!(out.status.success(), "{}", log_tail(&log));
     let seen: Vec<(String, usize, usize)> = limit_changes(&log)
         .into_iter()
         .filter(|(side, _, _)| side == "dst")

@@ -627,15 +627,16 @@ fn no_key_maps_outside_a_local_destination() {
     assert!(safe_join(root, "caf\u{e9}").unwrap() != safe_join(root, "cafe\u{301}").unwrap());
 }
 
-/// The real pieces of the daemon for a local source and destination.
-struct Daemon {
+/// The real pieces of the daemon for a local source and destination, in this process (no
+/// `slate` is spawned).
+struct InProcessDaemon {
     manifest: Arc<Manifest>,
     pair: i64,
     engine: Engine,
 }
 
-impl Daemon {
-    async fn new(src: &Path, dst: &Path, db: &Path) -> Daemon {
+impl InProcessDaemon {
+    async fn new(src: &Path, dst: &Path, db: &Path) -> InProcessDaemon {
         let loc = |p: &Path| Location::parse(&format!("{}/", p.display())).expect("a location");
         let (src_loc, dst_loc) = (loc(src), loc(dst));
         let manifest = Arc::new(Manifest::open(db).expect("the manifest"));
@@ -650,7 +651,7 @@ impl Daemon {
         };
         let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())));
         let engine = Engine::new(manifest.clone(), pair, ctx, dst_loc);
-        Daemon {
+        InProcessDaemon {
             manifest,
             pair,
             engine,
@@ -741,7 +742,7 @@ fn hostile_keys_through_the_daemon_write_nothing_outside_the_destination() {
         .build()
         .unwrap();
     let outcomes = rt.block_on(async {
-        let d = Daemon::new(&src, &dst, &db.path().join("slate.db")).await;
+        let d = InProcessDaemon::new(&src, &dst, &db.path().join("slate.db")).await;
         d.apply_all(&keys).await
     });
 
@@ -797,7 +798,7 @@ fn a_symlinked_folder_in_the_destination_is_not_written_through() {
         .build()
         .unwrap();
     let outcomes = rt.block_on(async {
-        let d = Daemon::new(&src, &dst, &db.path().join("slate.db")).await;
+        let d = InProcessDaemon::new(&src, &dst, &db.path().join("slate.db")).await;
         d.apply_all(&[("link/new.txt".into(), Kind::Upsert)]).await
     });
     assert!(outcomes["link/new.txt"].is_err(), "{outcomes:?}");
@@ -828,7 +829,7 @@ fn a_symlinked_folder_in_the_destination_is_not_deleted_through() {
         .build()
         .unwrap();
     let outcomes = rt.block_on(async {
-        let d = Daemon::new(&src, &dst, &db.path().join("slate.db")).await;
+        let d = InProcessDaemon::new(&src, &dst, &db.path().join("slate.db")).await;
         d.apply_all(&[("link/victim.txt".into(), Kind::Delete)])
             .await
     });

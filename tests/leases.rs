@@ -12,18 +12,8 @@ use common::*;
 use slate::state::leases::Leases;
 use slate::state::manifest::Manifest;
 
-/// A killed child on drop, so that a failing test leaves nothing running.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Waits until the pair's lease is held; returns the holder's PID.
-fn wait_for_lease(db: &std::path::Path, child: &mut Running) -> u32 {
+fn wait_for_lease(db: &std::path::Path, child: &mut Child) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(m) = Manifest::open(db) {
@@ -63,7 +53,7 @@ fn two_reconciles_of_one_pair_never_run_at_once() {
     c.args(["sync", "--once", &src.url(), &dst.url(), "--quiet"]);
     c.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let mut first = Running(c.spawn().expect("spawn"));
+    let mut first = Child(c.spawn().expect("spawn"));
     let holder = wait_for_lease(&db, &mut first);
     assert_eq!(holder, first.0.id(), "the first run holds the lease");
 
@@ -110,7 +100,7 @@ fn a_holder_killed_with_9_holds_nothing() {
     c.args(["sync", "--once", &src.url(), &dst.url(), "--quiet"]);
     c.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let mut first = Running(c.spawn().expect("spawn"));
+    let mut first = Child(c.spawn().expect("spawn"));
     wait_for_lease(&db, &mut first);
     first.0.kill().expect("kill -9");
     let status = first.0.wait().expect("wait");

@@ -7,22 +7,10 @@
 
 mod common;
 
-use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -76,25 +64,11 @@ fn the_daemon_holds_a_sustained_stream_with_bounded_memory_and_backlog() {
     .env("RUST_LOG", "slate=info,warn")
     .stdout(Stdio::null())
     .stderr(std::fs::File::create(&log).expect("log"));
-    let mut daemon = Daemon(c.spawn().expect("daemon"));
-    let pid = daemon.0.id();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr = loop {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&log) {
-            let _ = f.read_to_string(&mut text);
-        }
-        if text.contains("following changes") {
-            if let Some(a) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("slate: listening on http://"))
-            {
-                break a.trim().to_string();
-            }
-        }
-        assert!(Instant::now() < deadline, "daemon did not start: {text}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut daemon = spawn_ready(c, &log, 60, |text| {
+        text.contains("following changes") && listen_addr(text).is_some()
+    });
+    let pid = daemon.id();
+    let addr = listen_addr(&read_log(&log)).expect("listening");
 
     // the writer: creates, overwrites and deletes over 50 folders at `SLATE_LOAD_RATE` changes
     // a second (default 150: what moto takes on 2 shared cores with room to spare; at 400/s
@@ -135,7 +109,7 @@ fn the_daemon_holds_a_sustained_stream_with_bounded_memory_and_backlog() {
     while Instant::now() < run_end {
         std::thread::sleep(Duration::from_secs(1));
         assert!(
-            daemon.0.try_wait().ok().flatten().is_none(),
+            daemon.try_wait().ok().flatten().is_none(),
             "the daemon died: {}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
@@ -191,7 +165,5 @@ fn the_daemon_holds_a_sustained_stream_with_bounded_memory_and_backlog() {
         .output()
         .expect("diff");
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    assert_eq!(daemon.0.wait().expect("wait").code(), Some(0));
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }

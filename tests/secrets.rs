@@ -459,18 +459,6 @@ impl Env {
     }
 }
 
-/// A process killed when dropped.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// Runs a one-shot command within a minute.
 fn run(t: &mut Transcript, env: &Env, db: &Path, level: Verbosity, args: &[&str]) -> Option<i32> {
     let mut c = env.command(db, level, args);
@@ -528,30 +516,15 @@ impl Server {
         let mut c = env.command(db, level, args);
         c.stdout(std::fs::File::create(&out).expect("out"))
             .stderr(std::fs::File::create(&log).expect("log"));
-        let mut child = Child(c.spawn().expect("spawn"));
         let label = format!("slate {} ({level:?})", args.join(" "));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if text.contains(ready) {
-                let addr = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("slate: listening on http://"))
-                    .map(|a| a.trim().to_string());
-                return Server {
-                    child,
-                    log,
-                    out,
-                    label,
-                    addr,
-                };
-            }
-            let exited = matches!(child.0.try_wait(), Ok(Some(_)));
-            assert!(
-                !exited && Instant::now() < deadline,
-                "{label} did not start: {text}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        let child = spawn_ready(c, &log, 60, |text| text.contains(ready));
+        let addr = listen_addr(&read_log(&log));
+        Server {
+            child,
+            log,
+            out,
+            label,
+            addr,
         }
     }
 
@@ -560,15 +533,8 @@ impl Server {
     }
 
     /// SIGTERM, wait, and keep everything it printed.
-    fn stop(mut self, t: &mut Transcript) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.0.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while matches!(self.child.0.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.0.kill();
-        let _ = self.child.0.wait();
+    fn stop(self, t: &mut Transcript) {
+        self.child.stop_within(libc::SIGTERM, 30);
         t.add_file(&format!("{}: log", self.label), &self.log);
         t.add_file(&format!("{}: stdout", self.label), &self.out);
     }

@@ -12,18 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A child process under test: killed when dropped, so a failing test leaves none behind.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// xorshift64*: reproducible delays without a new crate.
 struct Rng(u64);
 
@@ -57,7 +45,7 @@ fn run_within(mut c: Command, secs: u64) -> Output {
     let mut child = Child(c.spawn().expect("spawn slate"));
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        if let Ok(Some(_)) = child.0.try_wait() {
+        if let Ok(Some(_)) = child.try_wait() {
             break;
         }
         assert!(
@@ -67,34 +55,18 @@ fn run_within(mut c: Command, secs: u64) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut out = Output {
-        status: child.0.wait().expect("wait"),
+        status: child.wait().expect("wait"),
         stdout: Vec::new(),
         stderr: Vec::new(),
     };
     use std::io::Read;
-    if let Some(mut s) = child.0.stdout.take() {
+    if let Some(mut s) = child.stdout.take() {
         let _ = s.read_to_end(&mut out.stdout);
     }
-    if let Some(mut s) = child.0.stderr.take() {
+    if let Some(mut s) = child.stderr.take() {
         let _ = s.read_to_end(&mut out.stderr);
     }
     out
-}
-
-/// SIGKILLs `child` `delay_ms` after now, unless it exits first: then how long it ran (ms).
-fn kill_after(mut child: Child, delay_ms: u64) -> Option<u64> {
-    let start = Instant::now();
-    let until = start + Duration::from_millis(delay_ms);
-    while Instant::now() < until {
-        if let Ok(Some(_)) = child.0.try_wait() {
-            return Some(start.elapsed().as_millis() as u64);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.0.id() as i32, libc::SIGKILL) };
-    let _ = child.0.wait();
-    None
 }
 
 fn integrity(db: &Path) -> String {
@@ -158,7 +130,7 @@ fn the_database_survives_kill_9_during_writes() {
         } else {
             dst_of(round)
         };
-        let child = Child(
+        let mut child = Child(
             sync(&target)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -166,7 +138,7 @@ fn the_database_survives_kill_9_during_writes() {
                 .expect("spawn"),
         );
         let delay = 30 + rng.below(span);
-        match kill_after(child, delay) {
+        match child.kill_after(delay) {
             None => mid_run += 1,
             // it was done before the kill: runs are shorter than measured (a busy machine
             // measured slow); aim shorter

@@ -52,12 +52,7 @@ fn a_failing_pair_restarts_while_the_other_runs_on() {
         .stderr(std::fs::File::create(&log).expect("log"));
     let daemon = spawn_daemon(c, &log, 2);
     let text = read_log(&log);
-    let addr = text
-        .lines()
-        .find_map(|l| l.strip_prefix("slate: listening on http://"))
-        .expect("listening line")
-        .trim()
-        .to_string();
+    let addr = listen_addr(&text).expect("listening line");
 
     // pair a fails: /readyz says so, naming it and why, and the failure is in the log at once
     let deadline = Instant::now() + Duration::from_secs(60);

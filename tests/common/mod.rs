@@ -527,10 +527,7 @@ pub struct Child(pub std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+        self.kill9();
     }
 }
 
@@ -548,11 +545,59 @@ impl std::ops::DerefMut for Child {
 }
 
 impl Child {
-    /// Sends `signal` and waits for the exit; returns the exit code (None: killed by it).
-    pub fn stop(mut self, signal: i32) -> Option<i32> {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, signal) };
+    /// Sends `signal` unless it has exited (its PID may be another process's by now).
+    fn send(&mut self, signal: i32) {
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: kill(2) on our own child, not reaped yet.
+            unsafe { libc::kill(self.0.id() as i32, signal) };
+        }
+    }
+
+    /// Sends `signal` and waits for the exit; returns the exit code (None: ended by a signal).
+    pub fn signal(&mut self, signal: i32) -> Option<i32> {
+        self.send(signal);
         self.0.wait().expect("wait").code()
+    }
+
+    /// `signal` for a child the caller is done with.
+    pub fn stop(mut self, signal: i32) -> Option<i32> {
+        self.signal(signal)
+    }
+
+    /// `stop`, but a process still running `secs` seconds after the signal is SIGKILLed
+    /// (then None).
+    pub fn stop_within(mut self, signal: i32, secs: u64) -> Option<i32> {
+        self.send(signal);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
+            match self.0.try_wait() {
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                Ok(Some(status)) => return status.code(),
+                Err(_) => break,
+            }
+        }
+        self.kill9();
+        None
+    }
+
+    /// SIGKILL (unless it has exited), then waits for the end.
+    pub fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// SIGKILLs it `delay_ms` from now unless it exits first: then how long it ran (ms).
+    pub fn kill_after(&mut self, delay_ms: u64) -> Option<u64> {
+        let start = std::time::Instant::now();
+        let until = start + std::time::Duration::from_millis(delay_ms);
+        while std::time::Instant::now() < until {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return Some(start.elapsed().as_millis() as u64);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.kill9();
+        None
     }
 }
 
@@ -568,32 +613,59 @@ pub fn read_log(log: &std::path::Path) -> String {
 /// The last lines of a log, for assertion messages.
 pub fn log_tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The address a `--listen 127.0.0.1:0` slate says in its log that it listens on.
+pub fn listen_addr(log_text: &str) -> Option<String> {
+    log_text
+        .lines()
+        .find_map(|l| l.strip_prefix("slate: listening on http://"))
+        .map(|a| a.trim().to_string())
+}
+
+/// Spawns `c` (a slate whose stderr goes to `log`) and waits until `ready` holds for what the
+/// log says; one that exits first, or is not ready within `secs` seconds, fails the test.
+pub fn spawn_ready(
+    mut c: Command,
+    log: &std::path::Path,
+    secs: u64,
+    ready: impl Fn(&str) -> bool,
+) -> Child {
+    let args: Vec<_> = c.get_args().map(|a| a.to_string_lossy()).collect();
+    let what = format!("slate {}", args.join(" "));
+    let mut child = Child(c.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}")));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let text = read_log(log);
+        if ready(&text) {
+            return child;
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!(
+                "{what} exited ({status}) before it was ready: {}",
+                log_tail(&text)
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} was not ready within {secs} s: {}",
+            log_tail(&text)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// Spawns `c` (a daemon whose stderr goes to `log`) and waits until `pairs` pairs follow
 /// their changes; a daemon that does not start within a minute fails the test.
-pub fn spawn_daemon(mut c: Command, log: &std::path::Path, pairs: usize) -> Child {
-    let mut child = Child(c.spawn().expect("spawn daemon"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let text = read_log(log);
-        if text.matches("following changes").count() >= pairs {
-            return child;
-        }
-        if let Ok(Some(status)) = child.0.try_wait() {
-            panic!("the daemon exited ({status}) before it started: {text}");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the daemon did not start within a minute: {}",
-            log_tail(&text)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+pub fn spawn_daemon(c: Command, log: &std::path::Path, pairs: usize) -> Child {
+    spawn_ready(c, log, 60, |text| {
+        text.matches("following changes").count() >= pairs
+    })
 }
 
-/// Waits until `slate diff SRC DST` says equal (exit 0), at most `secs` seconds.
+/// Waits until `slate diff SRC DST` (without faults) says equal (exit 0), at most `secs`
+/// seconds; a failure shows the diff and, given `log`, the end of the daemon's log.
 pub fn wait_equal_within(
     db: &std::path::Path,
     src: &str,
@@ -612,8 +684,9 @@ pub fn wait_equal_within(
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "not equal within {secs} s: {}\n{}",
+            "{src} -> {dst} not equal within {secs} s:\n{}\n{}\n{}",
             log_tail(&stdout(&out)),
+            log_tail(&stderr(&out)),
             log.map(|l| log_tail(&read_log(l))).unwrap_or_default()
         );
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -632,7 +705,7 @@ pub fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
 /// A `slate sync SRC DST` daemon of a test: its stderr (every applied key) in `log`, killed
 /// when dropped so that a failing test leaves no process behind.
 pub struct Daemon {
-    pub child: std::process::Child,
+    pub child: Child,
     pub log: PathBuf,
 }
 
@@ -648,22 +721,18 @@ impl Daemon {
         let mut c = slate_db(db);
         c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
             .args(extra)
+            // every applied key in the log: what a failing test prints, and what some assert on
             .env("RUST_LOG", "slate=debug,warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(log).expect("log"));
-        let mut d = Daemon {
-            child: c.spawn().expect("spawn daemon"),
+        Daemon {
+            child: spawn_daemon(c, log, 1),
             log: log.to_path_buf(),
-        };
-        wait_for("the daemon follows changes", 60, || {
-            assert!(d.alive(), "the daemon exited: {}", d.log_text());
-            d.log_text().contains("following changes")
-        });
-        d
+        }
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        read_log(&self.log)
     }
 
     pub fn alive(&mut self) -> bool {
@@ -672,17 +741,6 @@ impl Daemon {
 
     /// SIGTERM, then its exit code.
     pub fn stop(&mut self) -> Option<i32> {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().expect("wait").code()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.child.signal(libc::SIGTERM)
     }
 }
