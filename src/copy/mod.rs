@@ -255,6 +255,17 @@ async fn probe(pager: &Arc<dyn PaginatedListStore>, loc: &Location) -> Result<bo
 
 /// Decides single object vs prefix, and checks that both ends can be reached.
 pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
+    plan_for(src_loc, dst_loc, false).await
+}
+
+/// [`plan`] for a reconcile (`sync`, `diff`, the daemon): the source is a prefix that may be
+/// empty (a bucket that fills later), not a missing object; one that names a single object is
+/// still reported as one (`single`).
+pub async fn plan_prefix(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
+    plan_for(src_loc, dst_loc, true).await
+}
+
+async fn plan_for(src_loc: &Location, dst_loc: &Location, prefix_only: bool) -> Result<Plan> {
     let src = Side::open(src_loc)?;
     let dst = Side::open(dst_loc)?;
     let server_side = src_loc.same_store(dst_loc);
@@ -284,6 +295,7 @@ pub async fn plan(src_loc: &Location, dst_loc: &Location) -> Result<Plan> {
                         etag: meta.e_tag,
                         mtime: Some(meta.last_modified.into()),
                     }),
+                    Err(object_store::Error::NotFound { .. }) if prefix_only => None,
                     Err(object_store::Error::NotFound { .. }) => {
                         return Err(SlateError::SourceNotFound {
                             url: loc.raw.clone(),

@@ -185,7 +185,7 @@ pub async fn run_all(
         let source = EventSource::choose(&p.src, p.opts.events.as_deref())?;
         // what a restart cannot mend fails the start (exit 2): a bad location, missing
         // credentials, a bucket that does not exist
-        copy::plan(&p.src, &p.dst).await?;
+        copy::plan_prefix(&p.src, &p.dst).await?;
         let (s, d, m) = (p.src.to_string(), p.dst.to_string(), db.clone());
         let info = blocking(move || m.pair(&s, &d)).await?;
         let handle = PairHandle::new(
@@ -371,7 +371,7 @@ async fn run_pair(
     let stats = handle.stats.clone();
     let pair_id = handle.pair_id;
     let src = &copy::source(src, &opts.sync.copy);
-    let plan = copy::plan(src, dst).await?;
+    let plan = copy::plan_prefix(src, dst).await?;
     let (s, d, m) = (src.to_string(), dst.to_string(), db.clone());
     let pair = blocking(move || m.pair(&s, &d)).await?;
 
@@ -423,9 +423,10 @@ async fn run_pair(
     tokio::pin!(shutdown);
     let mut rounds = 0u64;
     loop {
-        rounds += 1;
+        rounds = rounds.saturating_add(1);
+        // a test hook (test builds only): the pair fails while it follows its events
+        #[cfg(feature = "faults")]
         if rounds == 3 {
-            // a test hook (test builds only): the pair fails while it follows its events
             if let Some(e) = crate::stores::faults::pair_failure(&handle.label) {
                 return Err(e);
             }

@@ -24,7 +24,7 @@ const PAGE: usize = 10_000;
 /// One sorted input of the walk.
 pub enum Input {
     /// A listing as it streams in, with the filter applied.
-    Listing(Listing),
+    Listing(Box<Listing>),
     /// One side of the manifest, read in pages.
     Recorded(Recorded),
 }

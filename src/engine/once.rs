@@ -245,11 +245,11 @@ fn listing(side: &Side, filter: &Filter) -> (Input, tokio::task::JoinHandle<Resu
             async move { list::list_entries(&side2, tx, copy::classify_store_error).await },
         );
     (
-        Input::Listing(Listing::new(
+        Input::Listing(Box::new(Listing::new(
             rx,
             side.location().to_string(),
             filter.clone(),
-        )),
+        ))),
         task,
     )
 }
@@ -387,7 +387,7 @@ async fn open_pair(
     src: &Location,
     dst: &Location,
 ) -> Result<(copy::Plan, PairInfo)> {
-    let plan = copy::plan(src, dst).await?;
+    let plan = copy::plan_prefix(src, dst).await?;
     if plan.single.is_some() {
         return Err(SlateError::BadUrl {
             url: src.raw.clone(),

@@ -707,6 +707,37 @@ impl MultipartUpload for FaultyUpload {
     }
 }
 
+/// The variable that makes pairs whose label contains a text fail: `TEXT:TIMES` (test builds
+/// only, see the `faults` feature): the daemon's supervisor must restart such a pair while
+/// the others run on.
+pub const PAIR_ENV: &str = "SLATE_FAULT_PAIR";
+
+/// An injected failure for the pair `label`, while `SLATE_FAULT_PAIR` asks for more of them.
+pub fn pair_failure(label: &str) -> Option<crate::core::error::SlateError> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static DONE: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+    let spec = std::env::var(PAIR_ENV).ok()?;
+    let (text, times) = spec.rsplit_once(':')?;
+    let times: u32 = times.parse().ok()?;
+    if text.is_empty() || !label.contains(text) {
+        return None;
+    }
+    let mut done = DONE.lock().ok()?;
+    let n = done
+        .get_or_insert_with(HashMap::new)
+        .entry(label.to_string())
+        .or_insert(0);
+    if *n >= times {
+        return None;
+    }
+    *n += 1;
+    Some(crate::core::error::SlateError::Store {
+        url: label.to_string(),
+        detail: format!("injected pair failure {n} of {times} ({PAIR_ENV})"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -872,42 +903,4 @@ mod tests {
         let listed: Vec<_> = store.list(None).collect().await;
         assert!(listed.len() == 1 && listed[0].is_err());
     }
-}
-
-/// The variable that makes pairs whose label contains a text fail: `TEXT:TIMES` (test builds
-/// only, see the `faults` feature): the daemon's supervisor must restart such a pair while
-/// the others run on.
-pub const PAIR_ENV: &str = "SLATE_FAULT_PAIR";
-
-/// An injected failure for the pair `label`, while `SLATE_FAULT_PAIR` asks for more of them.
-#[cfg(feature = "faults")]
-pub fn pair_failure(label: &str) -> Option<crate::core::error::SlateError> {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    static DONE: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
-    let spec = std::env::var(PAIR_ENV).ok()?;
-    let (text, times) = spec.rsplit_once(':')?;
-    let times: u32 = times.parse().ok()?;
-    if text.is_empty() || !label.contains(text) {
-        return None;
-    }
-    let mut done = DONE.lock().ok()?;
-    let n = done
-        .get_or_insert_with(HashMap::new)
-        .entry(label.to_string())
-        .or_insert(0);
-    if *n >= times {
-        return None;
-    }
-    *n += 1;
-    Some(crate::core::error::SlateError::Store {
-        url: label.to_string(),
-        detail: format!("injected pair failure {n} of {times} ({PAIR_ENV})"),
-    })
-}
-
-/// Without the `faults` feature no pair ever fails on purpose.
-#[cfg(not(feature = "faults"))]
-pub fn pair_failure(_label: &str) -> Option<crate::core::error::SlateError> {
-    None
 }
