@@ -2,7 +2,7 @@
 //! `faults`, which `cargo test` turns on; release binaries have none of it): [`FaultyStore`] wraps any store
 //! (object_store's wrapper style, like its `ThrottledStore`) and fails a share of the requests
 //! the way a struggling cloud does: 503 SlowDown, 500, 429, connection resets, timeouts and
-//! GET bodies cut short. `store.rs` wraps every cloud store it builds when `SLATE_FAULTS` is
+//! GET bodies cut short. `stores/mod.rs` wraps every cloud store it builds when `SLATE_FAULTS` is
 //! set; local folders are slate's own file code, not object_store, and are never faulted.
 //!
 //! The errors look exactly like the ones object_store's HTTP client returns (the same text,
