@@ -389,3 +389,34 @@ fn folder_markers_are_not_objects_and_no_key_is_mangled() {
     // a marker never overwrote or deleted a same-named object at the destination
     assert!(!local_dst.root.join("x").is_file());
 }
+
+#[test]
+fn more_deletes_than_transfers_at_a_cloud_destination_finish() {
+    // every delete waits for a slot under the destination's limit; with more deletes than
+    // transfers in flight, a second slot taken around it made each wait for ever
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let s = Place::new(End::Local, "dels-src");
+    let d = Place::new(End::S3("slate-dst"), "dels-dst");
+    let keep = dataset_n(5, 11);
+    s.seed(&keep);
+    let mut all = keep.clone();
+    all.extend((0..30).map(|i| (format!("extra/x{i:03}"), bytes(900 + i, 10))));
+    d.seed(&all);
+    let mut c = slate_db(&db);
+    c.args(["sync", "--once", &s.url(), &d.url(), "--transfers", "4"]);
+    let mut child = Child(c.spawn().expect("spawn"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "30 deletes with 4 transfers did not finish within 2 minutes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success());
+    assert_same(&d.read(), &keep);
+}

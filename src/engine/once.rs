@@ -716,8 +716,9 @@ async fn act(
         after = Some(last.key.clone());
         let mut results = futures::stream::iter(rows)
             .map(|r| async move {
-                // a delete takes a slot like a copy: both ask the stores for something
-                let _slots = engine.ctx.limits.acquire().await;
+                // the delete itself waits for a slot under the destination's limit (taking one
+                // here as well would hold one and wait for another: with `transfers` deletes
+                // in flight, every one of them waited for ever)
                 let res = engine.delete_confirmed(&r.key).await;
                 (r.key, res)
             })
