@@ -1284,3 +1284,52 @@ impl Feed for GcsFeed {
         assert!(r.status().is_success(), "publish: {}", r.status());
     }
 }
+
+#[test]
+fn the_daemon_leaves_out_what_the_pairs_filter_leaves_out() {
+    // the filter of a pair applies to the events the daemon follows, as to its backfill: a
+    // key it leaves out is neither copied nor deleted at the destination
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("slate.db"), dir.path().join("daemon.log"));
+    let s = Place::new(End::Local, "flt-src");
+    let d = Place::new(End::Local, "flt-dst");
+    s.seed(&[("keep.txt".to_string(), b"k".to_vec())].into());
+    d.seed(&[("local-only.tmp".to_string(), b"mine".to_vec())].into());
+    let daemon = Daemon::start(&db, &s.url(), &d.url(), &["--exclude", "*.tmp"], &log);
+    std::fs::write(s.root.join("new.tmp"), b"scratch").expect("write");
+    std::fs::write(s.root.join("local-only.tmp"), b"theirs").expect("write");
+    std::fs::write(s.root.join("new.txt"), b"n").expect("write");
+    let applied = |key: &str| {
+        daemon
+            .log_text()
+            .lines()
+            .any(|l| l.contains("applied") && l.contains(&format!("key={key} ")))
+    };
+    wait_for("the events are applied", 30, || {
+        applied("new.txt") && applied("new.tmp") && applied("local-only.tmp")
+    });
+    std::fs::remove_file(s.root.join("local-only.tmp")).expect("rm");
+    std::fs::write(s.root.join("last.txt"), b"l").expect("write");
+    let times = |key: &str| {
+        daemon
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("applied") && l.contains(&format!("key={key} ")))
+            .count()
+    };
+    wait_for("the delete and the last write are applied", 30, || {
+        applied("last.txt") && times("local-only.tmp") >= 2
+    });
+    let want: BTreeMap<String, Vec<u8>> = [
+        ("keep.txt", &b"k"[..]),
+        ("new.txt", b"n"),
+        ("last.txt", b"l"),
+        ("local-only.tmp", b"mine"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_vec()))
+    .collect();
+    assert_same(&d.read(), &want);
+    let mut daemon = daemon;
+    assert_eq!(daemon.stop(), Some(0));
+}

@@ -281,6 +281,15 @@ impl Filter {
     pub fn is_empty(&self) -> bool {
         self.include.is_empty() && self.exclude.is_empty() && self.max_age.is_none()
     }
+
+    /// The same key globs without the age: what a destination's listing is filtered by (a
+    /// destination's times are when it was written, not when the source changed).
+    pub fn keys_only(&self) -> Filter {
+        Filter {
+            max_age: None,
+            ..self.clone()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -416,7 +416,9 @@ async fn run_pair(
 
     let counters = Arc::new(Counters::default());
     let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters));
-    let engine = Arc::new(Engine::new(db.clone(), pair_id, ctx, dst.clone()));
+    let engine = Arc::new(
+        Engine::new(db.clone(), pair_id, ctx, dst.clone()).with_filter(opts.sync.filter.clone()),
+    );
     let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();
     let mut last_health = Instant::now();
@@ -539,7 +541,9 @@ async fn apply_pending(
                     stats.copied.fetch_add(1, Relaxed)
                 }
                 Applied::Deleted => stats.deleted.fetch_add(1, Relaxed),
-                Applied::Unchanged | Applied::AlreadyGone => stats.unchanged.fetch_add(1, Relaxed),
+                Applied::Unchanged | Applied::AlreadyGone | Applied::Filtered => {
+                    stats.unchanged.fetch_add(1, Relaxed)
+                }
                 Applied::Stale => stats.stale.fetch_add(1, Relaxed),
             };
             tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");

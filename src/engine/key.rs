@@ -14,6 +14,7 @@ use super::plan;
 use crate::copy::transfer::{copy_one, Ctx, End, Outcome};
 use crate::copy::{self};
 use crate::core::error::{Result, SlateError};
+use crate::core::filter::Filter;
 use crate::core::location::Location;
 use crate::core::object::{local_etag, millis, Entry};
 use crate::state::blocking;
@@ -36,6 +37,9 @@ pub enum Applied {
     /// The event is older than (or the same as) one already applied to the key: skipped
     /// without asking the source.
     Stale,
+    /// The pair's filter leaves the key out (`--include`/`--exclude`, or older than
+    /// `--max-age`): neither copied nor deleted.
+    Filtered,
 }
 
 /// A pair's reconcile of single keys: the copier's shared state and the manifest.
@@ -44,6 +48,9 @@ pub struct Engine {
     pub pair_id: i64,
     pub ctx: Arc<Ctx>,
     pub dst_loc: Location,
+    /// The pair's filter: keys it leaves out are never copied or deleted by a reconcile of
+    /// single keys (the compare of `--once` filters its listings with the same one).
+    pub filter: Filter,
 }
 
 /// The manifest's state of a listed or probed entry.
@@ -70,7 +77,13 @@ impl Engine {
             pair_id,
             ctx,
             dst_loc,
+            filter: Filter::default(),
         }
+    }
+
+    /// The same engine, leaving out what `filter` leaves out.
+    pub fn with_filter(self, filter: Filter) -> Engine {
+        Engine { filter, ..self }
     }
 
     /// The source's state of `key` now, or None when it has no such object (404 now; for a
@@ -188,7 +201,15 @@ impl Engine {
     /// Reconciles one key from the source's state now: level-triggered, so a duplicate, late
     /// or reordered event can neither resurrect a deleted object nor roll back a newer one.
     pub async fn reconcile(&self, key: &str) -> Result<Applied> {
+        if !self.filter.key(key) {
+            return Ok(Applied::Filtered);
+        }
         let mut now = self.probe(key).await?;
+        if let Some(e) = &now {
+            if !self.filter.age(e.mtime, SystemTime::now()) {
+                return Ok(Applied::Filtered);
+            }
+        }
         let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
         let (m_src, m_dst) = blocking(move || {
             Ok((
@@ -246,6 +267,9 @@ impl Engine {
         let Some(token) = token else {
             return self.reconcile(key).await;
         };
+        if !self.filter.key(key) {
+            return Ok(Applied::Filtered);
+        }
         let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
         let last = blocking(move || db.last_token(id, &k)).await?;
         if last.is_some_and(|l| l.as_str() >= token) {
@@ -261,7 +285,7 @@ impl Engine {
         blocking(move || match applied {
             Applied::Copied { .. } | Applied::Unchanged => db.set_token(id, &k, &t),
             Applied::Deleted | Applied::AlreadyGone => db.tombstone(id, &k, &t),
-            Applied::Stale => Ok(()),
+            Applied::Stale | Applied::Filtered => Ok(()),
         })
         .await?;
         Ok(applied)

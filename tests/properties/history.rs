@@ -600,6 +600,10 @@ impl World {
                 Applied::Unchanged => &SEEN.unchanged,
                 Applied::AlreadyGone => &SEEN.already_gone,
                 Applied::Stale => &SEEN.stale,
+                // the harness's pairs have no filter
+                Applied::Filtered => {
+                    return Err(fail(format!("{} filtered by a pair with no filter", p.key)))
+                }
             });
             inbox.done(env.pair, &p.key, p.events).map_err(db)?;
             if let Some(m) = mid.take() {
