@@ -404,7 +404,8 @@ fn more_deletes_than_transfers_at_a_cloud_destination_finish() {
     all.extend((0..30).map(|i| (format!("extra/x{i:03}"), bytes(900 + i, 10))));
     d.seed(&all);
     let mut c = slate_db(&db);
-    c.args(["sync", "--once", &s.url(), &d.url(), "--transfers", "4"]);
+    c.args(["sync", "--once", &s.url(), &d.url(), "--transfers", "4"])
+        .stdout(std::process::Stdio::null());
     let mut child = Child(c.spawn().expect("spawn"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let status = loop {
@@ -419,4 +420,46 @@ fn more_deletes_than_transfers_at_a_cloud_destination_finish() {
     };
     assert!(status.success());
     assert_same(&d.read(), &keep);
+}
+
+#[test]
+fn max_age_is_the_sources_age_not_the_destinations() {
+    // a destination's times say when slate wrote it: with --max-age, a key whose source is
+    // older is left alone (not copied, not deleted), whatever its replica's time
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let s = Place::new(End::Local, "age-src");
+    let d = Place::new(End::S3("slate-dst"), "age-dst");
+    let data: BTreeMap<String, Vec<u8>> = [("old.txt", &b"old"[..]), ("young.txt", b"young")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_vec()))
+        .collect();
+    s.seed(&data);
+    let three_days = std::time::SystemTime::now() - std::time::Duration::from_secs(3 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(s.root.join("old.txt"))
+        .and_then(|f| f.set_modified(three_days))
+        .expect("age old.txt");
+    let out = sync(&db, &s.url(), &d.url(), &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_same(&d.read(), &data);
+
+    let out = sync(
+        &db,
+        &s.url(),
+        &d.url(),
+        &["--max-age", "1d", "--full", "--dry-run"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stdout(&out).contains("delete: old.txt"),
+        "an old source object's replica planned for deletion: {}",
+        stdout(&out)
+    );
+    // the young file goes away at the source: its replica goes, the old one stays
+    std::fs::remove_file(s.root.join("young.txt")).expect("rm");
+    let out = sync(&db, &s.url(), &d.url(), &["--max-age", "1d", "--full"]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(d.read().keys().collect::<Vec<_>>(), vec!["old.txt"]);
 }

@@ -43,8 +43,11 @@ async fn run_inner(args: ServeArgs) -> Result<i32, SlateError> {
         .clone()
         .or_else(|| cfg.daemon.listen.clone())
         .unwrap_or_else(|| "127.0.0.1:3030".into());
+    // no pair follows deliveries in `slate serve`: they are dead-lettered as such at once
+    let hub = Hub::new(manifest.clone());
+    hub.set_ready();
     let served = start_server(crate::server::Setup {
-        hub: Hub::new(manifest.clone()),
+        hub,
         db: manifest,
         running: Running::new(),
         token,

@@ -38,7 +38,7 @@ use crate::events::source::{consume, ConsumerStats};
 use crate::events::watch;
 use crate::state::blocking;
 use crate::state::inbox::{self, Inbox, Intake, Kind};
-use crate::state::manifest::Manifest;
+use crate::state::manifest::{self, Manifest};
 use crate::stores::side::one_line;
 
 /// How one pair's daemon runs.
@@ -177,8 +177,13 @@ pub async fn run_all(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<Arc<PairHandle>>> {
     // tombstones outlive any queue's retention (SQS keeps messages 14 days at most)
+    // dead letters are kept 30 days for a person to look at, then dropped
     let d = db.clone();
-    blocking(move || d.prune_tombstones(15 * 86_400)).await?;
+    blocking(move || {
+        d.prune_tombstones(15 * 86_400)?;
+        Inbox::new(&d).prune_dead_letters(30 * 86_400_000)
+    })
+    .await?;
     let mut queues: BTreeMap<EventSource, Arc<Fanout>> = BTreeMap::new();
     let mut handles = Vec::new();
     for p in &pairs {
@@ -220,6 +225,10 @@ pub async fn run_all(
         }
         running.add(handle.clone());
         handles.push(handle);
+    }
+    // webhook deliveries are stored from now on: every pair they may name is registered
+    if let Some(h) = &hub {
+        h.set_ready();
     }
     // events first, so that nothing changing during a backfill is missed
     let consumers = start_consumers(queues, stop.clone()).await?;
@@ -267,7 +276,22 @@ async fn supervise(
                 let _ = rx.wait_for(|v| *v).await;
             }
         };
-        let r = run_pair(db.clone(), &p, &handle, stopped).await;
+        // a panic in the pair's loop is a failure like any other: the pair restarts
+        let run = std::panic::AssertUnwindSafe(run_pair(db.clone(), &p, &handle, stopped));
+        let r = match futures::FutureExt::catch_unwind(run).await {
+            Ok(r) => r,
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                Err(SlateError::Store {
+                    url: handle.label.clone(),
+                    detail: format!("internal error: {why}"),
+                })
+            }
+        };
         if *stop.borrow() {
             handle.set_state(PairState::Stopped);
             if let Err(e) = r {
@@ -323,8 +347,15 @@ async fn pump_watch(
                     Ok(m) if m.is_dir() => intake.prefixes.push((pair_id, format!("{k}/"))),
                     Ok(_) => intake.rows.push((pair_id, k, Kind::Upsert, None)),
                     Err(_) => {
-                        // gone: the key itself, and whatever the manifest holds under it
-                        intake.prefixes.push((pair_id, format!("{k}/")));
+                        // gone: the key itself, and (when it was a folder) whatever the
+                        // manifest holds under it; a file's delete is no prefix event
+                        let under = format!("{k}/");
+                        if !db2
+                            .keys_under_page(pair_id, manifest::Side::Src, &under, "", 1)?
+                            .is_empty()
+                        {
+                            intake.prefixes.push((pair_id, under));
+                        }
                         intake.rows.push((pair_id, k, Kind::Delete, None));
                     }
                 }
@@ -360,6 +391,73 @@ async fn pump_watch(
     }
 }
 
+/// How often a local folder that inotify cannot watch whole is reconciled by a rescan.
+const RESCAN_EVERY: Duration = Duration::from_secs(60);
+
+/// Starts following a local source: its watcher (a task storing its batches) — or, when the
+/// folder cannot be watched whole (a folder that cannot be read, the inotify watch limit), a
+/// rescan of the whole folder every [`RESCAN_EVERY`] instead, said loudly: slower, never blind.
+async fn follow_local(
+    db: &Arc<Manifest>,
+    src: &Location,
+    handle: &Arc<PairHandle>,
+) -> Option<watch::WatchHandle> {
+    let target = Target {
+        pair_id: handle.pair_id,
+        scope: Scope::of(src),
+        stats: handle.intake.clone(),
+    };
+    let (tx, rx) = mpsc::channel(watch::CHANNEL);
+    let root = src.local_path();
+    // a recursive watch walks the whole tree: off the runtime's workers
+    let r = root.clone();
+    let watched =
+        tokio::task::spawn_blocking(move || watch::watch(r, Duration::from_millis(100), tx))
+            .await
+            .map_err(|e| SlateError::Store {
+                url: src.to_string(),
+                detail: e.to_string(),
+            })
+            .and_then(|w| w);
+    match watched {
+        Ok(h) => {
+            tokio::spawn(pump_watch(db.clone(), target, root, rx));
+            Some(h)
+        }
+        Err(e) => {
+            tracing::error!(pair = %handle.label, error = %e, every_s = RESCAN_EVERY.as_secs(),
+                "cannot watch the whole folder: reconciling it by a rescan on a schedule instead");
+            let (tx, rx) = mpsc::channel(1);
+            tokio::spawn(pump_watch(db.clone(), target, root, rx));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(RESCAN_EVERY);
+                tick.tick().await; // the backfill has just looked
+                loop {
+                    tick.tick().await;
+                    let batch = watch::Batch {
+                        rescan: vec![String::new()],
+                        ..Default::default()
+                    };
+                    if tx.send(batch).await.is_err() {
+                        return; // the pair's run ended
+                    }
+                }
+            });
+            None
+        }
+    }
+}
+
+/// The daemon's view of a `--once` run: it waits for the pair's lease (or not), prints no
+/// progress, and says what it is.
+fn daemon_sync(opts: &SyncOptions, purpose: &str, wait: super::lease::Wait) -> SyncOptions {
+    let mut o = opts.clone();
+    o.wait = wait;
+    o.purpose = purpose.into();
+    o.copy.progress = copy::ProgressMode::Quiet;
+    o
+}
+
 /// One run of one pair's loop, until `shutdown` resolves or an error ends it.
 async fn run_pair(
     db: Arc<Manifest>,
@@ -374,19 +472,10 @@ async fn run_pair(
     let plan = copy::plan_prefix(src, dst).await?;
     let (s, d, m) = (src.to_string(), dst.to_string(), db.clone());
     let pair = blocking(move || m.pair(&s, &d)).await?;
+    tokio::pin!(shutdown);
 
     let _watch = match src.scheme {
-        Scheme::Local => {
-            let (tx, rx) = mpsc::channel(watch::CHANNEL);
-            let h = watch::watch(src.local_path(), Duration::from_millis(100), tx)?;
-            let target = Target {
-                pair_id,
-                scope: Scope::of(src),
-                stats: handle.intake.clone(),
-            };
-            tokio::spawn(pump_watch(db.clone(), target, src.local_path(), rx));
-            Some(h)
-        }
+        Scheme::Local => follow_local(&db, src, handle).await,
         _ => None,
     };
 
@@ -404,10 +493,12 @@ async fn run_pair(
     // the backfill when the pair was never reconciled; a local folder keeps no record of what
     // changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
-        let mut o = opts.sync.clone();
-        o.wait = super::lease::Wait::Yes;
-        o.purpose = "daemon backfill".into();
-        let report = sync_once(db.clone(), src, dst, &o, Hooks::default()).await?;
+        let o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
+        let report = tokio::select! {
+            r = sync_once(db.clone(), src, dst, &o, Hooks::default()) => r?,
+            // dropping the run releases its lease and removes its temporary files
+            _ = &mut shutdown => return Ok(()),
+        };
         stats.bytes_copied.fetch_add(report.copied_bytes, Relaxed);
         tracing::info!(pair = %handle.label, "backfill: {}", report.line());
     }
@@ -422,15 +513,15 @@ async fn run_pair(
     let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();
     let mut last_health = Instant::now();
-    tokio::pin!(shutdown);
+    let mut drift: Option<tokio::task::JoinHandle<()>> = None;
     let mut rounds = 0u64;
-    loop {
+    let result = loop {
         rounds = rounds.saturating_add(1);
         // a test hook (test builds only): the pair fails while it follows its events
         #[cfg(feature = "faults")]
         if rounds == 3 {
             if let Some(e) = crate::stores::faults::pair_failure(&handle.label) {
-                return Err(e);
+                break Err(e);
             }
         }
         // listen for the bell before looking, so that a push in between is not missed
@@ -438,76 +529,107 @@ async fn run_pair(
         tokio::pin!(rung);
         rung.as_mut().enable();
         // prefixes first, one bounded step each round: their keys join the queue below
-        let expanded = expander.step().await?;
+        let expanded = tokio::select! {
+            r = expander.step() => r?,
+            _ = &mut shutdown => break Ok(()),
+        };
         let (m, batch) = (db.clone(), opts.batch);
         let pending = blocking(move || Inbox::new(&m).take(pair_id, batch)).await?;
-        if pending.is_empty() && !expanded {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                _ = &mut rung => {}
-                // retries come due, and pushes from another process
-                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-            }
-        } else if !pending.is_empty() {
-            let work = futures::stream::iter(pending)
-                .map(|p| apply_pending(&engine, &db, &stats, pair_id, p))
-                // the ceiling: copies and deletes also wait for a slot under the adaptive
-                // limit of each store side, lower while a store throttles
-                .buffer_unordered(opts.sync.copy.transfers);
-            // A batch is finished before the next is taken: one key is never reconciled twice
-            // at once. Shutdown lets the batch finish, bounded by the grace period.
-            let mut work = std::pin::pin!(work);
-            let drain = async {
-                while let Some(r) = work.next().await {
-                    r?;
-                }
-                Ok::<(), SlateError>(())
-            };
-            let mut drain = std::pin::pin!(drain);
-            let mut stopping = false;
-            tokio::select! {
-                r = &mut drain => r?,
-                _ = &mut shutdown => {
-                    stopping = true;
-                    tracing::info!("shutting down: finishing the work in flight");
-                    match tokio::time::timeout(opts.shutdown_grace, &mut drain).await {
-                        Ok(r) => r?,
-                        Err(_) => tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox"),
-                    }
+        if pending.is_empty() {
+            if !expanded {
+                tokio::select! {
+                    _ = &mut shutdown => break Ok(()),
+                    _ = &mut rung => {}
+                    // retries come due, and pushes from another process
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
                 }
             }
-            if stopping {
-                // keys not finished stay in the inbox (not marked done): reconciled after a restart
-                break;
-            }
+        } else if !apply_batch(&engine, &db, handle, opts, pending, shutdown.as_mut()).await? {
+            break Ok(()); // stopping: keys not finished stay in the inbox
         }
         if last_health.elapsed() >= Duration::from_secs(60) {
             last_health = Instant::now();
-            let m = db.clone();
-            let st = blocking(move || Inbox::new(&m).stats(pair_id)).await?;
-            let i = &handle.intake;
-            tracing::info!(
-                pair = %handle.label,
-                received = i.events.load(Relaxed),
-                messages = i.messages.load(Relaxed),
-                ignored = i.ignored.load(Relaxed),
-                applied = stats.applied.load(Relaxed),
-                copied = stats.copied.load(Relaxed),
-                deleted = stats.deleted.load(Relaxed),
-                unchanged = stats.unchanged.load(Relaxed),
-                stale = stats.stale.load(Relaxed),
-                failed = stats.failed.load(Relaxed),
-                backlog = st.pending,
-                dead_letters = st.dead_letters,
-                lag_ms_max = stats.lag_ms_max.swap(0, Relaxed),
-                "health"
-            );
+            health_line(&db, handle).await?;
         }
-        if !opts.drift_interval.is_zero() && last_drift.elapsed() >= opts.drift_interval {
+        let drifting = drift.as_ref().is_some_and(|d| !d.is_finished());
+        if !opts.drift_interval.is_zero()
+            && last_drift.elapsed() >= opts.drift_interval
+            && !drifting
+        {
+            // beside the events, not instead of them: a full compare of a large pair takes
+            // long, and the pair's events keep being applied meanwhile
             last_drift = Instant::now();
-            drift_check(&db, p, &stats).await;
+            let (db, p, stats) = (db.clone(), p.clone(), stats.clone());
+            drift = Some(tokio::spawn(
+                async move { drift_check(&db, &p, &stats).await },
+            ));
+        }
+    };
+    if let Some(d) = drift {
+        d.abort(); // its lease is released as it drops
+    }
+    result
+}
+
+/// Reconciles a batch of pending keys (`transfers` at once). A batch is finished before the
+/// next is taken: one key is never reconciled twice at once. At shutdown the batch may finish
+/// within the grace period; false when the daemon is stopping.
+async fn apply_batch(
+    engine: &Arc<Engine>,
+    db: &Arc<Manifest>,
+    handle: &PairHandle,
+    opts: &DaemonOptions,
+    pending: Vec<inbox::Pending>,
+    shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<bool> {
+    let stats = handle.stats.clone();
+    let work = futures::stream::iter(pending)
+        .map(|p| apply_pending(engine, db, &stats, engine.pair_id, p))
+        // the ceiling: copies and deletes also wait for a slot under the adaptive limit of
+        // each store side, lower while a store throttles
+        .buffer_unordered(opts.sync.copy.transfers);
+    let mut work = std::pin::pin!(work);
+    let drain = async {
+        while let Some(r) = work.next().await {
+            r?;
+        }
+        Ok::<(), SlateError>(())
+    };
+    let mut drain = std::pin::pin!(drain);
+    tokio::select! {
+        r = &mut drain => r.map(|_| true),
+        _ = shutdown => {
+            tracing::info!("shutting down: finishing the work in flight");
+            match tokio::time::timeout(opts.shutdown_grace, &mut drain).await {
+                Ok(r) => r?,
+                Err(_) => tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox"),
+            }
+            Ok(false)
         }
     }
+}
+
+/// The per-minute health line of a pair.
+async fn health_line(db: &Arc<Manifest>, handle: &PairHandle) -> Result<()> {
+    let (m, pair_id) = (db.clone(), handle.pair_id);
+    let st = blocking(move || Inbox::new(&m).stats(pair_id)).await?;
+    let (i, stats) = (&handle.intake, &handle.stats);
+    tracing::info!(
+        pair = %handle.label,
+        received = i.events.load(Relaxed),
+        messages = i.messages.load(Relaxed),
+        ignored = i.ignored.load(Relaxed),
+        applied = stats.applied.load(Relaxed),
+        copied = stats.copied.load(Relaxed),
+        deleted = stats.deleted.load(Relaxed),
+        unchanged = stats.unchanged.load(Relaxed),
+        stale = stats.stale.load(Relaxed),
+        failed = stats.failed.load(Relaxed),
+        backlog = st.pending,
+        dead_letters = st.dead_letters,
+        lag_ms_max = stats.lag_ms_max.swap(0, Relaxed),
+        "health"
+    );
     Ok(())
 }
 
@@ -578,11 +700,9 @@ async fn apply_pending(
 
 /// A full compare of the pair that repairs what the events missed, counted as drift.
 async fn drift_check(db: &Arc<Manifest>, p: &PairRun, stats: &super::running::DaemonStats) {
-    let mut o = p.opts.sync.clone();
-    o.full = true;
     // another reconcile of the pair is running (a job, a CLI run): it does the same work
-    o.wait = super::lease::Wait::No;
-    o.purpose = "drift check".into();
+    let mut o = daemon_sync(&p.opts.sync, "drift check", super::lease::Wait::No);
+    o.full = true;
     match sync_once(db.clone(), &p.src, &p.dst, &o, Hooks::default()).await {
         Ok(r) => {
             let repaired = r.copied + r.deleted;

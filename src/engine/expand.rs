@@ -14,28 +14,16 @@ use std::sync::Arc;
 
 use object_store::list::PaginatedListOptions;
 
+use std::time::Duration;
+
+use crate::core::backoff::Backoff;
 use crate::core::error::{Result, SlateError};
 use crate::state::blocking;
 use crate::state::inbox::{Expansion, Inbox, Kind};
 use crate::state::manifest::{self, Manifest};
+use crate::stores::list;
 use crate::stores::local::{self as local_store, Walked};
 use crate::stores::side::{one_line, prefix_path, Side};
-
-/// Whether `dir` is a folder that a walk of `root` reaches under the symlink rule: no link on
-/// the way (or, with links followed, one that stays inside the root).
-fn folder_within(root: &std::path::Path, dir: &std::path::Path, follow: bool) -> bool {
-    let (Ok(real_root), Ok(real)) = (std::fs::canonicalize(root), std::fs::canonicalize(dir))
-    else {
-        return false;
-    };
-    let rel = dir.strip_prefix(root).unwrap_or(dir);
-    let inside = if follow {
-        real.starts_with(&real_root)
-    } else {
-        real == real_root.join(rel)
-    };
-    inside && real.is_dir()
-}
 
 /// Keys pushed per step.
 pub const PAGE: usize = 1000;
@@ -48,70 +36,79 @@ pub struct Expander {
     src: Side,
 }
 
-/// Joins a pair-relative prefix (`''` or ending with `/`) and a key relative to it.
-fn join(prefix: &str, rel: &str) -> String {
-    format!("{prefix}{rel}")
-}
-
 impl Expander {
     pub fn new(db: Arc<Manifest>, pair_id: i64, src: Side) -> Expander {
         Expander { db, pair_id, src }
     }
 
-    /// One step of the oldest pending expansion; false when there is none.
+    /// One step of the oldest expansion that is due; false when there is none. A step that
+    /// fails (the source cannot be listed now, a folder cannot be read) is tried again after a
+    /// growing pause, with its reason kept; it never stops the pair.
     pub async fn step(&self) -> Result<bool> {
         let (db, id) = (self.db.clone(), self.pair_id);
-        let pending = blocking(move || Inbox::new(&db).expansions(id)).await?;
-        let Some(x) = pending.into_iter().next() else {
+        let Some(x) = blocking(move || Inbox::new(&db).next_expansion(id)).await? else {
             return Ok(false);
         };
-        let (rows, phase, cursor, finished) = match x.phase {
-            0 => {
-                let (keys, next) = self.list_page(&x).await?;
-                let rows = keys
-                    .into_iter()
-                    .map(|k| (k, Kind::Upsert, None))
-                    .collect::<Vec<_>>();
-                match next {
-                    Some(c) => (rows, 0, c, false),
-                    None => (rows, 1, String::new(), false),
+        let (rows, phase, cursor, finished) = match self.page(&x).await {
+            Ok(step) => step,
+            Err(e) => {
+                let delay = Backoff {
+                    initial: Duration::from_secs(1),
+                    max: Duration::from_secs(300),
+                    ..Backoff::forever()
                 }
-            }
-            _ => {
-                let (db, id, prefix, after) = (
-                    self.db.clone(),
-                    self.pair_id,
-                    x.prefix.clone(),
-                    x.cursor.clone(),
-                );
-                let keys = blocking(move || {
-                    db.keys_under_page(id, manifest::Side::Src, &prefix, &after, PAGE)
+                .cap(x.attempts + 2);
+                let why = one_line(&e);
+                tracing::warn!(prefix = %x.prefix, error = %why, retry_in_ms = delay.as_millis() as u64,
+                    "expanding a prefix failed; it is tried again after a pause");
+                let (db, id) = (self.db.clone(), self.pair_id);
+                blocking(move || {
+                    Inbox::new(&db).expansion_failed(id, &x, delay.as_millis() as i64, &why)
                 })
                 .await?;
-                let last = keys.last().cloned();
-                let rows = keys
-                    .into_iter()
-                    .map(|k| (k, Kind::Delete, None))
-                    .collect::<Vec<_>>();
-                match last {
-                    Some(l) if rows.len() >= PAGE => (rows, 1, l, false),
-                    _ => (rows, 1, String::new(), true),
-                }
+                return Ok(true);
             }
         };
-        let (db, id, prefix) = (self.db.clone(), self.pair_id, x.prefix.clone());
-        blocking(move || {
-            Inbox::new(&db).expansion_step(id, &prefix, &rows, phase, &cursor, finished)
-        })
-        .await?;
+        let (db, id) = (self.db.clone(), self.pair_id);
+        blocking(move || Inbox::new(&db).expansion_step(id, &x, &rows, phase, &cursor, finished))
+            .await?;
         Ok(true)
+    }
+
+    /// One page of `x`: (rows, next phase, next cursor, finished).
+    async fn page(&self, x: &Expansion) -> Result<(Vec<Row>, u8, String, bool)> {
+        if x.phase == 0 {
+            let (keys, next) = self.list_page(x).await?;
+            let rows = keys.into_iter().map(|k| (k, Kind::Upsert, None)).collect();
+            return Ok(match next {
+                Some(c) => (rows, 0, c, false),
+                None => (rows, 1, String::new(), false),
+            });
+        }
+        let (db, id, prefix, after) = (
+            self.db.clone(),
+            self.pair_id,
+            x.prefix.clone(),
+            x.cursor.clone(),
+        );
+        let keys =
+            blocking(move || db.keys_under_page(id, manifest::Side::Src, &prefix, &after, PAGE))
+                .await?;
+        let last = keys.last().cloned();
+        let rows: Vec<Row> = keys.into_iter().map(|k| (k, Kind::Delete, None)).collect();
+        Ok(match last {
+            Some(l) if rows.len() >= PAGE => (rows, 1, l, false),
+            _ => (rows, 1, String::new(), true),
+        })
     }
 
     /// One page of the source's listing under the expansion's prefix, after its cursor:
     /// (pair-relative keys, the cursor of the next page or None at the end).
     async fn list_page(&self, x: &Expansion) -> Result<(Vec<String>, Option<String>)> {
         match &self.src {
-            Side::Cloud { pager, loc, .. } => {
+            Side::Cloud {
+                store, pager, loc, ..
+            } => {
                 let full = loc.key_for(&x.prefix);
                 let base = if loc.prefix.is_empty() {
                     String::new()
@@ -140,45 +137,64 @@ impl Expander {
                         url: format!("{loc}/{}", x.prefix),
                         detail: one_line(&e),
                     })?;
+                // folder markers (`a/b/`, listed as `a/b`) are not objects, as in every listing
+                let zero = page.result.objects.iter().filter(|m| m.size == 0);
+                let markers =
+                    list::markers(store, zero.map(|m| m.location.clone()).collect()).await;
                 let keys = page
                     .result
                     .objects
                     .into_iter()
+                    .filter(|m| !markers.contains(&m.location))
                     .filter_map(|m| m.location.as_ref().strip_prefix(&base).map(str::to_string))
                     .filter(|k| !k.is_empty())
                     .collect();
                 Ok((keys, page.page_token.filter(|t| !t.is_empty())))
             }
             Side::Local { loc } => {
-                let (root, prefix, after, follow) = (
+                let (root, prefix, cursor, follow) = (
                     loc.local_path(),
                     x.prefix.clone(),
                     x.cursor.clone(),
                     loc.copy_links,
                 );
                 blocking(move || {
-                    let dir = root.join(prefix.trim_end_matches('/'));
+                    // walked from the root under the source's symlink rule (a link on the
+                    // way to the prefix is judged as every walk judges it), from the prefix
+                    // or the cursor on, until the first key outside the prefix
+                    let after = if cursor.as_str() > prefix.as_str() {
+                        cursor
+                    } else {
+                        prefix.clone()
+                    };
                     let mut keys = Vec::new();
-                    let start = after
-                        .strip_prefix(prefix.as_str())
-                        .unwrap_or_default()
-                        .to_string();
-                    // a folder that is not there (gone, or reached through a symlink that is
-                    // not followed, or one that leads out of the root) lists nothing: its
-                    // recorded keys come in phase 1
-                    if folder_within(&root, &dir, follow) {
-                        local_store::walk_sorted_with(&dir, follow, &start, &mut |w| {
-                            match w {
-                                Walked::File(f) => keys.push(join(&prefix, &f.rel)),
-                                // pushed all the same: its reconcile reports why it cannot
-                                // be read, and retries
-                                Walked::Unreadable { rel, .. } => keys.push(join(&prefix, &rel)),
-                                Walked::BadName { path } => tracing::warn!(path = %path.display(),
-                                    "file name is not valid UTF-8; keys must be: skipped"),
+                    local_store::walk_sorted_with(&root, follow, &after, &mut |w| {
+                        let key = match &w {
+                            Walked::File(f) => &f.rel,
+                            Walked::Unreadable { rel, .. } => rel,
+                            Walked::BadName { path } => {
+                                tracing::warn!(path = %path.display(),
+                                    "file name is not valid UTF-8; keys must be: skipped");
+                                return true;
                             }
-                            keys.len() < PAGE
-                        })?;
-                    }
+                        };
+                        if !key.starts_with(prefix.as_str()) {
+                            return false;
+                        }
+                        match w {
+                            Walked::File(f) => keys.push(f.rel),
+                            // a file that cannot be read is pushed all the same: its
+                            // reconcile reports why, and retries
+                            Walked::Unreadable { rel, folder: false, .. } => keys.push(rel),
+                            // a folder that cannot be read: its keys are unknown now
+                            Walked::Unreadable { rel, error, .. } => {
+                                tracing::warn!(folder = %rel, error = %error,
+                                    "a folder under an expanded prefix cannot be read: its files wait for the next rescan or drift check")
+                            }
+                            Walked::BadName { .. } => {}
+                        }
+                        keys.len() < PAGE
+                    })?;
                     let next = (keys.len() >= PAGE).then(|| keys.last().cloned()).flatten();
                     Ok((keys, next))
                 })
@@ -187,6 +203,9 @@ impl Expander {
         }
     }
 }
+
+/// One inbox row to be: key, what happened, ordering token.
+type Row = (String, Kind, Option<String>);
 
 #[cfg(test)]
 mod tests {
@@ -250,6 +269,59 @@ mod tests {
         assert_eq!(keys.len(), 3_700, "every key once, none lost or doubled");
         assert!(keys.contains("big/sub/f00001") && keys.contains("big/gone01199"));
         assert!(!keys.contains("other.txt"), "nothing outside the prefix");
-        assert!(Inbox::new(&db).expansions(pair).unwrap().is_empty());
+        assert_eq!(Inbox::new(&db).expansion_count(pair).unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_step_that_fails_waits_and_a_restart_is_never_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Manifest::open(&dir.path().join("db")).unwrap());
+        let pair = db.pair("/nowhere", "/tmp/x").unwrap().id;
+        let store = |prefix: &str| {
+            Inbox::new(&db)
+                .store(&Intake {
+                    prefixes: vec![(pair, prefix.into())],
+                    ..Default::default()
+                })
+                .unwrap()
+        };
+        // a source that cannot be listed: the step reports nothing, the expansion waits
+        store("a/");
+        let src = Side::Local {
+            loc: Location::parse(&format!("{}/missing/", dir.path().display())).unwrap(),
+        };
+        let x = Expander::new(db.clone(), pair, src);
+        assert!(
+            x.step().await.unwrap(),
+            "the failed step counts as work done"
+        );
+        assert_eq!(
+            Inbox::new(&db).next_expansion(pair).unwrap(),
+            None,
+            "it waits"
+        );
+        assert_eq!(
+            Inbox::new(&db).expansion_count(pair).unwrap(),
+            1,
+            "and is kept"
+        );
+        assert!(!x.step().await.unwrap(), "nothing else is due");
+
+        // a new event for a prefix whose step is under way restarts it: the step that read
+        // the older generation does not move (or remove) the restarted row
+        store("b/");
+        let ib = Inbox::new(&db);
+        let read = ib.next_expansion(pair).unwrap().expect("b/ is due");
+        assert_eq!(read.prefix, "b/");
+        store("b/");
+        ib.expansion_step(pair, &read, &[], 1, "", true).unwrap();
+        let again = ib
+            .next_expansion(pair)
+            .unwrap()
+            .expect("the restarted b/ stays");
+        assert_eq!(
+            (again.prefix.as_str(), again.phase, again.generation),
+            ("b/", 0, read.generation + 1)
+        );
     }
 }

@@ -119,9 +119,10 @@ impl PairLease {
         })
     }
 
-    /// Whether another holder took the lease meanwhile (renewal failed for longer than TTL).
-    pub fn lost(&self) -> bool {
-        self.lost.load(Relaxed)
+    /// Set when another holder took the lease meanwhile (a renewal found it gone): the run
+    /// checks it between pages of work and stops.
+    pub fn lost_flag(&self) -> Arc<AtomicBool> {
+        self.lost.clone()
     }
 
     /// Gives the lease up now.

@@ -35,7 +35,6 @@ pub struct Listing {
     rx: mpsc::Receiver<Result<Entry>>,
     url: String,
     filter: Filter,
-    now: SystemTime,
     head: Option<(String, State)>,
     last: Option<String>,
     done: bool,
@@ -49,7 +48,6 @@ impl Listing {
             rx,
             url,
             filter,
-            now: SystemTime::now(),
             head: None,
             last: None,
             done: false,
@@ -93,7 +91,9 @@ impl Input {
                         Some(Err(e @ SlateError::Object { .. })) => failed.push(e),
                         Some(Err(e)) => return Err(e),
                         Some(Ok(e)) => {
-                            if !l.filter.key(&e.rel) || !l.filter.age(e.mtime, l.now) {
+                            // the key globs here; the age is the row's business (a source
+                            // too old is left out with its destination, see Walk::next)
+                            if !l.filter.key(&e.rel) {
                                 continue;
                             }
                             if let Some(prev) = &l.last {
@@ -218,17 +218,20 @@ impl Walk {
                 m_dst: self.m_dst.take_if(&key),
                 key,
             };
-            // a key the source listing did not show is filtered here (by the times known)
-            if row.src.is_none() {
-                let mtime = row
-                    .dst
-                    .as_ref()
-                    .or(row.m_src.as_ref())
-                    .and_then(|s| s.mtime_ms);
-                let t = mtime.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
-                if !self.filter.key(&row.key) || !self.filter.age(t, self.now) {
-                    continue;
-                }
+            // keys only the manifest named are filtered by key here (listings were already);
+            // the age is the source's: now if listed, else as last recorded (a destination's
+            // own times say when it was written, not when the source changed)
+            if !self.filter.key(&row.key) {
+                continue;
+            }
+            let mtime = row
+                .src
+                .as_ref()
+                .or(row.m_src.as_ref())
+                .and_then(|s| s.mtime_ms);
+            let t = mtime.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
+            if !self.filter.age(t, self.now) {
+                continue;
             }
             return Ok(Some(row));
         }

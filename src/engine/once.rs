@@ -9,7 +9,7 @@
 //! deletes (each only after the source says "not found" now), recording what both sides hold.
 //! One reconcile of a pair at a time: the run holds the pair's lease ([`super::lease`]).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -462,25 +462,70 @@ pub async fn sync_once(
     let label = format!("{src} -> {dst}");
     let lease = PairLease::take(&db, pair.id, &label, &opts.purpose, opts.wait).await?;
     let d = db.clone();
-    let spill = blocking(move || d.spill_new()).await?;
-    let r = sync_held(&db, plan, pair, opts, hooks, &spill, start).await;
-    let d = db.clone();
-    if let Err(e) = blocking(move || d.spill_drop(&spill)).await {
-        tracing::warn!(error = %e, "dropping the spill failed");
-    }
+    let spill = SpillGuard {
+        db: db.clone(),
+        spill: blocking(move || d.spill_new()).await?,
+        dropped: false,
+    };
+    let lost = lease.lost_flag();
+    let run = Run {
+        db: &db,
+        spill: spill.get(),
+        lost: &lost,
+        label: &label,
+    };
+    let r = sync_held(&run, plan, pair, opts, hooks, start).await;
+    spill.drop_now().await;
     lease.release().await;
     r
 }
 
+/// Drops a run's spill when the run ends, also when its future is dropped half-way (a job
+/// cancelled, a daemon stopping): a temporary table left behind would stay on the writing
+/// connection for the life of the process.
+struct SpillGuard {
+    db: Arc<Manifest>,
+    spill: Spill,
+    dropped: bool,
+}
+
+impl SpillGuard {
+    fn get(&self) -> &Spill {
+        &self.spill
+    }
+
+    async fn drop_now(mut self) {
+        self.dropped = true;
+        let (d, sp) = (self.db.clone(), self.spill.clone());
+        if let Err(e) = blocking(move || d.spill_drop(&sp)).await {
+            tracing::warn!(error = %e, "dropping the spill failed");
+        }
+    }
+}
+
+impl Drop for SpillGuard {
+    fn drop(&mut self) {
+        if self.dropped {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (d, sp) = (self.db.clone(), self.spill.clone());
+            rt.spawn_blocking(move || {
+                let _ = d.spill_drop(&sp);
+            });
+        }
+    }
+}
+
 async fn sync_held(
-    db: &Arc<Manifest>,
+    run: &Run<'_>,
     plan: copy::Plan,
     pair: PairInfo,
     opts: &SyncOptions,
     hooks: Hooks<'_>,
-    spill: &Spill,
     start: Instant,
 ) -> Result<SyncReport> {
+    let (db, spill) = (run.db, run.spill);
     let deletes = !opts.no_delete;
     let dry = opts.dry_run;
     let failed = hooks.failed;
@@ -559,7 +604,7 @@ async fn sync_held(
         copy::ProgressMode::Quiet
     };
     let reporter = progress::Reporter::start(counters.clone(), show);
-    let result = act(db, &engine, spill, &mut report, failed).await;
+    let result = act(run, &engine, &mut report, failed).await;
     reporter.finish().await;
     result?;
 
@@ -570,11 +615,8 @@ async fn sync_held(
             (SpillFilter::PruneSrc, manifest::Side::Src),
             (SpillFilter::PruneDst, manifest::Side::Dst),
         ] {
-            let mut after: Option<String> = None;
-            loop {
-                let rows = spill_page(db, spill, which, after.as_deref()).await?;
-                let Some(last) = rows.last() else { break };
-                after = Some(last.key.clone());
+            let mut pages = Pages::new(run, which);
+            while let Some(rows) = pages.next().await? {
                 let keys: Vec<String> = rows.into_iter().map(|r| r.key).collect();
                 let (d, id) = (db.clone(), c.pair.id);
                 blocking(move || d.forget_side(id, side, &keys)).await?;
@@ -587,39 +629,76 @@ async fn sync_held(
     Ok(report)
 }
 
-async fn spill_page(
-    db: &Arc<Manifest>,
-    spill: &Spill,
+/// The spilled rows of one kind, page by page in key order. Each page first checks that the
+/// run still holds the pair's lease: a run whose lease another holder took stops there.
+struct Pages<'a> {
+    db: &'a Arc<Manifest>,
+    spill: &'a Spill,
     which: SpillFilter,
-    after: Option<&str>,
-) -> Result<Vec<Planned>> {
-    let (d, sp, after) = (db.clone(), spill.clone(), after.map(str::to_string));
-    blocking(move || d.spill_page(&sp, which, after.as_deref(), BATCH)).await
+    lost: &'a AtomicBool,
+    label: &'a str,
+    after: Option<String>,
+}
+
+impl<'a> Pages<'a> {
+    fn new(run: &'a Run<'a>, which: SpillFilter) -> Pages<'a> {
+        Pages {
+            db: run.db,
+            spill: run.spill,
+            which,
+            lost: run.lost,
+            label: run.label,
+            after: None,
+        }
+    }
+
+    async fn next(&mut self) -> Result<Option<Vec<Planned>>> {
+        if self.lost.load(Relaxed) {
+            return Err(SlateError::Busy {
+                pair: self.label.to_string(),
+                holder:
+                    "another holder took the pair's lease while this run held it; this run stopped"
+                        .into(),
+            });
+        }
+        let (d, sp, which, after) = (
+            self.db.clone(),
+            self.spill.clone(),
+            self.which,
+            self.after.clone(),
+        );
+        let rows = blocking(move || d.spill_page(&sp, which, after.as_deref(), BATCH)).await?;
+        match rows.last() {
+            Some(last) => {
+                self.after = Some(last.key.clone());
+                Ok(Some(rows))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+/// What the act step of one run works from.
+struct Run<'a> {
+    db: &'a Arc<Manifest>,
+    spill: &'a Spill,
+    lost: &'a AtomicBool,
+    label: &'a str,
 }
 
 /// The act step: records keys found equal without a manifest row, copies, then deletes.
 async fn act(
-    db: &Arc<Manifest>,
+    run: &Run<'_>,
     engine: &Engine,
-    spill: &Spill,
     report: &mut SyncReport,
     failed: Option<&(dyn Fn(&str) + Send + Sync)>,
 ) -> Result<()> {
-    let pair_id = engine.pair_id;
+    let (db, pair_id) = (run.db, engine.pair_id);
     // 1. keys equal without a manifest row on both sides: recorded, so that the next run
     //    knows them by their change tokens
     for action in [Action::EqualDigest, Action::EqualSizeOnly] {
-        let mut after: Option<String> = None;
-        loop {
-            let rows = spill_page(
-                db,
-                spill,
-                SpillFilter::Action(action as u8),
-                after.as_deref(),
-            )
-            .await?;
-            let Some(last) = rows.last() else { break };
-            after = Some(last.key.clone());
+        let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
+        while let Some(rows) = pages.next().await? {
             let mut recs = Vec::with_capacity(rows.len() * 2);
             for r in rows {
                 if let (Some(s), Some(d)) = (r.src, r.dst) {
@@ -645,17 +724,8 @@ async fn act(
     // 2. copies, `transfers` at once; results recorded in batches as they complete
     let transfers = engine.ctx.opts.transfers;
     for action in [Action::CopyMissing, Action::CopyChanged] {
-        let mut after: Option<String> = None;
-        loop {
-            let rows = spill_page(
-                db,
-                spill,
-                SpillFilter::Action(action as u8),
-                after.as_deref(),
-            )
-            .await?;
-            let Some(last) = rows.last() else { break };
-            after = Some(last.key.clone());
+        let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
+        while let Some(rows) = pages.next().await? {
             let mut results = futures::stream::iter(rows.into_iter().filter_map(|r| {
                 let s = r.src?;
                 Some(Entry {
@@ -703,17 +773,8 @@ async fn act(
     }
 
     // 3. deletes, each confirmed by the source saying "not found" now
-    let mut after: Option<String> = None;
-    loop {
-        let rows = spill_page(
-            db,
-            spill,
-            SpillFilter::Action(Action::Delete as u8),
-            after.as_deref(),
-        )
-        .await?;
-        let Some(last) = rows.last() else { break };
-        after = Some(last.key.clone());
+    let mut pages = Pages::new(run, SpillFilter::Action(Action::Delete as u8));
+    while let Some(rows) = pages.next().await? {
         let mut results = futures::stream::iter(rows)
             .map(|r| async move {
                 // the delete itself waits for a slot under the destination's limit (taking one

@@ -33,6 +33,9 @@ pub struct Hub {
     pub pubsub: Arc<Fanout>,
     /// Deliveries received.
     pub deliveries: AtomicU64,
+    /// Every pair of the process has registered: until then a delivery is answered 503 (the
+    /// sender retries), never dead-lettered for want of the pair it names.
+    ready: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Hub {
@@ -59,7 +62,14 @@ impl Hub {
             eventgrid: Fanout::new(db.clone(), "az"),
             pubsub: Fanout::new(db, "gs"),
             deliveries: AtomicU64::new(0),
+            ready: Default::default(),
         })
+    }
+
+    /// Every pair that takes deliveries has registered (or none will): deliveries are stored
+    /// from now on.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Relaxed);
     }
 
     /// An Event Grid delivery (Event Grid schema or CloudEvents 1.0).
@@ -88,6 +98,9 @@ impl Hub {
         parsed: Result<Parsed, String>,
     ) -> Delivery {
         self.deliveries.fetch_add(1, Relaxed);
+        if !self.ready.load(Relaxed) {
+            return Delivery::Retry;
+        }
         match fanout.store(source, vec![(body.to_vec(), parsed)]).await {
             Ok(()) => Delivery::Stored,
             Err(e) => {

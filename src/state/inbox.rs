@@ -6,7 +6,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use crate::core::error::Result;
 use crate::state::manifest::Manifest;
@@ -86,8 +86,13 @@ pub struct Expansion {
     pub prefix: String,
     /// 0: listing the source; 1: the keys the manifest recorded under the prefix.
     pub phase: u8,
-    /// The last key pushed in this phase.
+    /// Phase 0: the listing's next page token (a cloud store) or the last key pushed (a local
+    /// folder); phase 1: the last key pushed.
     pub cursor: String,
+    /// Grows when a new event restarts the expansion: a step moves only the row it read.
+    pub generation: i64,
+    /// Failed steps so far (each waits longer).
+    pub attempts: u32,
 }
 
 /// The inbox of one database.
@@ -140,9 +145,13 @@ impl<'a> Inbox<'a> {
                     for (pair_id, key, kind, token) in &intake.rows {
                         row.execute(params![pair_id, key, *kind as i64, token, t])?;
                     }
+                    // a new event for a prefix being expanded starts it over (the folder may
+                    // hold other keys now): a new generation, due at once
                     let mut pre = tx.prepare_cached(
                         "INSERT INTO expansions (pair_id, prefix, created_at) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (pair_id, prefix) DO UPDATE SET phase = 0, cursor = ''",
+                         ON CONFLICT (pair_id, prefix) DO UPDATE SET phase = 0, cursor = '',
+                            generation = expansions.generation + 1, not_before = 0, attempts = 0,
+                            error = NULL",
                     )?;
                     for (pair_id, prefix) in &intake.prefixes {
                         pre.execute(params![pair_id, prefix, t])?;
@@ -159,29 +168,49 @@ impl<'a> Inbox<'a> {
             .inspect(|_| bell().notify_waiters())
     }
 
-    /// The prefixes of a pair waiting to be expanded, oldest first.
-    pub fn expansions(&self, pair_id: i64) -> Result<Vec<Expansion>> {
-        self.m.with(|c| {
-            let mut st = c.prepare_cached(
-                "SELECT prefix, phase, cursor FROM expansions WHERE pair_id = ?1 ORDER BY created_at, prefix",
-            )?;
-            let rows = st.query_map(params![pair_id], |r| {
-                Ok(Expansion {
-                    prefix: r.get(0)?,
-                    phase: r.get::<_, i64>(1)? as u8,
-                    cursor: r.get(2)?,
-                })
-            })?;
-            rows.collect()
+    /// The oldest expansion of a pair that is due now (a failed step waits its backoff).
+    pub fn next_expansion(&self, pair_id: i64) -> Result<Option<Expansion>> {
+        let t = now_ms();
+        self.m.read(|c| {
+            c.query_row(
+                "SELECT prefix, phase, cursor, generation, attempts FROM expansions
+                 WHERE pair_id = ?1 AND not_before <= ?2 ORDER BY not_before, created_at LIMIT 1",
+                params![pair_id, t],
+                |r| {
+                    Ok(Expansion {
+                        prefix: r.get(0)?,
+                        phase: r.get::<_, i64>(1)? as u8,
+                        cursor: r.get(2)?,
+                        generation: r.get(3)?,
+                        attempts: r.get::<_, i64>(4)? as u32,
+                    })
+                },
+            )
+            .optional()
         })
     }
 
-    /// One durable step of an expansion: pushes `rows` for the pair and moves the expansion of
-    /// `prefix` to (`phase`, `cursor`), or removes it when `finished`, in one transaction.
+    /// How many expansions a pair has pending (due or waiting).
+    pub fn expansion_count(&self, pair_id: i64) -> Result<u64> {
+        self.m.read(|c| {
+            c.query_row(
+                "SELECT COUNT(*) FROM expansions WHERE pair_id = ?1",
+                params![pair_id],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+        })
+    }
+
+    /// One durable step of the expansion `x` (as read): pushes `rows` for the pair and moves
+    /// the expansion to (`phase`, `cursor`), or removes it when `finished`, in one
+    /// transaction. If a new event restarted the expansion meanwhile (a newer generation), the
+    /// rows are pushed all the same (more keys to look at is harmless) but the restarted row
+    /// is left as it is, so the new event's expansion runs whole.
     pub fn expansion_step(
         &self,
         pair_id: i64,
-        prefix: &str,
+        x: &Expansion,
         rows: &[(String, Kind, Option<String>)],
         phase: u8,
         cursor: &str,
@@ -199,13 +228,14 @@ impl<'a> Inbox<'a> {
                 }
                 if finished {
                     tx.execute(
-                        "DELETE FROM expansions WHERE pair_id = ?1 AND prefix = ?2",
-                        params![pair_id, prefix],
+                        "DELETE FROM expansions WHERE pair_id = ?1 AND prefix = ?2 AND generation = ?3",
+                        params![pair_id, x.prefix, x.generation],
                     )?;
                 } else {
                     tx.execute(
-                        "UPDATE expansions SET phase = ?3, cursor = ?4 WHERE pair_id = ?1 AND prefix = ?2",
-                        params![pair_id, prefix, phase as i64, cursor],
+                        "UPDATE expansions SET phase = ?4, cursor = ?5, attempts = 0, error = NULL
+                         WHERE pair_id = ?1 AND prefix = ?2 AND generation = ?3",
+                        params![pair_id, x.prefix, x.generation, phase as i64, cursor],
                     )?;
                 }
                 tx.commit()
@@ -213,10 +243,30 @@ impl<'a> Inbox<'a> {
             .inspect(|_| bell().notify_waiters())
     }
 
+    /// A step of `x` failed: it waits `delay_ms` before the next try, with the reason kept.
+    pub fn expansion_failed(
+        &self,
+        pair_id: i64,
+        x: &Expansion,
+        delay_ms: i64,
+        error: &str,
+    ) -> Result<()> {
+        let t = now_ms();
+        self.m.with(|c| {
+            c.execute(
+                "UPDATE expansions SET attempts = attempts + 1, not_before = ?4, error = ?5
+                 WHERE pair_id = ?1 AND prefix = ?2 AND generation = ?3",
+                params![pair_id, x.prefix, x.generation, t + delay_ms, error],
+            )
+            .map(|_| ())
+        })
+    }
+
     /// Up to `limit` keys ready to reconcile, oldest first.
     pub fn take(&self, pair_id: i64, limit: usize) -> Result<Vec<Pending>> {
         let t = now_ms();
-        self.m.with(|c| {
+        // read in the index's order (pair, first_seen, key): a take reads what it takes
+        self.m.read(|c| {
             let mut st = c.prepare_cached(
                 "SELECT key, kind, token, events, first_seen, attempts FROM inbox
                  WHERE pair_id = ?1 AND not_before <= ?2 ORDER BY first_seen, key LIMIT ?3",
@@ -282,19 +332,29 @@ impl<'a> Inbox<'a> {
         })
     }
 
-    pub fn stats(&self, pair_id: i64) -> Result<Stats> {
+    /// Drops dead letters older than `max_age_ms`; returns how many.
+    pub fn prune_dead_letters(&self, max_age_ms: i64) -> Result<u64> {
+        let t = now_ms();
         self.m.with(|c| {
+            c.execute(
+                "DELETE FROM dead_letters WHERE received_at < ?1",
+                params![t - max_age_ms],
+            )
+            .map(|n| n as u64)
+        })
+    }
+
+    pub fn stats(&self, pair_id: i64) -> Result<Stats> {
+        self.m.read(|c| {
+            let count = |sql: &str| -> rusqlite::Result<u64> {
+                c.query_row(sql, params![pair_id], |r| r.get::<_, i64>(0))
+                    .map(|n| n as u64)
+            };
             Ok(Stats {
-                pending: c.query_row(
-                    "SELECT COUNT(*) FROM inbox WHERE pair_id = ?1",
-                    params![pair_id],
-                    |r| r.get::<_, i64>(0),
-                )? as u64,
-                dead_letters: c.query_row(
-                    "SELECT COUNT(*) FROM dead_letters WHERE pair_id = ?1 OR pair_id IS NULL",
-                    params![pair_id],
-                    |r| r.get::<_, i64>(0),
-                )? as u64,
+                pending: count("SELECT COUNT(*) FROM inbox WHERE pair_id = ?1")?,
+                // two counts, each an index seek (an OR between them would read the table)
+                dead_letters: count("SELECT COUNT(*) FROM dead_letters WHERE pair_id = ?1")?
+                    + count("SELECT COUNT(*) FROM dead_letters WHERE pair_id IS NULL AND ?1 = ?1")?,
             })
         })
     }

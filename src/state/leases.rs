@@ -60,11 +60,17 @@ impl<'a> Leases<'a> {
                 )
                 .optional()?;
             if let Some(h) = held {
-                let mine = h.owner == owner;
-                let expired = h.expires_at <= now_ms;
-                // a holder on this host whose process is gone (killed with -9) holds nothing
-                let dead_here = h.host == host && !owner_alive(&h.owner);
-                if !mine && !expired && !dead_here {
+                let free = if h.owner == owner {
+                    true
+                } else if h.host == host {
+                    // on this host the holder's process can be asked: gone (killed with -9)
+                    // holds nothing; alive holds it, expired or not (a process stopped for a
+                    // while, or a renewal held up behind a long write, still works on it)
+                    !owner_alive(&h.owner)
+                } else {
+                    h.expires_at <= now_ms
+                };
+                if !free {
                     return Ok(Some(h));
                 }
             }
@@ -165,6 +171,13 @@ mod tests {
         );
         assert!(l.renew("pair:1", &a, 2_000).unwrap());
         assert!(!l.renew("pair:1", &b, 2_000).unwrap(), "b does not hold it");
+        // a live holder on this host keeps it past its expiry
+        let b_held = l.acquire("pair:1", &b, "h1", "sync", 5_000, 100).unwrap();
+        assert_eq!(
+            b_held.map(|h| h.owner),
+            Some(a.clone()),
+            "alive here: held, expired or not"
+        );
         // another host cannot check our process: it waits for the expiry
         let other = l
             .acquire("pair:1", "9:9:x", "h2", "drift", 1_999, 100)

@@ -253,11 +253,27 @@ impl Manifest {
     }
 
     /// The pair for (src, dst), if the manifest knows it.
+    /// (Its object counts are not read: 0; [`Manifest::pairs`] counts them.)
     pub fn find_pair(&self, src: &str, dst: &str) -> Result<Option<PairInfo>> {
-        Ok(self
-            .pairs()?
-            .into_iter()
-            .find(|p| p.src == src && p.dst == dst))
+        self.read(|c| {
+            c.query_row(
+                "SELECT id, src, dst, created_at, last_sync_at FROM pairs WHERE src = ?1 AND dst = ?2",
+                params![src, dst],
+                |r| {
+                    Ok(PairInfo {
+                        id: r.get(0)?,
+                        src: r.get(1)?,
+                        dst: r.get(2)?,
+                        created_at: r.get(3)?,
+                        last_sync_at: r.get(4)?,
+                        src_objects: 0,
+                        src_bytes: 0,
+                        dst_objects: 0,
+                    })
+                },
+            )
+            .optional()
+        })
     }
 
     /// How many pairs the database knows.
@@ -394,8 +410,11 @@ impl Manifest {
         self.with(|c| {
             let tx = c.transaction()?;
             {
-                let mut st =
-                    tx.prepare_cached("DELETE FROM objects WHERE pair_id = ?1 AND key = ?2")?;
+                // `side IN (0, 1)`: without the side SQLite cannot seek the primary key
+                // (pair_id, side, key) and reads every row of the pair for each key
+                let mut st = tx.prepare_cached(
+                    "DELETE FROM objects WHERE pair_id = ?1 AND side IN (0, 1) AND key = ?2",
+                )?;
                 for k in keys {
                     st.execute(params![pair_id, k])?;
                 }
@@ -584,20 +603,21 @@ impl Manifest {
         after: &str,
         limit: usize,
     ) -> Result<Vec<String>> {
-        // every key under "a/b/" sorts in ["a/b/", "a/b0"): '0' follows '/' in byte order
+        // every key under "a/b/" sorts in ["a/b/", "a/b0"): '0' follows '/' in byte order;
+        // under "" (everything) there is no upper bound
         let hi = match prefix.strip_suffix('/') {
-            Some(p) => format!("{p}0"),
-            None => "\u{10ffff}".repeat(2),
+            Some(p) => Some(format!("{p}0")),
+            None => None,
         };
         let strict = after > prefix;
         let lo = if strict { after } else { prefix };
         // one statement each way: an OR would keep SQLite from seeking the key range
         let sql = if strict {
-            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key > ?3 AND key < ?4
-             ORDER BY key LIMIT ?5"
+            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key > ?3
+               AND (?4 IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
         } else {
-            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key >= ?3 AND key < ?4
-             ORDER BY key LIMIT ?5"
+            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key >= ?3
+               AND (?4 IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
         };
         self.read(|c| {
             let mut st = c.prepare_cached(sql)?;

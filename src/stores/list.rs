@@ -104,7 +104,7 @@ fn send_walked(w: local::Walked, prefix: &str, tx: &dyn Fn(Result<Entry>) -> boo
             }
             tx(Ok(local_entry(f)))
         }
-        local::Walked::Unreadable { rel, error } => {
+        local::Walked::Unreadable { rel, error, .. } => {
             let key = if prefix.is_empty() {
                 rel
             } else {
@@ -366,7 +366,7 @@ impl Level {
 /// key `a/b/` as `a/b`, and only a HEAD tells them apart (`a/b` itself is not found). One HEAD
 /// per zero-byte object, [`MARKER_HEADS`] at once, not retried: any answer but "not found"
 /// keeps it an object (a marker kept by mistake fails its copy, which the next run retries).
-async fn markers(
+pub(crate) async fn markers(
     store: &Arc<dyn object_store::ObjectStore>,
     paths: Vec<object_store::path::Path>,
 ) -> std::collections::HashSet<object_store::path::Path> {

@@ -597,6 +597,8 @@ pub enum Walked {
     Unreadable {
         rel: String,
         error: String,
+        /// A folder that could not be read (its keys are unknown), not a file.
+        folder: bool,
     },
     /// A name that cannot be a key (not UTF-8).
     BadName {
@@ -669,6 +671,7 @@ fn visit_file(rule: &Rule, dir: &Dir, rel: String, path: &Path) -> Option<Walked
         Err(e) => Some(Walked::Unreadable {
             rel,
             error: e.to_string(),
+            folder: false,
         }),
     }
 }
@@ -719,12 +722,17 @@ fn walk_sorted_from(
                 Err(e) => Some(Walked::Unreadable {
                     rel: d.rel,
                     error: e.to_string(),
+                    folder: true,
                 }),
             },
             _ if sort.as_str() <= after => None,
             Ok(Kind::File(path)) => visit_file(rule, dir, sort, &path),
             Ok(Kind::Nothing) => None,
-            Ok(Kind::Error(error)) => Some(Walked::Unreadable { rel: sort, error }),
+            Ok(Kind::Error(error)) => Some(Walked::Unreadable {
+                rel: sort,
+                error,
+                folder: false,
+            }),
         };
         if let Some(item) = item {
             if !out(item) {
@@ -773,6 +781,7 @@ pub fn walk_sorted_parallel(
                         let _ = tx.send(Walked::Unreadable {
                             rel: d.rel.clone(),
                             error: e.to_string(),
+                            folder: true,
                         });
                     }
                 });
@@ -796,7 +805,11 @@ pub fn walk_sorted_parallel(
                 }
                 Ok(Kind::File(path)) => visit_file(rule, &top, sort, &path),
                 Ok(Kind::Nothing) => None,
-                Ok(Kind::Error(error)) => Some(Walked::Unreadable { rel: sort, error }),
+                Ok(Kind::Error(error)) => Some(Walked::Unreadable {
+                    rel: sort,
+                    error,
+                    folder: false,
+                }),
             };
             if let Some(item) = item {
                 if !out(item) {
@@ -836,6 +849,15 @@ pub fn remove_below(root: &Path, key: &str) -> Result<bool, SlateError> {
     match std::fs::remove_file(&path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        // a folder (or a path through a file) is no object of that key: nothing to delete
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EISDIR) | Some(libc::ENOTDIR) | Some(libc::EPERM)
+            ) && !path.is_file() =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(err(format!("deleting {}: {e}", path.display()))),
     }
 }
