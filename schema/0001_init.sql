@@ -1,5 +1,5 @@
 -- slate's database, version 1: the manifest of what each pair's two sides hold.
--- Applied in order at start by src/manifest; PRAGMA user_version records the last one applied.
+-- Applied in order at start by src/state/manifest.rs; PRAGMA user_version records the last one applied.
 
 -- A pair is a (source URL, destination URL) that slate keeps equal.
 CREATE TABLE pairs (

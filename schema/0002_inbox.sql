@@ -1,7 +1,7 @@
 -- slate's database, version 2: the event inbox of the daemon.
 
 -- One row per (pair, key) with work pending: events for the same key coalesce into it (the
--- reconciler reads the source's current state anyway, DESIGN.md rule 1). A row is written before
+-- reconciler reads the source's current state anyway, rule 1 of docs/ARCHITECTURE.md). A row is written before
 -- the cloud message is acknowledged (rule 2) and removed once the key is reconciled.
 CREATE TABLE inbox (
     pair_id     INTEGER NOT NULL REFERENCES pairs (id),

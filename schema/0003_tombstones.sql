@@ -1,5 +1,5 @@
 -- slate's database, version 3: tombstones, so that a late event older than a delete already
--- applied is skipped without asking the source (DESIGN.md, "Ordering tokens"). The source is
+-- applied is skipped without asking the source (docs/ARCHITECTURE.md, rule 1). The source is
 -- still the truth: a tombstone only saves work, it never decides on its own.
 
 CREATE TABLE tombstones (

@@ -4,10 +4,11 @@
 -- when. The holder renews it while it works (every third of the time to live) and deletes it
 -- when done; a holder that died loses it at `expires_at`, or at once when it ran on this host
 -- and its process is gone. Taken by `sync --once`, the daemon's backfill and drift check, and
--- jobs; designed for several workers on several hosts sharing one database.
+-- jobs. With SQLite every holder is on one host; the host is recorded for a shared server
+-- database, where workers of several hosts would take the same lease.
 CREATE TABLE leases (
     name        TEXT PRIMARY KEY,
-    owner       TEXT NOT NULL,             -- unique per holder: HOST:PID:START:RANDOM
+    owner       TEXT NOT NULL,             -- unique per holder: PID:START:RANDOM
     host        TEXT NOT NULL,
     pid         INTEGER NOT NULL,
     purpose     TEXT NOT NULL,             -- what the holder does (sync --once, drift check, job 12)

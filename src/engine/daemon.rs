@@ -12,8 +12,10 @@
 //! mark it done, retry it later or dead-letter it. Keys run in parallel; one key is never in
 //! two reconciles at once (a batch is finished before the next is taken). A drift check (a
 //! full `--once`) runs on a schedule. A pair whose loop fails says why at once (log,
-//! `GET /pairs`, `/readyz`, metrics) and is restarted with a backoff while the others run on;
-//! its events keep landing in its inbox meanwhile, so nothing is lost.
+//! `GET /pairs`, `/readyz`, metrics) and is restarted with a backoff while the others run on.
+//! A cloud pair's events keep landing in its inbox meanwhile; a local folder's watcher stops
+//! with the pair's run, and its restart reconciles the whole folder (its backfill), so
+//! nothing is lost either way.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -122,11 +124,17 @@ const SQS_RECEIVERS: usize = 4;
 /// start, exit 2) and runs it until `stop`, storing for every pair in its fan-out.
 async fn start_consumers(
     queues: BTreeMap<EventSource, Arc<Fanout>>,
+    running: &Running,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let mut tasks = Vec::new();
     for (source, fanout) in queues {
-        let stats = Arc::new(ConsumerStats::default());
+        let spec = match &source {
+            EventSource::Sqs(s) | EventSource::AzQueue(s) | EventSource::PubSub(s) => s.clone(),
+            EventSource::Watch | EventSource::Webhook => continue,
+        };
+        let stats = Arc::new(ConsumerStats::new(&spec));
+        running.add_consumer(stats.clone());
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|v| *v).await;
         };
@@ -231,7 +239,7 @@ pub async fn run_all(
         h.set_ready();
     }
     // events first, so that nothing changing during a backfill is missed
-    let consumers = start_consumers(queues, stop.clone()).await?;
+    let consumers = start_consumers(queues, &running, stop.clone()).await?;
     let mut tasks = Vec::new();
     for (p, handle) in pairs.into_iter().zip(handles.iter().cloned()) {
         // a pair's state changes are logged as they happen

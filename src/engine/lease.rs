@@ -1,9 +1,14 @@
-//! One reconcile of a pair at a time (rule 9): `sync --once`, the daemon's backfill and
-//! drift check and jobs take the pair's lease ([`crate::state::leases`]) for the whole run
-//! and renew it while they work. A second taker waits for it or stops with exit 2, naming
-//! the holder: `pair s3://a -> az://b is busy: held by PID 123 on host-x since …`.
-//! The lease names the pair, not a process: workers on other hosts sharing one database
-//! will take it the same way.
+//! One reconcile of a pair at a time (rule 8 of docs/ARCHITECTURE.md): `sync --once`, the
+//! daemon's backfill and drift check and jobs take the pair's lease ([`crate::state::leases`])
+//! for the whole run and renew it while they work. A second taker waits for it or stops with
+//! exit 2, naming the holder: `pair s3://a -> az://b is busy: held by PID 123 on host-x since …`.
+//! The daemon's reconciles of single keys take no lease: they are level-triggered, each from
+//! the source's state now, and harmless beside a full run.
+//!
+//! The lease names the pair, not a process. With SQLite every holder is on one host (SQLite
+//! in WAL mode is shared by the processes of one machine); the holder's host is recorded all
+//! the same, so that workers of several hosts sharing a server database can take it the
+//! same way.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;

@@ -289,18 +289,6 @@ async fn walk_pair(
             None,
         )
     };
-    // a listing sweeps the temporary files of a slate killed mid-copy; without one, a local
-    // destination is swept here, or they would stay forever
-    if !list_dst {
-        if let Side::Local { loc } = &plan.dst {
-            let root = loc.local_path();
-            tokio::task::spawn_blocking(move || {
-                if let Err(e) = crate::stores::local::sweep_orphan_temps(&root) {
-                    tracing::warn!(error = %e, "sweeping temporary files failed");
-                }
-            });
-        }
-    }
     let mut walk = Walk::new(
         src_in,
         dst_in,
@@ -588,6 +576,16 @@ async fn sync_held(
     if dry {
         report.elapsed = start.elapsed();
         return Ok(report);
+    }
+    // the temporary files of a slate killed mid-copy at a local destination go now (a listing,
+    // a diff or a dry run leave them: they change nothing)
+    if let Side::Local { loc } = &c.plan.dst {
+        let root = loc.local_path();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = crate::stores::local::sweep_orphan_temps(&root) {
+                tracing::warn!(error = %e, "sweeping temporary files failed");
+            }
+        });
     }
 
     let counters = opts.copy.counters.clone().unwrap_or_default();

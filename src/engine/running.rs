@@ -2,10 +2,11 @@
 //! and the health line: every pair with its counters and its state (starting, following,
 //! failed and waiting to restart).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use crate::events::route::IntakeStats;
+use crate::events::source::ConsumerStats;
 
 /// Counters of one pair's daemon. Timestamps (`*_ms`) are milliseconds since the Unix
 /// epoch, 0 for never.
@@ -104,13 +105,15 @@ impl PairHandle {
     }
 }
 
-/// Every pair this process's daemon runs.
+/// Every pair this process's daemon runs, and the queue consumers that feed them.
 #[derive(Debug, Default)]
 pub struct Running {
     pairs: RwLock<Vec<Arc<PairHandle>>>,
-    /// Messages of no pair kept as dead letters by this process's consumers.
-    pub dead_lettered: AtomicU64,
+    consumers: RwLock<Vec<Arc<ConsumerStats>>>,
 }
+
+/// A consumer that fails every receive for this long makes the process not ready.
+pub const CONSUMER_STUCK_MS: u64 = 60_000;
 
 impl Running {
     pub fn new() -> Arc<Running> {
@@ -131,14 +134,13 @@ impl Running {
         self.pairs().into_iter().find(|p| p.pair_id == pair_id)
     }
 
-    /// Ready when every pair follows its events (none starting or failed).
-    pub fn ready(&self) -> bool {
-        self.pairs()
-            .iter()
-            .all(|p| matches!(p.state(), PairState::Following))
+    pub fn add_consumer(&self, c: Arc<ConsumerStats>) {
+        if let Ok(mut v) = self.consumers.write() {
+            v.push(c);
+        }
     }
 
-    pub fn count_dead(&self, n: u64) {
-        self.dead_lettered.fetch_add(n, Relaxed);
+    pub fn consumers(&self) -> Vec<Arc<ConsumerStats>> {
+        self.consumers.read().map(|v| v.clone()).unwrap_or_default()
     }
 }

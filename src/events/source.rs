@@ -51,13 +51,49 @@ pub trait Source: Send + 'static {
     }
 }
 
-/// Counters of one consumer (one queue), for health lines and metrics.
+/// Counters and state of one consumer (one queue), for `/readyz`, `GET /pairs` and metrics.
 #[derive(Debug, Default)]
 pub struct ConsumerStats {
+    /// What it consumes (`sqs://queue`, …): never a secret.
+    pub spec: String,
     pub messages: std::sync::atomic::AtomicU64,
     pub receive_errors: std::sync::atomic::AtomicU64,
     pub store_errors: std::sync::atomic::AtomicU64,
     pub ack_errors: std::sync::atomic::AtomicU64,
+    /// When a receive last succeeded (unix ms; 0: not yet).
+    pub last_ok_ms: std::sync::atomic::AtomicU64,
+    /// Failed receives in a row (0 once one succeeds).
+    pub failing: std::sync::atomic::AtomicU64,
+    /// The last receive error, one line.
+    pub last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl ConsumerStats {
+    pub fn new(spec: &str) -> ConsumerStats {
+        ConsumerStats {
+            spec: spec.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Failing for a while: every receive of the last `for_ms` failed (a deleted queue,
+    /// expired credentials). What `/readyz` reports.
+    pub fn stuck(&self, now_ms: u64, for_ms: u64) -> Option<String> {
+        if self.failing.load(Relaxed) == 0 {
+            return None;
+        }
+        let ok = self.last_ok_ms.load(Relaxed);
+        if now_ms.saturating_sub(ok) < for_ms {
+            return None;
+        }
+        Some(
+            self.last_error
+                .lock()
+                .ok()
+                .and_then(|e| e.clone())
+                .unwrap_or_else(|| "receives fail".into()),
+        )
+    }
 }
 
 /// Drives `source` until `stop` resolves: every batch is routed to the pairs of `fanout` and
@@ -80,11 +116,19 @@ pub async fn consume<S: Source>(
         let batch = match batch {
             Ok(b) => {
                 failures = 0;
+                stats.failing.store(0, Relaxed);
+                stats
+                    .last_ok_ms
+                    .store(crate::core::metrics::unix_ms(), Relaxed);
                 b
             }
             Err(e) => {
                 failures += 1;
                 stats.receive_errors.fetch_add(1, Relaxed);
+                stats.failing.fetch_add(1, Relaxed);
+                if let Ok(mut last) = stats.last_error.lock() {
+                    *last = Some(crate::stores::side::one_line(&e));
+                }
                 let delay = backoff.delay(failures);
                 tracing::warn!(source = source.name(), spec = source.spec(), error = %e,
                     delay_ms = delay.as_millis() as u64, "receive failed");

@@ -23,9 +23,6 @@ pub struct SqsSource {
     spec: String,
     /// Long-poll wait per receive.
     pub wait: Duration,
-    /// Receives in flight at once: one receive returns at most 10 messages, so intake per
-    /// queue is about 10 × receivers per round trip.
-    pub receivers: usize,
 }
 
 fn sqs_err(spec: &str, e: impl std::fmt::Display) -> SlateError {
@@ -86,7 +83,6 @@ impl SqsSource {
             queue_url,
             spec: spec.to_string(),
             wait: Duration::from_secs(5),
-            receivers: 4,
         })
     }
 }

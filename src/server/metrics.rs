@@ -29,8 +29,9 @@ use prometheus_client::registry::Registry;
 
 use super::{json, Server};
 use crate::core::error::Result;
-use crate::engine::running::{PairHandle, PairState, Running};
+use crate::engine::running::{PairHandle, PairState, Running, CONSUMER_STUCK_MS};
 use crate::events::push::Hub;
+use crate::events::source::ConsumerStats;
 use crate::state::inbox::{self, Inbox};
 use crate::state::jobs::{JobCounts, JobState, JobStore};
 use crate::state::manifest::Manifest;
@@ -70,6 +71,20 @@ async fn readyz(State(s): State<Arc<Server>>) -> Response {
             v
         })
         .collect();
+    // a queue whose every receive fails (deleted, credentials expired) feeds nothing
+    let now = crate::core::metrics::unix_ms();
+    let consumers: Vec<serde_json::Value> = s
+        .running
+        .consumers()
+        .iter()
+        .map(|c| match c.stuck(now, CONSUMER_STUCK_MS) {
+            Some(error) => {
+                serde_json::json!({"source": c.spec, "state": "failing", "error": error})
+            }
+            None => serde_json::json!({"source": c.spec, "state": "receiving"}),
+        })
+        .collect();
+    let all = all && consumers.iter().all(|c| c["state"] == "receiving");
     json(
         if all {
             StatusCode::OK
@@ -81,6 +96,7 @@ async fn readyz(State(s): State<Arc<Server>>) -> Response {
             "pairs": pairs.len(),
             "ready": ready,
             "states": detail,
+            "consumers": consumers,
         }),
     )
 }
@@ -146,6 +162,7 @@ impl Collector for Scrape {
             Ok(stats) => encode_inbox(&mut encoder, &pairs, &stats)?,
             Err(e) => tracing::warn!(error = %e, "metrics: the inbox could not be read"),
         }
+        encode_consumers(&mut encoder, &self.running.consumers())?;
         let deliveries = self.hub.deliveries.load(Relaxed);
         family(
             &mut encoder,
@@ -293,6 +310,50 @@ fn encode_lag(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> fmt
         p.stats.lag.encode(family.encode_family(&labels)?)?;
     }
     Ok(())
+}
+
+/// Per queue consumer: messages, failed receives, stores and acks, and whether it receives.
+fn encode_consumers(
+    encoder: &mut DescriptorEncoder,
+    consumers: &[Arc<ConsumerStats>],
+) -> fmt::Result {
+    let rows = |f: &dyn Fn(&ConsumerStats) -> u64| -> Vec<([(&'static str, String); 1], u64)> {
+        consumers
+            .iter()
+            .map(|c| ([("source", c.spec.clone())], f(c)))
+            .collect()
+    };
+    for (name, help, read) in [
+        (
+            "slate_consumer_messages",
+            "Messages a queue consumer received (each routed to every pair it names).",
+            &(|c: &ConsumerStats| c.messages.load(Relaxed)) as &dyn Fn(&ConsumerStats) -> u64,
+        ),
+        (
+            "slate_consumer_receive_errors",
+            "Receives from the queue that failed (retried with a backoff).",
+            &|c: &ConsumerStats| c.receive_errors.load(Relaxed),
+        ),
+        (
+            "slate_consumer_store_errors",
+            "Batches that could not be stored in the inbox (given back, not acknowledged).",
+            &|c: &ConsumerStats| c.store_errors.load(Relaxed),
+        ),
+        (
+            "slate_consumer_ack_errors",
+            "Stored messages the queue would not acknowledge (they come back; harmless).",
+            &|c: &ConsumerStats| c.ack_errors.load(Relaxed),
+        ),
+    ] {
+        family(encoder, (name, MetricType::Counter), help, rows(read))?;
+    }
+    let now = crate::core::metrics::unix_ms();
+    family(
+        encoder,
+        ("slate_consumer_up", MetricType::Gauge),
+        "1 while the consumer receives; 0 once every receive failed for a minute.",
+        rows(&|c| c.stuck(now, CONSUMER_STUCK_MS).is_none() as u64),
+    )
 }
 
 /// `slate_pair_up` and `slate_pair_restarts_total`: what the supervisor says of each pair.

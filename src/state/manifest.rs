@@ -605,10 +605,7 @@ impl Manifest {
     ) -> Result<Vec<String>> {
         // every key under "a/b/" sorts in ["a/b/", "a/b0"): '0' follows '/' in byte order;
         // under "" (everything) there is no upper bound
-        let hi = match prefix.strip_suffix('/') {
-            Some(p) => Some(format!("{p}0")),
-            None => None,
-        };
+        let hi = prefix.strip_suffix('/').map(|p| format!("{p}0"));
         let strict = after > prefix;
         let lo = if strict { after } else { prefix };
         // one statement each way: an OR would keep SQLite from seeking the key range

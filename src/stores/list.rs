@@ -365,7 +365,8 @@ impl Level {
 /// Which of the zero-byte `paths` of a flat listing are folder markers: object_store lists the
 /// key `a/b/` as `a/b`, and only a HEAD tells them apart (`a/b` itself is not found). One HEAD
 /// per zero-byte object, [`MARKER_HEADS`] at once, not retried: any answer but "not found"
-/// keeps it an object (a marker kept by mistake fails its copy, which the next run retries).
+/// keeps it an object (a marker kept by mistake is a key `a/b` listed before the keys under
+/// `a/b/`, which its probe later finds gone).
 pub(crate) async fn markers(
     store: &Arc<dyn object_store::ObjectStore>,
     paths: Vec<object_store::path::Path>,

@@ -48,7 +48,9 @@ pub fn sweep_orphan_temps(root: &Path) -> Result<(), SlateError> {
     if !root.exists() {
         return Ok(());
     }
-    walk(root, false, &mut |_| true)
+    let mut rule = rule_for(root, false)?;
+    rule.sweep = true;
+    walk_from(&rule, vec![Dir::root(&rule)], &mut |_| true)
 }
 
 /// Maps a key to a path under `root`, refusing anything that could land outside it.
@@ -112,6 +114,9 @@ struct Rule {
     follow: bool,
     /// The root; canonical when links are followed (their targets are checked against it).
     root: PathBuf,
+    /// Remove the temporary files of a slate killed mid-copy on the way (only the sweep of a
+    /// destination does: a listing, a `diff` or a `--dry-run` change nothing).
+    sweep: bool,
 }
 
 /// Where a symlink leads under the [`Rule`].
@@ -129,7 +134,11 @@ impl Rule {
         } else {
             root.to_path_buf()
         };
-        Ok(Rule { follow, root })
+        Ok(Rule {
+            follow,
+            root,
+            sweep: false,
+        })
     }
 
     /// The rule for the symlink `link`, found in the folder `dir` of a walk.
@@ -397,7 +406,7 @@ fn walk_level(
             continue;
         };
         if name.starts_with(TMP_PREFIX) {
-            if is_orphan_temp(name) {
+            if rule.sweep && is_orphan_temp(name) {
                 // left by a slate that was killed mid-copy: garbage, never an object
                 let _ = std::fs::remove_file(e.path());
             }
@@ -635,10 +644,7 @@ fn read_sorted(rule: &Rule, dir: &Dir) -> Result<Vec<Sorted>, SlateError> {
             continue;
         };
         if name.starts_with(TMP_PREFIX) {
-            if is_orphan_temp(&name) {
-                let _ = std::fs::remove_file(&path);
-            }
-            continue;
+            continue; // never an object; swept by sweep_orphan_temps, not by a listing
         }
         let key = dir.key(&name);
         let kind = match e.file_type() {
@@ -979,6 +985,13 @@ mod tests {
         for f in &files {
             std::fs::write(root.path().join(f), b"x").unwrap();
         }
+        // listings (a diff, a dry run) never remove anything
+        walk(root.path(), false, &mut |_| true).unwrap();
+        walk_sorted(root.path(), "", &mut |_| true).unwrap();
+        assert!(
+            root.path().join(&files[0]).exists(),
+            "a listing removed a file"
+        );
         sweep_orphan_temps(root.path()).unwrap();
         let exists: Vec<bool> = files.iter().map(|f| root.path().join(f).exists()).collect();
         assert_eq!(exists, vec![false, true, true, true, true]);

@@ -253,8 +253,9 @@ fn build_s3(loc: &Location) -> Result<Stores> {
     wrap(loc, s3, "S3")
 }
 
-/// The parts of an Azure connection string slate uses.
-#[derive(Debug, Default, PartialEq)]
+/// The parts of an Azure connection string slate uses. Its `Debug` never shows the key or
+/// the SAS.
+#[derive(Default, PartialEq)]
 pub struct ConnectionString {
     pub account: Option<String>,
     pub key: Option<String>,
@@ -262,6 +263,20 @@ pub struct ConnectionString {
     pub blob_endpoint: Option<String>,
     pub queue_endpoint: Option<String>,
     pub dev_storage: bool,
+}
+
+impl std::fmt::Debug for ConnectionString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "(set)");
+        f.debug_struct("ConnectionString")
+            .field("account", &self.account)
+            .field("key", &hidden(&self.key))
+            .field("sas", &hidden(&self.sas))
+            .field("blob_endpoint", &self.blob_endpoint)
+            .field("queue_endpoint", &self.queue_endpoint)
+            .field("dev_storage", &self.dev_storage)
+            .finish()
+    }
 }
 
 impl ConnectionString {
