@@ -1257,6 +1257,17 @@ def md5b64(data):
     return base64.b64encode(hashlib.md5(data).digest()).decode()
 
 
+def fresh(size):
+    """Random content. pubsub: never one whose MD5 in base64 starts with "W/" (1 in 4,096): the
+    GCS write shim the daemon reads through takes such an unquoted ETag for a weak one, strips
+    the "W/" and answers the daemon's If-Match with 412 (the copy fails, "source object changed
+    during the copy"); fixed in scripts/gcs_xml_shim.py, but the running shim may predate it."""
+    while True:
+        data = os.urandom(size)
+        if MODE != "pubsub" or not md5b64(data).startswith("W/"):
+            return data
+
+
 def read_or_none(path):
     try:
         with open(path, "rb") as f:
@@ -1278,14 +1289,14 @@ def setup(src, queue, n, per_folder):
     be.create()
     fdig = max(3, len(str((n - 1) // per_folder)))
     ndig = max(6, len(str(n - 1)))
-    blob = os.urandom(n * KIB)
+    blobs = [fresh(KIB) for _ in range(n)]
     keys = ["data/d%0*d/f-%0*d" % (fdig, i // per_folder, ndig, i) for i in range(n)]
     t0 = time.monotonic()
     done = [0]
     lock = threading.Lock()
 
     def put(i):
-        be.put(keys[i], blob[i * KIB:(i + 1) * KIB], event=False)
+        be.put(keys[i], blobs[i], event=False)
         with lock:
             done[0] += 1
             if done[0] % 1000 == 0:
@@ -1439,7 +1450,7 @@ def changes(src, queue, dst, run, n_changes, timeout, list_out):
         size = cur
         while size == cur:
             size = rng.randint(KIB + 1, 2 * KIB - 1)
-        expect[p] = os.urandom(size)
+        expect[p] = fresh(size)
 
     def apply(op_p):
         op, p = op_p
@@ -1535,7 +1546,7 @@ def latency(src, queue, dst, rate, seconds, n_folders, grace, nthreads):
                                              grace), daemon=True)
     poller.start()           # forked before any thread or connection exists
     be = backend(src, queue)
-    blob = os.urandom(total * KIB)
+    blobs = [fresh(KIB) for _ in range(total)]
     written = [0.0] * total
     behind = [0.0] * nthreads
     errors = []
@@ -1549,7 +1560,7 @@ def latency(src, queue, dst, rate, seconds, n_folders, grace, nthreads):
             else:
                 behind[k] = max(behind[k], now - target)
             try:
-                be.put(keys[i], blob[i * KIB:(i + 1) * KIB])
+                be.put(keys[i], blobs[i])
             except Exception as e:   # noqa: BLE001
                 errors.append("%s: %s" % (keys[i], e))
                 return
