@@ -2171,7 +2171,10 @@ cloud_mode() {
     stop_daemon
     [[ "$DAEMON_RC" == 0 ]] || die "the slate daemon exited with status $DAEMON_RC on SIGTERM (want 0); log: $(tail -n 5 "$DAEMON_LOG")"
     WARNS=$(grep -ciE 'warn|error' "$DAEMON_LOG" || true)
-    STOP_LINE=$(grep -E 'stopped; ' "$DAEMON_LOG" | tail -n 1 | sed "s/$C_SRC/slate-bench-src-TAG/; s|$DST_SLATE|DST_slate|" || true)
+    STOP_LINE=$(grep -E 'stopped; ' "$DAEMON_LOG" | tail -n 1 | sed "s/$tag/TAG/g; s|$DST_SLATE|DST_slate|g" || true)
+    # the first warn / error lines, for the report (ANSI colours off, names shortened)
+    WARN_LINES=$(grep -iE 'warn|error' "$DAEMON_LOG" | sed 's/\x1b\[[0-9;]*m//g; s/^[0-9T:.Z-]* *//' | cut -c1-300 | head -n 3 \
+        | sed "s/$tag/TAG/g; s|$DST_SLATE|DST_slate|g" || true)
 
     # ---- report ------------------------------------------------------------------------
     report_common "2000/3/20 100 500/20"
@@ -2227,9 +2230,13 @@ cloud_mode() {
         echo "- Untimed setup: seeding $SEED_S s ($SEED_RATE writes/s, $CLOUD_THREADS threads); rclone's initial sync (\`--transfers 16 --checkers 16\`) $(median 1 "$WORK/res.rclone-initial") s (peak RSS $(($(median 2 "$WORK/res.rclone-initial") / 1024)) MiB); slate's backfill (start → \`following changes of\`) $BACKFILL_S s$(if [[ -n "$BACKFILL_LINE" ]]; then echo ": \`$BACKFILL_LINE\`"; else echo " (its summary is logged at info level, which \`--quiet\` hides)"; fi)."
         echo "- slate daemon peak RSS (VmHWM): $((BACKFILL_HWM / 1024)) MiB after the backfill, $((TTE_HWM / 1024)) MiB after the time-to-equal runs, $((FINAL_HWM / 1024)) MiB at the end (VmRSS then $((FINAL_RSS / 1024)) MiB); CPU (user+sys) over the whole benchmark $DAEMON_CPU_TOTAL s; exit status on SIGTERM $DAEMON_RC; $WARNS log lines with warn/error; on SIGTERM it printed \`${STOP_LINE:-nothing}\`."
         if [[ "$MODE" == pubsub ]]; then
-            echo "- The Pub/Sub emulator: slate pulls with \`returnImmediately\` (an abandoned long poll would hold later messages on the emulator) and, after an empty pull, pauses 100 ms doubling up to 1 s: a change arriving at an idle daemon (each time-to-equal run; the first objects of a phase) waits up to that pause. The topic \`gcs-events\` carries every bucket of the fake-gcs-server: other work on it (tests) reaches this subscription too, and slate drops (dead-letters) those events. Emulators, writer, poller, rclone and the daemon share the machine's cores."
+            echo "- The Pub/Sub emulator: slate pulls with \`returnImmediately\` (an abandoned long poll would hold later messages on the emulator) and, after an empty pull, pauses 100 ms doubling up to 1 s: a change arriving at an idle daemon (each time-to-equal run; the first objects of a phase) waits up to that pause. Per new object fake-gcs-server takes the benchmark's upload, publishes its notification, and serves the daemon's probe (HEAD) and copy (GET, If-Match), both through the shim, which evaluates If-Match itself (one more metadata request upstream). The topic \`gcs-events\` carries every bucket of the fake-gcs-server: other work on it (tests) reaches this subscription too, and slate drops (dead-letters) those events. Emulators, writer, poller, rclone and the daemon share the machine's cores."
         else
-            echo "- Azure queues have no long poll: after an empty receive slate pauses 100 ms doubling up to 2 s, so a change arriving at an idle daemon (each time-to-equal run; the first objects of a phase) waits up to that pause. slate receives up to 32 messages a request and deletes each handled message (8 deletes at a time): per event Azurite takes a Put Blob and a Put Message from the benchmark, a Get Blob and a Delete Message from the daemon. Azurite's blob and queue services are one Node.js process each; emulators, writer, poller, rclone and the daemon share the machine's cores."
+            echo "- Azure queues have no long poll: after an empty receive slate pauses 100 ms doubling up to 2 s, so a change arriving at an idle daemon (each time-to-equal run; the first objects of a phase) waits up to that pause. slate receives up to 32 messages a request and deletes each handled message (8 deletes at a time): per new object Azurite's blob service takes a Put Blob from the benchmark and a Get Blob Properties (the daemon's probe of the source) and a Get Blob (the copy, If-Match) from the daemon; its queue service a Put Message and a share of a Get Messages plus a Delete Message. Azurite's blob and queue services are one Node.js process each; emulators, writer, poller, rclone and the daemon share the machine's cores."
+        fi
+        if [[ -n "$WARN_LINES" ]]; then
+            echo "- The daemon's first warn / error lines (of $WARNS):"
+            while IFS= read -r line; do printf "  - \`%s\`\n" "$line"; done <<<"$WARN_LINES"
         fi
         if [[ -n "$LAT_FAIL" ]]; then
             echo "- **FAILED**: $LAT_FAIL. The benchmark stopped there: later rates did not run and DST_slate was not compared with SRC at the end."
