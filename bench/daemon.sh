@@ -1529,12 +1529,26 @@ def _poll(dst, sub, n_folders, total, rate, t0, writer_done, arrived, grace):
         time.sleep(0.002)
 
 
-def latency(src, queue, dst, rate, seconds, n_folders, grace, nthreads):
+def inbox_count(db):
+    """Keys waiting in the daemon's inbox (received, not yet applied), read-only; -1: unknown."""
+    try:
+        import sqlite3
+        c = sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(db), uri=True, timeout=5)
+        try:
+            return c.execute("SELECT COUNT(*) FROM inbox").fetchone()[0]
+        finally:
+            c.close()
+    except Exception:   # noqa: BLE001 (a figure for the report, not a check)
+        return -1
+
+
+def latency(src, queue, dst, db, rate, seconds, n_folders, grace, nthreads):
     """Write rate*seconds new 1 KiB objects (data/lat-R/dXXX/f-NNNNNN) at `rate` per second
     from nthreads threads (object i due at t0 + i/rate; azqueue: blob, then its event),
     recording each write's completion; a forked poller records each one's arrival in the local
     folder dst. Prints: total missing p50 p99 max mean achieved behind_ms during
-    backlog_at_writer_end backlog_at_end (messages in the daemon's queue; -1: unknown)."""
+    backlog_at_writer_end backlog_at_end (messages in the daemon's queue; -1: unknown)
+    inbox_at_writer_end (keys in the daemon's inbox, its database db)."""
     total = rate * seconds
     sub = "lat-%d" % rate
     keys = ["%s%s/d%03d/f-%06d" % (PREFIX, sub, i % n_folders, i) for i in range(total)]
@@ -1576,6 +1590,7 @@ def latency(src, queue, dst, rate, seconds, n_folders, grace, nthreads):
         poller.terminate()
         die("%d writes failed at %d/s, e.g. %s" % (len(errors), rate, errors[0]))
     backlog_w = be.backlog()
+    inbox_w = inbox_count(db)
     poller.join(grace + 60)
     if poller.is_alive():
         poller.terminate()
@@ -1593,9 +1608,9 @@ def latency(src, queue, dst, rate, seconds, n_folders, grace, nthreads):
     span = ws[-1] - ws[0]
     achieved = (total - 1) / span if span > 0 else float("inf")
     during = sum(1 for i in range(total) if 0 < arrived[i] <= writer_done.value)
-    print("%d %d %.1f %.1f %.1f %.1f %.1f %.1f %d %d %d" % (
+    print("%d %d %.1f %.1f %.1f %.1f %.1f %.1f %d %d %d %d" % (
         total, missing, pct(lat, 0.50), pct(lat, 0.99), lat[-1], sum(lat) / len(lat), achieved,
-        max(behind) * 1000, during, backlog_w, backlog_end))
+        max(behind) * 1000, during, backlog_w, backlog_end, inbox_w))
 
 
 def main():
@@ -1613,7 +1628,7 @@ def main():
     elif cmd == "same":
         same(a[0], a[1])
     elif cmd == "latency":
-        latency(a[0], a[1], a[2], int(a[3]), int(a[4]), int(a[5]), float(a[6]), int(a[7]))
+        latency(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]), float(a[7]), int(a[8]))
     elif cmd == "teardown":
         teardown(a[0], a[1], a[2])
     else:
@@ -2133,7 +2148,7 @@ cloud_mode() {
     TTE_HWM=$(daemon_kib VmHWM)
 
     # ---- 2. event → replica latency --------------------------------------------------
-    local r c0 c1 e0 e1 t0 wall files missing p50 p99 pmax mean achieved behind during blw ble hwm rss
+    local r c0 c1 e0 e1 t0 wall files missing p50 p99 pmax mean achieved behind during blw ble ibw hwm rss
     local writers=$((2 * CLOUD_THREADS))
     LAT_FAIL=""   # set when objects never arrived: the report is still written, then the run fails
     : >"$WORK/res.lat"
@@ -2142,16 +2157,16 @@ cloud_mode() {
         log "latency: $r new objects/s for $SECONDS_PER_RATE s → $SRC_URL/lat-$r/ ($writers writer threads$([[ "$MODE" == azqueue ]] && echo ", blob then event"); poller on DST_slate, grace $GRACE s)"
         daemon_alive "before the $r/s phase"
         c0=$(daemon_cpu); e0=$(emu_cpu); t0=$(now_s)
-        out=$(cloudpy latency "$C_SRC" "$C_QUEUE" "$DST_SLATE" "$r" "$SECONDS_PER_RATE" "$LAT_FOLDERS" "$GRACE" "$writers") \
+        out=$(cloudpy latency "$C_SRC" "$C_QUEUE" "$DST_SLATE" "$DB" "$r" "$SECONDS_PER_RATE" "$LAT_FOLDERS" "$GRACE" "$writers") \
             || die "the latency writer / poller failed at $r/s"
         daemon_alive "after the $r/s phase"
         c1=$(daemon_cpu); e1=$(emu_cpu)
         wall=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN {printf "%.1f", b - a}')
-        read -r files missing p50 p99 pmax mean achieved behind during blw ble <<<"$out"
+        read -r files missing p50 p99 pmax mean achieved behind during blw ble ibw <<<"$out"
         hwm=$(daemon_kib VmHWM); rss=$(daemon_kib VmRSS)
-        echo "$r $files $missing $p50 $p99 $pmax $mean $achieved $behind $hwm $rss $(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.2f", b - a}') $during $blw $ble" >>"$WORK/res.lat"
+        echo "$r $files $missing $p50 $p99 $pmax $mean $achieved $behind $hwm $rss $(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.2f", b - a}') $during $blw $ble $ibw" >>"$WORK/res.lat"
         echo "$r $wall $(paste -d' ' <(tr ' ' '\n' <<<"$e0") <(tr ' ' '\n' <<<"$e1") | awk '{printf "%.1f ", $2 - $1}')" >>"$WORK/res.emu"
-        log "  $r/s: $files objects (writer achieved $achieved/s, at most $behind ms behind schedule): p50 $p50 ms, p99 $p99 ms, max $pmax ms; $during arrived while the writer was running, $missing not arrived; daemon VmHWM $((hwm / 1024)) MiB, VmRSS $((rss / 1024)) MiB; emulator CPU over the $wall s phase: $(tail -n 1 "$WORK/res.emu" | cut -d' ' -f3-)s ($(IFS=,; echo "${EMU_NAMES[*]}"))$([[ "$MODE" == azqueue ]] && echo "; queue held $blw messages when the writer stopped")"
+        log "  $r/s: $files objects (writer achieved $achieved/s, at most $behind ms behind schedule): p50 $p50 ms, p99 $p99 ms, max $pmax ms; $during arrived while the writer was running, $missing not arrived; daemon VmHWM $((hwm / 1024)) MiB, VmRSS $((rss / 1024)) MiB; emulator CPU over the $wall s phase: $(tail -n 1 "$WORK/res.emu" | cut -d' ' -f3-)s ($(IFS=,; echo "${EMU_NAMES[*]}")); when the writer stopped the daemon's inbox held $ibw keys$([[ "$MODE" == azqueue ]] && echo ", its queue $blw messages")"
         if ((missing > 0)); then
             tail -n 20 "$DAEMON_LOG" >&2
             LAT_FAIL="$missing of $files objects written at $r/s had not arrived in DST_slate $GRACE s after the writer stopped (writer achieved $achieved/s; p50 $p50 ms, p99 $p99 ms of the arrived ones)"
@@ -2173,7 +2188,7 @@ cloud_mode() {
     WARNS=$(grep -ciE 'warn|error' "$DAEMON_LOG" || true)
     STOP_LINE=$(grep -E 'stopped; ' "$DAEMON_LOG" | tail -n 1 | sed "s/$tag/TAG/g; s|$DST_SLATE|DST_slate|g" || true)
     # the first warn / error lines, for the report (ANSI colours off, names shortened)
-    WARN_LINES=$(grep -iE 'warn|error' "$DAEMON_LOG" | sed 's/\x1b\[[0-9;]*m//g; s/^[0-9T:.Z-]* *//' | cut -c1-300 | head -n 3 \
+    WARN_LINES=$(grep -iE 'warn|error' "$DAEMON_LOG" | sed 's/\x1b\[[0-9;]*m//g; s/^[0-9T:.Z-]* *//' | cut -c1-420 | head -n 3 \
         | sed "s/$tag/TAG/g; s|$DST_SLATE|DST_slate|g" || true)
 
     # ---- report ------------------------------------------------------------------------
@@ -2194,7 +2209,7 @@ cloud_mode() {
         echo "|---|---|---|---|---|---|"
         printf '| %s — time-to-equal: %d changes (50 overwrites, 30 new, 20 deletes) among %d objects, median of %d | %.0f ms (runs: %s ms) | %.2f s (runs: %s s), peak RSS %.0f MiB | %s× | ≥ 200× | %s |\n' \
             "$label" "$CHANGES" "$N" "$RUNS" "$s_tte" "$s_all" "$r_tte" "$r_all" "$(awk -v k="$r_rss" 'BEGIN {print k / 1024}')" "$tte_ratio" "$tte_met"
-        while read -r r files missing p50 p99 pmax mean achieved behind hwm rss cpu during blw ble; do
+        while read -r r files missing p50 p99 pmax mean achieved behind hwm rss cpu during blw ble ibw; do
             if awk -v p="$p99" 'BEGIN {exit !(p < 1000)}' && ((missing == 0)); then
                 if awk -v a="$achieved" -v r="$r" 'BEGIN {exit !(a >= 0.95 * r)}'; then met=yes
                 else met=$(printf 'yes at %.0f/s only (%s did not take %d writes/s)' "$achieved" "$emu_label" "$r"); fi
@@ -2219,11 +2234,11 @@ cloud_mode() {
         echo
         echo "- slate's time-to-equal: from the completion of the last of the $CHANGES changes ($CLOUD_THREADS at a time$([[ "$MODE" == azqueue ]] && echo ", each a blob write or delete followed by its event post: the last event post"); median $(median 3 "$WORK/res.tte.slate" | awk '{printf "%.0f", $1}') ms for all of them) until every changed path in DST_slate matched (same bytes, or gone), read every ~2 ms. rclone's: the wall time of one \`rclone sync\` (lists SRC and DST_rclone, $N+ objects; it compares size and modification time from the listings). rclone's 80 / 20 transfer / delete counts are checked; after each run the changed keys match SRC (size and MD5 of the listing, or absent) in both destinations, and after the runs both equal SRC entirely."
         echo "- Latency: $writers writer threads (python, one keep-alive connection each) write the objects on a fixed schedule (object i due at t0 + i/R; \`data/lat-R/dNNN/f-NNNNNN\`, $LAT_FOLDERS folders round robin) and record when each $([[ "$MODE" == pubsub ]] && echo "upload (JSON API) completed" || echo "object's event post completed (its blob was written just before)") (CLOCK_MONOTONIC); a forked poller looks for each due object in DST_slate every ~2 ms (stat, or a folder listing when many are pending) and records when it is there with its full size. Latency = arrival − $([[ "$MODE" == pubsub ]] && echo "upload completion" || echo "event post"); precision a few ms."
-        while read -r r files missing p50 p99 pmax mean achieved behind hwm rss cpu during blw ble; do
+        while read -r r files missing p50 p99 pmax mean achieved behind hwm rss cpu during blw ble ibw; do
             read -r _ wall emu_s <<<"$(awk -v r="$r" '$1 == r' "$WORK/res.emu")"
-            printf -- '  - %d/s: writer achieved %.0f/s (at most %.0f ms behind schedule); mean latency %.0f ms; %d of %d objects arrived while the writer was still running;%s daemon VmRSS %.0f MiB at the end of the phase; CPU over the %s s phase: slate %.1f s, %s.\n' \
-                "$r" "$achieved" "$behind" "$mean" "$during" "$files" \
-                "$(if [[ "$MODE" == azqueue ]]; then printf ' the queue held %d messages when the writer stopped (Azurite'"'"'s approximate count);' "$blw"; fi)" \
+            printf -- '  - %d/s: writer achieved %.0f/s (at most %.0f ms behind schedule); mean latency %.0f ms; %d of %d objects arrived while the writer was still running; when the writer stopped, %d keys waited in the daemon'"'"'s inbox (received, not yet applied)%s; daemon VmRSS %.0f MiB at the end of the phase; CPU over the %s s phase: slate %.1f s, %s.\n' \
+                "$r" "$achieved" "$behind" "$mean" "$during" "$files" "$ibw" \
+                "$(if [[ "$MODE" == azqueue ]]; then printf ' and %d messages in its queue (Azurite'"'"'s approximate count)' "$blw"; fi)" \
                 "$((rss / 1024))" "$wall" "$cpu" \
                 "$(paste -d' ' <(printf '%s\n' "${EMU_NAMES[@]}") <(tr ' ' '\n' <<<"$emu_s") | awk '{n = $NF; $NF = ""; printf "%s%s%s s", (NR > 1 ? ", " : ""), $0, n}')"
         done <"$WORK/res.lat"
