@@ -107,6 +107,8 @@ read -ra RATE_LIST <<<"$RATES"
 for r in "${RATE_LIST[@]}"; do
     [[ "$r" =~ ^[1-9][0-9]*$ ]] || die "BENCH_RATES: '$r' is not a positive integer"
 done
+# each rate writes its own lat-R/ (a repeated rate would find the earlier phase's objects there)
+[[ -z "$(printf '%s\n' "${RATE_LIST[@]}" | sort | uniq -d)" ]] || die "BENCH_RATES: each rate at most once, got '$RATES'"
 [[ "$KEEP" == 0 || "$KEEP" == 1 ]] || die "BENCH_KEEP must be 0 or 1, got '$KEEP'"
 
 # ---------------------------------------------------------------------------------------
