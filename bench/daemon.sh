@@ -195,6 +195,9 @@ cleanup() {
             log "removing the benchmark's $C_SRC, queue $C_QUEUE and subscription $C_SUB from the emulators"
             timeout 600 "${CLOUDPY_CMD[@]}" teardown "$C_SRC" "$C_QUEUE" "$C_SUB" >&2 \
                 || log "WARNING: removing them failed (the emulators keep them until they stop)"
+            if [[ "$MODE" == azqueue ]]; then
+                log "note: Azurite's next blob GC (every 10 min) sweeps the deleted blobs' extents in one blocking loop: its blob service may not answer for minutes then (about 4.5 min after a default run)"
+            fi
         fi
     fi
     if ((${#EMU_STARTED[@]} > 0)); then
