@@ -91,8 +91,11 @@ def upstream_error(status, body, what):
 
 
 def strip_etag(tag):
+    """The opaque tag of an entity tag: W/"x" (weak) and "x" give x. Only a quoted tag can be
+    weak: fake-gcs-server's ETags are unquoted base64 MD5s, and one in 4,096 starts with "W/"
+    (stripping that made If-Match fail with 412 on such an object)."""
     tag = tag.strip()
-    if tag.startswith("W/"):
+    if tag.startswith('W/"'):
         tag = tag[2:]
     return tag.strip('"')
 
