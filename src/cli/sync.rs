@@ -291,7 +291,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         };
         println!("{what}: {}", row.key);
     };
-    let print_failed = |msg: &str| eprintln!("error: {msg}");
+    let print_failed = |_key: &str, msg: &str| eprintln!("error: {msg}");
     let mut code = 0;
     for job in jobs {
         let finished = tokio::select! {

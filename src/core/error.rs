@@ -23,6 +23,11 @@ pub enum SlateError {
     #[error("cannot set up store for {url}: {detail}")]
     Store { url: String, detail: String },
 
+    /// A request to an event queue or subscription failed (connecting to it, receiving,
+    /// acknowledging).
+    #[error("queue {url}: {detail}")]
+    Queue { url: String, detail: String },
+
     #[error("config {path}: {why}")]
     Config { path: String, why: String },
 
@@ -76,6 +81,7 @@ impl SlateError {
             | SlateError::BucketNotFound { .. }
             | SlateError::SourceNotFound { .. }
             | SlateError::Store { .. }
+            | SlateError::Queue { .. }
             | SlateError::Config { .. }
             | SlateError::Manifest { .. }
             | SlateError::TooManyDeletes { .. }

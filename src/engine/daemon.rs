@@ -399,6 +399,10 @@ async fn pump_watch(
     }
 }
 
+/// Keys a backfill failed to copy that become pending keys at once (more wait for the drift
+/// check: a backfill that fails this many has a cause no retry of single keys will mend).
+const MAX_RETRIED_AFTER_BACKFILL: usize = 100_000;
+
 /// How often a local folder that inotify cannot watch whole is reconciled by a rescan.
 const RESCAN_EVERY: Duration = Duration::from_secs(60);
 
@@ -502,12 +506,44 @@ async fn run_pair(
     // changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
         let o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
+        // objects the backfill could not copy are not left for the next drift check: they
+        // become pending keys, retried with the inbox's backoff like any event's
+        let failed_keys = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let keep = failed_keys.clone();
+        let on_failed = move |key: &str, _msg: &str| {
+            if let Ok(mut v) = keep.lock() {
+                if !key.is_empty() && v.len() < MAX_RETRIED_AFTER_BACKFILL {
+                    v.push(key.to_string());
+                }
+            }
+        };
+        let hooks = Hooks {
+            planned: None,
+            failed: Some(&on_failed),
+        };
         let report = tokio::select! {
-            r = sync_once(db.clone(), src, dst, &o, Hooks::default()) => r?,
+            r = sync_once(db.clone(), src, dst, &o, hooks) => r?,
             // dropping the run releases its lease and removes its temporary files
             _ = &mut shutdown => return Ok(()),
         };
         stats.bytes_copied.fetch_add(report.copied_bytes, Relaxed);
+        if report.failed > 0 {
+            let keys = failed_keys.lock().map(|v| v.clone()).unwrap_or_default();
+            tracing::warn!(pair = %handle.label, failed = report.failed, first = ?report.first_error,
+                "backfill: objects failed; they are retried as pending keys");
+            let rows: Vec<_> = keys
+                .into_iter()
+                .map(|k| (pair_id, k, Kind::Upsert, None))
+                .collect();
+            let m = db.clone();
+            blocking(move || {
+                Inbox::new(&m).store(&Intake {
+                    rows,
+                    ..Default::default()
+                })
+            })
+            .await?;
+        }
         tracing::info!(pair = %handle.label, "backfill: {}", report.line());
     }
     tracing::debug!("following changes of {src} -> {dst}");

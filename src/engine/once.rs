@@ -209,16 +209,20 @@ impl SyncReport {
 #[derive(Default)]
 pub struct Hooks<'a> {
     pub planned: Option<&'a mut PlannedHook>,
-    pub failed: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    pub failed: Option<&'a FailedHook>,
 }
 
 /// Hears each planned difference.
 pub type PlannedHook = dyn FnMut(&Row, Action) + Send;
 
+/// Hears each object that failed: its key (relative to the pair; "" when the failure names
+/// no key) and the one-line error.
+pub type FailedHook = dyn Fn(&str, &str) + Send + Sync;
+
 /// Tells the caller's hook about a failed object.
-fn tell(failed: Option<&(dyn Fn(&str) + Send + Sync)>, msg: &str) {
+fn tell(failed: Option<&FailedHook>, key: &str, msg: &str) {
     if let Some(f) = failed {
-        f(msg);
+        f(key, msg);
     }
 }
 
@@ -547,7 +551,11 @@ async fn sync_held(
     for e in &c.unreadable {
         report.failed += 1;
         let msg = e.to_string();
-        tell(failed, &msg);
+        let key = match e {
+            SlateError::Object { key, .. } => key.as_str(),
+            _ => "",
+        };
+        tell(failed, key, &msg);
         report.first_error.get_or_insert(msg);
     }
     // Deletes are deliberate: an empty source never empties a destination by default, and
@@ -689,7 +697,7 @@ async fn act(
     run: &Run<'_>,
     engine: &Engine,
     report: &mut SyncReport,
-    failed: Option<&(dyn Fn(&str) + Send + Sync)>,
+    failed: Option<&FailedHook>,
 ) -> Result<()> {
     let (db, pair_id) = (run.db, engine.pair_id);
     // 1. keys equal without a manifest row on both sides: recorded, so that the next run
@@ -754,7 +762,7 @@ async fn act(
                         report.failed += 1;
                         let msg = e.to_string();
                         tracing::debug!(key = %key, error = %msg, "copy failed");
-                        tell(failed, &msg);
+                        tell(failed, &key, &msg);
                         report.first_error.get_or_insert(msg);
                     }
                 }
@@ -793,7 +801,7 @@ async fn act(
                 Err(e) => {
                     report.failed += 1;
                     let msg = e.to_string();
-                    tell(failed, &msg);
+                    tell(failed, &key, &msg);
                     report.first_error.get_or_insert(msg);
                 }
             }

@@ -267,7 +267,7 @@ impl AzQueueSource {
                 url.set_query(Some(&q));
             }
         }
-        let err = |detail: String| SlateError::Store {
+        let err = |detail: String| SlateError::Queue {
             url: self.spec.clone(),
             detail,
         };

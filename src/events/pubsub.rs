@@ -106,7 +106,7 @@ impl PubSubSource {
     /// first pull makes the first connection).
     pub async fn connect(spec: &str) -> Result<PubSubSource> {
         let subscription = subscription_name(spec)?;
-        let err = |detail: String| SlateError::Store {
+        let err = |detail: String| SlateError::Queue {
             url: spec.to_string(),
             detail,
         };
@@ -150,7 +150,7 @@ impl PubSubSource {
         body: serde_json::Value,
         hold: Option<Duration>,
     ) -> Result<serde_json::Value> {
-        let err = |detail: String| SlateError::Store {
+        let err = |detail: String| SlateError::Queue {
             url: self.spec.clone(),
             detail: format!("{verb}: {detail}"),
         };
@@ -265,7 +265,7 @@ impl Source for PubSubSource {
             serde_json::Value::Array(a) => a.as_slice(),
             serde_json::Value::Null => &[],
             _ => {
-                return Err(SlateError::Store {
+                return Err(SlateError::Queue {
                     url: self.spec.clone(),
                     detail: "pull: receivedMessages is not a list".into(),
                 })

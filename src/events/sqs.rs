@@ -26,7 +26,7 @@ pub struct SqsSource {
 }
 
 fn sqs_err(spec: &str, e: impl std::fmt::Display) -> SlateError {
-    SlateError::Store {
+    SlateError::Queue {
         url: spec.to_string(),
         detail: crate::stores::side::one_line(&sdk_error_text(e)),
     }

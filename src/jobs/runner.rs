@@ -351,7 +351,8 @@ async fn run_sync(
     dst: &Location,
     opts: &SyncOptions,
 ) -> Result<Outcome> {
-    let failed = |msg: &str| tracing::warn!(job = id, error = %msg, "object failed");
+    let failed =
+        move |key: &str, msg: &str| tracing::warn!(job = id, key, error = %msg, "object failed");
     let hooks = once::Hooks {
         planned: None,
         failed: Some(&failed),
