@@ -244,7 +244,7 @@ fn configmap_config() -> LoadedConfig {
 }
 
 /// The variables of the environment that slate reads: every NAME in `slate sync --help`'s
-/// environment section, and the listener's token (named in src/cli/sync.rs).
+/// environment section, and the listener's token and the database (named in src/cli/).
 fn env_vars_slate_reads() -> BTreeSet<String> {
     let mut known: BTreeSet<String> = slate::stores::ENV_HELP
         .split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
@@ -253,15 +253,19 @@ fn env_vars_slate_reads() -> BTreeSet<String> {
         })
         .map(str::to_string)
         .collect();
-    let sync_rs = include_str!("../src/cli/sync.rs");
+    let cli = [
+        include_str!("../src/cli/mod.rs"),
+        include_str!("../src/cli/sync.rs"),
+    ]
+    .concat();
     for name in ["SLATE_API_TOKEN", "SLATE_DB"] {
-        if sync_rs.contains(&format!("\"{name}\"")) {
+        if cli.contains(&format!("\"{name}\"")) {
             known.insert(name.to_string());
         }
     }
     assert!(
         known.contains("SLATE_API_TOKEN"),
-        "src/cli/sync.rs no longer reads SLATE_API_TOKEN: update the manifests' token"
+        "src/cli/ no longer reads SLATE_API_TOKEN: update the manifests' token"
     );
     known
 }
