@@ -20,6 +20,20 @@ pub struct Holder {
     pub expires_at: i64,
 }
 
+const HOLDER_SQL: &str =
+    "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases WHERE name = ?1";
+
+fn holder_row(r: &rusqlite::Row) -> rusqlite::Result<Holder> {
+    Ok(Holder {
+        owner: r.get(0)?,
+        host: r.get(1)?,
+        pid: r.get::<_, i64>(2)? as u32,
+        purpose: r.get(3)?,
+        acquired_at: r.get(4)?,
+        expires_at: r.get(5)?,
+    })
+}
+
 /// The lease table of one database.
 pub struct Leases<'a> {
     m: &'a Manifest,
@@ -44,20 +58,7 @@ impl<'a> Leases<'a> {
         self.m.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let held = tx
-                .query_row(
-                    "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases WHERE name = ?1",
-                    params![name],
-                    |r| {
-                        Ok(Holder {
-                            owner: r.get(0)?,
-                            host: r.get(1)?,
-                            pid: r.get::<_, i64>(2)? as u32,
-                            purpose: r.get(3)?,
-                            acquired_at: r.get(4)?,
-                            expires_at: r.get(5)?,
-                        })
-                    },
-                )
+                .query_row(HOLDER_SQL, params![name], holder_row)
                 .optional()?;
             if let Some(h) = held {
                 let free = if h.owner == owner {
@@ -122,21 +123,8 @@ impl<'a> Leases<'a> {
     /// The holder of `name`, if any (expired or not).
     pub fn holder(&self, name: &str) -> Result<Option<Holder>> {
         self.m.with(|c| {
-            c.query_row(
-                "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases WHERE name = ?1",
-                params![name],
-                |r| {
-                    Ok(Holder {
-                        owner: r.get(0)?,
-                        host: r.get(1)?,
-                        pid: r.get::<_, i64>(2)? as u32,
-                        purpose: r.get(3)?,
-                        acquired_at: r.get(4)?,
-                        expires_at: r.get(5)?,
-                    })
-                },
-            )
-            .optional()
+            c.query_row(HOLDER_SQL, params![name], holder_row)
+                .optional()
         })
     }
 }

@@ -664,6 +664,19 @@ fn read_sorted(rule: &Rule, dir: &Dir) -> Result<Vec<Sorted>, SlateError> {
     Ok(entries)
 }
 
+/// What an entry that is no folder gives a sorted walk.
+fn visit(rule: &Rule, dir: &Dir, sort: String, kind: Kind) -> Option<Walked> {
+    match kind {
+        Kind::File(path) => visit_file(rule, dir, sort, &path),
+        Kind::Error(error) => Some(Walked::Unreadable {
+            rel: sort,
+            error,
+            folder: false,
+        }),
+        Kind::Nothing | Kind::Folder(_) => None,
+    }
+}
+
 /// A file of a sorted walk, looked at now (`path`: the file, or a followed link's target).
 fn visit_file(rule: &Rule, dir: &Dir, rel: String, path: &Path) -> Option<Walked> {
     match std::fs::symlink_metadata(path) {
@@ -732,13 +745,7 @@ fn walk_sorted_from(
                 }),
             },
             _ if sort.as_str() <= after => None,
-            Ok(Kind::File(path)) => visit_file(rule, dir, sort, &path),
-            Ok(Kind::Nothing) => None,
-            Ok(Kind::Error(error)) => Some(Walked::Unreadable {
-                rel: sort,
-                error,
-                folder: false,
-            }),
+            Ok(kind) => visit(rule, dir, sort, kind),
         };
         if let Some(item) = item {
             if !out(item) {
@@ -809,13 +816,7 @@ pub fn walk_sorted_parallel(
                     }
                     None
                 }
-                Ok(Kind::File(path)) => visit_file(rule, &top, sort, &path),
-                Ok(Kind::Nothing) => None,
-                Ok(Kind::Error(error)) => Some(Walked::Unreadable {
-                    rel: sort,
-                    error,
-                    folder: false,
-                }),
+                Ok(kind) => visit(rule, &top, sort, kind),
             };
             if let Some(item) = item {
                 if !out(item) {
