@@ -30,6 +30,10 @@ source no longer has is deleted at the destination, only inside DST's prefix, an
 the source is asked once more and says not found. An empty source never empties a destination
 unless --max-delete says so.
 
+One reconcile of a pair runs at a time: a second one stops with exit 2 naming the holder (PID,
+host, since when), or waits for it with --wait. Symlinks in a local source are skipped; -L
+follows those that stay inside the source folder.
+
 Exit codes: 0 done, 1 some objects failed (each named), 2 bad input, setup, or a delete guard.
 ";
 
@@ -46,7 +50,9 @@ pub struct SyncArgs {
     pub once: bool,
     /// Daemon: where change events come from, for a cloud source: S3 `sqs://QUEUE_NAME` or
     /// `sqs://https://…`; Azure `azqueue://ACCOUNT/QUEUE` (Event Grid → Storage Queue) or
-    /// `webhook`; GCS `webhook` (Pub/Sub push). Local folders need none (inotify).
+    /// `webhook`; GCS `pubsub://projects/P/subscriptions/S` (pull) or `webhook` (Pub/Sub
+    /// push). Local folders need none (inotify). Pairs of one process that name the same
+    /// queue share one consumer of it, which feeds each of them.
     #[arg(long)]
     pub events: Option<String>,
     /// Daemon: serve webhook deliveries (`--events webhook`: Event Grid at
