@@ -39,22 +39,31 @@ fn many(n: usize) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-#[test]
-fn two_reconciles_of_one_pair_never_run_at_once() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let db = dir.path().join("slate.db");
-    let src = Place::new(End::Local, "lease-src");
-    let dst = Place::new(End::S3("slate-dst"), "lease-dst");
+/// Seeds 2,000 objects in a local folder and starts a quiet `sync --once` of them to moto
+/// (several seconds), returning the run once it holds the pair's lease, and the holder's PID.
+fn first_run_holding_the_lease(
+    db: &std::path::Path,
+    tag: &str,
+) -> (Place, Place, BTreeMap<String, Vec<u8>>, Child, u32) {
+    let src = Place::new(End::Local, &format!("{tag}-src"));
+    let dst = Place::new(End::S3("slate-dst"), &format!("{tag}-dst"));
     let data = many(2_000);
     src.seed(&data);
-
-    // the first run copies 2,000 objects to moto (several seconds)
-    let mut c = slate_db(&db);
+    let mut c = slate_db(db);
     c.args(["sync", "--once", &src.url(), &dst.url(), "--quiet"]);
     c.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut first = Child(c.spawn().expect("spawn"));
-    let holder = wait_for_lease(&db, &mut first);
+    let holder = wait_for_lease(db, &mut first);
+    (src, dst, data, first, holder)
+}
+
+#[test]
+fn two_reconciles_of_one_pair_never_run_at_once() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    // the first run copies 2,000 objects to moto (several seconds)
+    let (src, dst, data, mut first, holder) = first_run_holding_the_lease(&db, "lease");
     assert_eq!(holder, first.0.id(), "the first run holds the lease");
 
     // a second run of the same pair stops at once, naming the holder
@@ -92,16 +101,7 @@ fn two_reconciles_of_one_pair_never_run_at_once() {
 fn a_holder_killed_with_9_holds_nothing() {
     let dir = tempfile::tempdir().expect("tmp");
     let db = dir.path().join("slate.db");
-    let src = Place::new(End::Local, "lease-kill-src");
-    let dst = Place::new(End::S3("slate-dst"), "lease-kill-dst");
-    let data = many(2_000);
-    src.seed(&data);
-    let mut c = slate_db(&db);
-    c.args(["sync", "--once", &src.url(), &dst.url(), "--quiet"]);
-    c.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut first = Child(c.spawn().expect("spawn"));
-    wait_for_lease(&db, &mut first);
+    let (src, dst, data, mut first, _) = first_run_holding_the_lease(&db, "lease-kill");
     first.0.kill().expect("kill -9");
     let status = first.0.wait().expect("wait");
     assert!(!status.success(), "the kill landed mid-run");

@@ -278,7 +278,7 @@ impl Manifest {
 
     /// How many pairs the database knows.
     pub fn pair_count(&self) -> Result<usize> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row("SELECT COUNT(*) FROM pairs", [], |r| r.get::<_, i64>(0))
                 .map(|n| n as usize)
         })
@@ -286,7 +286,7 @@ impl Manifest {
 
     /// Every pair, with its object counts.
     pub fn pairs(&self) -> Result<Vec<PairInfo>> {
-        self.with(|c| {
+        self.read(|c| {
             let mut st = c.prepare(
                 "SELECT p.id, p.src, p.dst, p.created_at, p.last_sync_at,
                     (SELECT COUNT(*) FROM objects o WHERE o.pair_id = p.id AND o.side = 0),
@@ -324,7 +324,7 @@ impl Manifest {
     /// The newest ordering token applied for a source key: the event's token recorded with
     /// its object, or its tombstone's (tokens are normalised text, ordered as strings).
     pub fn last_token(&self, pair_id: i64, key: &str) -> Result<Option<String>> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(
                 "SELECT MAX(t) FROM (
                     SELECT sequencer AS t FROM objects WHERE pair_id = ?1 AND side = 0 AND key = ?2
@@ -518,7 +518,7 @@ impl Manifest {
 
     /// Number of manifest rows of a pair's side.
     pub fn count(&self, pair_id: i64, side: Side) -> Result<u64> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(
                 "SELECT COUNT(*) FROM objects WHERE pair_id = ?1 AND side = ?2",
                 params![pair_id, side as i64],
@@ -581,7 +581,7 @@ impl Manifest {
 
     /// One key's recorded state on one side.
     pub fn get(&self, pair_id: i64, side: Side, key: &str) -> Result<Option<State>> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(
                 "SELECT size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
                 params![pair_id, side as i64, key],
@@ -627,7 +627,7 @@ impl Manifest {
 
     /// The synced_at of one key's row (tests and `status`).
     pub fn synced_at(&self, pair_id: i64, side: Side, key: &str) -> Result<Option<i64>> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(
                 "SELECT synced_at FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
                 params![pair_id, side as i64, key],
