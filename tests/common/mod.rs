@@ -231,7 +231,15 @@ pub fn read_local(root: &std::path::Path) -> BTreeMap<String, Vec<u8>> {
                     .expect("under root")
                     .to_string_lossy()
                     .to_string();
-                out.insert(rel, std::fs::read(&p).expect("read"));
+                // a running daemon may rename or sweep a temporary file between the listing
+                // and the read: a file gone by then is not there
+                match std::fs::read(&p) {
+                    Ok(b) => {
+                        out.insert(rel, b);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => panic!("read {}: {e}", p.display()),
+                }
             }
         }
     }
