@@ -66,6 +66,23 @@ pub struct PairConfig {
     /// A local source: follow symlinks that stay inside it (as `--copy-links`; default false:
     /// symlinks are skipped). A link leading outside the folder is skipped all the same.
     pub copy_links: Option<bool>,
+    /// Storage class (access tier on Azure) of what this pair writes; overrides `[copy]`.
+    pub storage_class: Option<String>,
+    /// Canned ACL of what this pair writes (S3, GCS); overrides `[copy]`.
+    pub acl: Option<String>,
+}
+
+impl PairConfig {
+    /// The pair's placement: its own values, else the `[copy]` section's.
+    pub fn placement(&self, copy: &CopyConfig) -> crate::core::meta::Placement {
+        crate::core::meta::Placement {
+            storage_class: self
+                .storage_class
+                .clone()
+                .or_else(|| copy.storage_class.clone()),
+            acl: self.acl.clone().or_else(|| copy.acl.clone()),
+        }
+    }
 }
 
 impl Config {
@@ -86,8 +103,11 @@ impl Config {
             );
             crate::core::location::Location::parse(&p.src)
                 .map_err(|e| bad(format!("{which}.src: {e}")))?;
-            crate::core::location::Location::parse(&p.dst)
+            let dst = crate::core::location::Location::parse(&p.dst)
                 .map_err(|e| bad(format!("{which}.dst: {e}")))?;
+            p.placement(&self.copy)
+                .for_store(dst.scheme)
+                .map_err(|e| bad(format!("{which}: {e}")))?;
             crate::core::filter::Filter::new(p.include.clone(), p.exclude.clone(), None)
                 .map_err(|e| bad(format!("{which}.{}: {e}", e.list)))?;
             if let Some(m) = &p.max_delete {
@@ -119,6 +139,10 @@ pub struct CopyConfig {
     /// Budget for in-memory chunk buffers, e.g. "1GiB".
     #[serde(default, deserialize_with = "de_size")]
     pub memory_limit: Option<u64>,
+    /// Storage class (access tier on Azure) of what is written.
+    pub storage_class: Option<String>,
+    /// Canned ACL of what is written (S3, GCS).
+    pub acl: Option<String>,
 }
 
 fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {

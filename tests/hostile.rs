@@ -649,7 +649,7 @@ impl InProcessDaemon {
             progress: ProgressMode::Quiet,
             ..CopyOptions::default()
         };
-        let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())));
+        let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())).expect("ctx"));
         let engine = Engine::new(manifest.clone(), pair, ctx, dst_loc);
         InProcessDaemon {
             manifest,

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::copy::{self, CopyOptions, ProgressMode};
 use crate::core::error::SlateError;
 use crate::core::location::Location;
+use crate::core::meta::Placement;
 use crate::core::units::parse_size;
 
 const AFTER_HELP: &str = "\
@@ -76,6 +77,14 @@ pub struct TuningArgs {
     /// skipped with a warning).
     #[arg(long, short = 'L')]
     pub copy_links: bool,
+    /// Storage class of what is written: an S3 class (STANDARD, STANDARD_IA, GLACIER_IR, …),
+    /// an Azure access tier (Hot, Cool, Cold, Archive) or a GCS class (NEARLINE, …).
+    #[arg(long, value_name = "CLASS")]
+    pub storage_class: Option<String>,
+    /// Canned ACL of what is written: S3 (private, public-read, bucket-owner-full-control, …)
+    /// or GCS predefined ACLs (public-read, project-private, …). Azure has none per blob.
+    #[arg(long, value_name = "CANNED")]
+    pub acl: Option<String>,
     /// Config file (default: ~/.config/slate/slate.toml when it exists).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -108,6 +117,13 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
         },
         counters: None,
         copy_links: args.copy_links,
+        placement: Placement {
+            storage_class: args
+                .storage_class
+                .clone()
+                .or_else(|| cfg.copy.storage_class.clone()),
+            acl: args.acl.clone().or_else(|| cfg.copy.acl.clone()),
+        },
     }
 }
 
@@ -116,6 +132,8 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
     let src = Location::parse(&args.src)?;
     let dst = Location::parse(&args.dst)?;
     let opts = options(&args.tuning, &cfg);
+    // a storage class or ACL the destination's store lacks stops here, before any work
+    opts.placement_for(&dst)?;
     if args.estimate {
         let est = copy::estimate(&src, &dst, &opts).await?;
         let server_side = src.same_store(&dst);

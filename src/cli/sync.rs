@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::core::error::SlateError;
 use crate::core::filter::{parse_age, Filter};
 use crate::core::location::Location;
+use crate::core::meta::Placement;
 use crate::engine::daemon::{run_all, DaemonOptions, PairRun};
 use crate::engine::lease::Wait;
 use crate::engine::once::{self, Hooks, MaxDelete, SyncOptions};
@@ -157,6 +158,12 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
                 }
                 opts.no_delete |= p.delete == Some(false);
                 opts.copy.copy_links |= p.copy_links == Some(true);
+                // flags first, then the pair's own, then the [copy] section
+                let pair = p.placement(&cfg.copy);
+                opts.copy.placement = Placement {
+                    storage_class: args.tuning.storage_class.clone().or(pair.storage_class),
+                    acl: args.tuning.acl.clone().or(pair.acl),
+                };
                 if let Some(m) = &p.max_delete {
                     opts.max_delete =
                         Some(MaxDelete::parse(m).map_err(|why| SlateError::BadOption {
@@ -200,6 +207,10 @@ pub(super) fn cli_filter(
 async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
     let cfg = Config::load(args.tuning.config.as_deref())?;
     let jobs = jobs(&args, &cfg)?;
+    for j in &jobs {
+        // a storage class or ACL the destination's store lacks stops here, before any work
+        j.opts.copy.placement_for(&j.dst)?;
+    }
     let db = args
         .db
         .clone()

@@ -27,6 +27,7 @@ use transfer::{copy_one, Ctx, Item};
 
 use crate::core::error::{Result, SlateError};
 use crate::core::location::{Location, Scheme};
+use crate::core::meta::Placement;
 
 /// How a copy runs. Built from CLI flags (and later the config file).
 #[derive(Debug, Clone)]
@@ -51,6 +52,9 @@ pub struct CopyOptions {
     /// listings obey: entry points set it from this ([`source`]), and a copy's shared state
     /// takes this from it, so that listings, probes and reads agree.
     pub copy_links: bool,
+    /// Storage class and canned ACL of what is written (`--storage-class`, `--acl`); checked
+    /// for the destination's store by [`CopyOptions::placement_for`].
+    pub placement: Placement,
 }
 
 impl Default for CopyOptions {
@@ -65,6 +69,7 @@ impl Default for CopyOptions {
             progress: ProgressMode::Auto,
             counters: None,
             copy_links: false,
+            placement: Placement::default(),
         }
     }
 }
@@ -109,6 +114,21 @@ impl CopyOptions {
             );
         }
         Ok(())
+    }
+
+    /// The placement in the spelling `dst`'s store takes; an exit-2 error naming the value
+    /// (and the flag) when that store has no such class or ACL.
+    pub fn placement_for(&self, dst: &Location) -> Result<Placement> {
+        self.placement
+            .for_store(dst.scheme)
+            .map_err(|why| SlateError::BadOption {
+                option: if why.starts_with("ACL") {
+                    "--acl".into()
+                } else {
+                    "--storage-class".into()
+                },
+                why,
+            })
     }
 
     /// The memory the chunk buffers can take at most, for `--help` and the summary.
@@ -443,7 +463,7 @@ pub async fn run(
     let start = Instant::now();
     let plan = plan(src_loc, dst_loc).await?;
     let counters = opts.counters.clone().unwrap_or_default();
-    let ctx = Arc::new(Ctx::new(&plan, opts.clone(), counters.clone()));
+    let ctx = Arc::new(Ctx::new(&plan, opts.clone(), counters.clone())?);
     let reporter = progress::Reporter::start(counters.clone(), opts.progress);
     let (tx, rx) = mpsc::channel::<Result<Item>>(8192);
     let lister = match plan.single {

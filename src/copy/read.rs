@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::path::Path as StorePath;
-use object_store::{GetOptions, GetRange, ObjectStore};
+use object_store::{Attributes, GetOptions, GetRange, ObjectStore};
 
 use super::hash::{BlockHasher, BLOCK};
 use super::local::TempFile;
@@ -33,6 +33,8 @@ pub enum ChunkSink {
 pub struct ChunkOut {
     pub digests: Vec<u128>,
     pub data: Option<Bytes>,
+    /// What the store sent with the chunk (Content-* headers, user metadata); None for files.
+    pub attrs: Option<Attributes>,
 }
 
 fn classify(e: object_store::Error) -> ChunkError {
@@ -107,6 +109,7 @@ async fn read_cloud(
             res.range.end - res.range.start
         )));
     }
+    let attrs = res.attributes.clone();
     let mut stream = res.into_stream();
     let mut hasher = BlockHasher::new();
     let mut got = 0u64;
@@ -147,6 +150,7 @@ async fn read_cloud(
     Ok(ChunkOut {
         digests: hasher.finish(),
         data,
+        attrs: Some(attrs),
     })
 }
 
@@ -210,6 +214,7 @@ fn read_local(
     Ok(ChunkOut {
         digests: hasher.finish(),
         data: matches!(sink, ChunkSink::Buffer).then(|| Bytes::from(out)),
+        attrs: None,
     })
 }
 
@@ -278,5 +283,6 @@ fn hash_range(file: &std::fs::File, range: Range<u64>) -> Result<ChunkOut, Chunk
     Ok(ChunkOut {
         digests: hasher.finish(),
         data: None,
+        attrs: None,
     })
 }

@@ -14,7 +14,10 @@ use std::time::SystemTime;
 use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as StorePath;
-use object_store::{MultipartId, ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{
+    Attributes, GetOptions, MultipartId, ObjectStore, ObjectStoreExt, PutMultipartOptions,
+    PutOptions, PutPayload,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::hash::ContentHash;
@@ -22,6 +25,9 @@ use super::local::{DirMaker, TempFile};
 use super::read::{read_chunk, ChunkOut, ChunkSink};
 use super::{CopyOptions, Counters};
 use crate::core::error::SlateError;
+use crate::core::location::Scheme;
+use crate::core::meta::{Meta, Placement};
+use crate::stores::azblob::AzureBlob;
 use crate::stores::limit::{Limiter, Permit};
 use crate::stores::local::safe_join;
 use crate::stores::retry::{ChunkError, Retry};
@@ -69,6 +75,10 @@ pub struct Ctx {
     pub cross: Option<Arc<S3CrossBucket>>,
     /// How many objects each cloud side takes at once now.
     pub limits: Limits,
+    /// Storage class and ACL of what is written, in the destination store's spelling.
+    pub placement: Placement,
+    /// Azure destinations: the Blob calls that carry properties (Put Block List).
+    pub azure: Option<Arc<AzureBlob>>,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -129,24 +139,113 @@ impl Limits {
 pub const BUDGET_UNIT: u64 = 64 * 1024;
 
 impl Ctx {
-    /// The shared state of one copy run over `plan`.
-    pub fn new(plan: &super::Plan, mut opts: CopyOptions, counters: Arc<Counters>) -> Ctx {
+    /// The shared state of one copy run over `plan`. Fails (exit 2) on a storage class or
+    /// ACL the destination's store does not have, before anything is copied.
+    pub fn new(
+        plan: &super::Plan,
+        mut opts: CopyOptions,
+        counters: Arc<Counters>,
+    ) -> Result<Ctx, SlateError> {
         // the source's location carries the symlink rule its listing obeyed; the probes of
         // single keys (`opts.copy_links`) and the reads obey the same
         opts.copy_links = plan.src.location().copy_links;
+        let dst_loc = plan.dst.location().clone();
+        let placement = opts.placement_for(&dst_loc)?;
+        let mut dst = plan.dst.clone();
+        if let Some(acl) = &placement.acl {
+            // every write of this copy carries the canned ACL
+            let name = match dst_loc.scheme {
+                Scheme::Gcs => "x-goog-acl",
+                _ => "x-amz-acl",
+            };
+            let mut h = http::HeaderMap::new();
+            if let Ok(v) = http::HeaderValue::from_str(acl) {
+                h.insert(name, v);
+            }
+            let s = crate::stores::build_with_headers(&dst_loc, &h)?;
+            dst = Side::Cloud {
+                store: s.store,
+                pager: s.pager,
+                parts: s.parts,
+                loc: dst_loc.clone(),
+            };
+        }
+        let (mut server_side, mut cross) = (plan.server_side, plan.cross.clone());
+        if !placement.is_empty() && (server_side || cross.is_some()) {
+            // a store-side copy keeps the source's class and ACL: S3 copies with the
+            // placement's headers; the other stores move the bytes
+            server_side = false;
+            cross = S3CrossBucket::with_placement(plan.src.location(), &dst_loc, &placement)?
+                .map(Arc::new);
+        }
+        let azure = match dst_loc.scheme {
+            Scheme::Azure => Some(Arc::new(AzureBlob::for_location(&dst_loc)?)),
+            _ => None,
+        };
         let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
-        Ctx {
+        Ok(Ctx {
             src: plan.src.clone(),
-            dst: plan.dst.clone(),
+            limits: Limits::new(&plan.src, &dst, opts.transfers, plan.server_side),
+            dst,
             dst_root: plan.dst_root.clone(),
-            limits: Limits::new(&plan.src, &plan.dst, opts.transfers, plan.server_side),
             opts,
             counters,
             budget: Arc::new(Semaphore::new(budget_units)),
             dirs: Default::default(),
-            server_side: plan.server_side,
-            cross: plan.cross.clone(),
+            server_side,
+            cross,
+            placement,
+            azure,
+        })
+    }
+
+    /// What the source object carries: from a response of the store (`attrs`; the object's
+    /// listed time when it records no `mtime`), or a local file's name and mtime.
+    fn src_meta(&self, item: &Item, attrs: Option<&Attributes>) -> Meta {
+        match &self.src {
+            Side::Local { .. } => Meta::of_local_file(&item.src, item.mtime),
+            Side::Cloud { loc, .. } => {
+                let mut m = attrs
+                    .map(|a| Meta::from_attributes(loc.scheme, a))
+                    .unwrap_or_default();
+                if m.mtime.is_none() {
+                    m.mtime = item.mtime;
+                }
+                m
+            }
         }
+    }
+
+    /// `meta` as the destination's store takes it, with the storage class asked for; every
+    /// change made to fit is logged, what cannot fit is an error naming the object and field.
+    fn dst_attributes(&self, item: &Item, meta: &Meta) -> Result<Attributes, SlateError> {
+        let scheme = self.dst.location().scheme;
+        let (attrs, notes) = meta
+            .to_attributes(scheme, self.placement.storage_class.as_deref())
+            .map_err(|e| obj_err(item, format!("metadata for {}: {e}", item.dst)))?;
+        for n in notes {
+            tracing::info!(key = %item.dst, "{}", n.0);
+        }
+        Ok(attrs)
+    }
+
+    /// The attributes of a cloud source object without its body (a HEAD): for objects no
+    /// chunk read brings them with (empty ones).
+    async fn head_attrs(&self, item: &Item) -> Result<Option<Attributes>, SlateError> {
+        let Side::Cloud { store, .. } = &self.src else {
+            return Ok(None);
+        };
+        let path = store_path(&item.src)?;
+        let opts = GetOptions {
+            head: true,
+            ..Default::default()
+        };
+        let res = self
+            .retry(End::Src)
+            .request(&item.src, any, |_| store.get_opts(&path, opts.clone()))
+            .await
+            .map_err(|e| obj_err(item, format!("reading properties: {}", one_line(&e))))?;
+        Ok(Some(res.attributes))
     }
 
     pub fn side(&self, end: End) -> &Side {
@@ -361,13 +460,20 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         .try_collect()
         .await
         .map_err(|e| obj_err(item, e.to_string()))?;
+    // the modification time travels: the one the source records (rclone's `mtime`), else
+    // its listed time
+    let attrs = match results.iter().find(|(i, _)| *i == 0) {
+        Some((_, out)) => out.attrs.clone(),
+        None => ctx.head_attrs(item).await?,
+    };
+    let mtime = ctx.src_meta(item, attrs.as_ref()).mtime;
     let hash = assemble(results, item.size);
     let tmp =
         Arc::try_unwrap(tmp).map_err(|_| obj_err(item, "internal: temp file still shared"))?;
     if item.size == 0 {
         ctx.dirs.wrote_empty(&path);
     }
-    let (size, mtime, fsync, p) = (item.size, item.mtime, ctx.opts.fsync, path.clone());
+    let (size, fsync, p) = (item.size, ctx.opts.fsync, path.clone());
     let committed = tokio::task::spawn_blocking(move || {
         match tmp.commit(size, mtime, fsync) {
             Ok(()) => {}
@@ -403,8 +509,13 @@ async fn to_cloud_single(
 ) -> Result<Outcome, SlateError> {
     let _permit = ctx.reserve(item.size).await?;
     let dst = store_path(&item.dst)?;
-    let (hash, payload) = if item.size == 0 {
-        (ContentHash::from_blocks(&[], 0), PutPayload::default())
+    let (hash, payload, attrs) = if item.size == 0 {
+        let attrs = ctx.head_attrs(item).await?;
+        (
+            ContentHash::from_blocks(&[], 0),
+            PutPayload::default(),
+            attrs,
+        )
     } else {
         let out = chunk_with_retry(
             ctx,
@@ -420,12 +531,17 @@ async fn to_cloud_single(
         (
             ContentHash::from_blocks(&out.digests, item.size),
             PutPayload::from_bytes(data),
+            out.attrs,
         )
+    };
+    let put_opts = PutOptions {
+        attributes: ctx.dst_attributes(item, &ctx.src_meta(item, attrs.as_ref()))?,
+        ..Default::default()
     };
     let put = ctx
         .retry(End::Dst)
         .request(&item.dst, any, |_| {
-            store.put_opts(&dst, payload.clone(), Default::default())
+            store.put_opts(&dst, payload.clone(), put_opts.clone())
         })
         .await
         .map_err(|e| obj_err(item, format!("writing {}: {}", item.dst, one_line(&e))))?;
@@ -480,16 +596,6 @@ async fn to_cloud_multipart(
 ) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let retry = ctx.retry(End::Dst);
-    let id = retry
-        .request(&item.dst, any, |_| parts_store.create_multipart(&dst))
-        .await
-        .map_err(|e| {
-            obj_err(
-                item,
-                format!("starting upload of {}: {}", item.dst, one_line(&e)),
-            )
-        })?;
-    let mut guard = AbortGuard(Some((parts_store.clone(), dst.clone(), id.clone())));
     let parts = chunks(item.size, ctx.opts.chunk_size);
     let mut done: Vec<Option<PartId>> = vec![None; parts.len()];
     // Chunks are read `streams` at a time, in order (the content hash is made of their blocks
@@ -510,6 +616,36 @@ async fn to_cloud_multipart(
             Ok::<_, SlateError>((i, out, permit))
         })
         .buffered(ctx.opts.streams);
+    // The first chunk brings the source's properties, which S3 and GCS take when the upload
+    // starts and Azure when its blocks are committed.
+    let mut first = match reads.next().await {
+        Some(r) => Some(r?),
+        None => return Err(obj_err(item, "internal: no chunk to upload")),
+    };
+    let attrs = ctx.dst_attributes(
+        item,
+        &ctx.src_meta(item, first.as_ref().and_then(|f| f.1.attrs.as_ref())),
+    )?;
+    let create = PutMultipartOptions {
+        attributes: if ctx.azure.is_some() {
+            Attributes::new()
+        } else {
+            attrs.clone()
+        },
+        ..Default::default()
+    };
+    let id = retry
+        .request(&item.dst, any, |_| {
+            parts_store.create_multipart_opts(&dst, create.clone())
+        })
+        .await
+        .map_err(|e| {
+            obj_err(
+                item,
+                format!("starting upload of {}: {}", item.dst, one_line(&e)),
+            )
+        })?;
+    let mut guard = AbortGuard(Some((parts_store.clone(), dst.clone(), id.clone())));
     let part_err = |e: object_store::Error| {
         obj_err(
             item,
@@ -518,7 +654,14 @@ async fn to_cloud_multipart(
     };
     let mut uploads = FuturesUnordered::new();
     let mut digests = Vec::new();
-    while let Some(res) = reads.next().await {
+    loop {
+        let res = match first.take() {
+            Some(f) => Ok(f),
+            None => match reads.next().await {
+                Some(r) => r,
+                None => break,
+            },
+        };
         let (i, out, permit) = res?;
         digests.extend(out.digests);
         let payload = PutPayload::from_bytes(out.data.unwrap_or_default());
@@ -547,12 +690,18 @@ async fn to_cloud_multipart(
         .into_iter()
         .collect::<Option<_>>()
         .ok_or_else(|| obj_err(item, "internal: a part is missing"))?;
-    let put = retry
-        .request(&item.dst, any, |_| {
-            parts_store.complete_multipart(&dst, &id, done.clone())
-        })
-        .await;
-    let put = match put {
+    let put = match &ctx.azure {
+        // Azure takes the properties with the block list (object_store's completion sends none)
+        Some(az) => az.put_block_list(&item.dst, &done, &attrs).await,
+        None => retry
+            .request(&item.dst, any, |_| {
+                parts_store.complete_multipart(&dst, &id, done.clone())
+            })
+            .await
+            .map(|p| p.e_tag)
+            .map_err(|e| one_line(&e)),
+    };
+    let dst_etag = match put {
         Ok(put) => {
             guard.0 = None;
             put
@@ -563,7 +712,7 @@ async fn to_cloud_multipart(
             }
             return Err(obj_err(
                 item,
-                format!("completing upload of {}: {}", item.dst, one_line(&e)),
+                format!("completing upload of {}: {e}", item.dst),
             ));
         }
     };
@@ -571,7 +720,7 @@ async fn to_cloud_multipart(
         bytes: item.size,
         hash: Some(ContentHash::from_blocks(&digests, item.size)),
         server_side: false,
-        dst_etag: put.e_tag,
+        dst_etag,
     })
 }
 

@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod error;
 pub mod filter;
 pub mod location;
+pub mod meta;
 pub mod metrics;
 pub mod object;
 pub mod units;

@@ -550,7 +550,7 @@ async fn run_pair(
     handle.set_state(PairState::Following);
 
     let counters = Arc::new(Counters::default());
-    let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters));
+    let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters)?);
     let engine = Arc::new(
         Engine::new(db.clone(), pair_id, ctx, dst.clone()).with_filter(opts.sync.filter.clone()),
     );

@@ -602,7 +602,7 @@ async fn sync_held(
         .store(counts.only_in_source + counts.changed, Relaxed);
     counters.bytes_listed.store(counts.bytes_to_copy, Relaxed);
     counters.listing_done.store(true, Relaxed);
-    let ctx = Arc::new(Ctx::new(&c.plan, opts.copy.clone(), counters.clone()));
+    let ctx = Arc::new(Ctx::new(&c.plan, opts.copy.clone(), counters.clone())?);
     let engine = Engine::new(db.clone(), c.pair.id, ctx, c.plan.dst.location().clone());
     let show = if counts.only_in_source + counts.changed > 0 {
         opts.copy.progress

@@ -8,6 +8,7 @@ use crate::copy::{CopyOptions, ProgressMode};
 use crate::core::error::SlateError;
 use crate::core::filter::{Filter, MAX_PATTERNS};
 use crate::core::location::Location;
+use crate::core::meta::Placement;
 use crate::core::units::parse_size;
 use crate::engine::lease::Wait;
 use crate::engine::once::{MaxDelete, SyncOptions};
@@ -101,6 +102,8 @@ const OPTION_FIELDS: &[&str] = &[
     "include",
     "exclude",
     "copy_links",
+    "storage_class",
+    "acl",
 ];
 
 /// Checks a `POST /jobs` body; every refusal names the field.
@@ -116,7 +119,11 @@ pub fn parse_request(body: &[u8]) -> Result<JobRequest, Refused> {
             format!("unknown field '{k}' (known: kind, src, dst, options)"),
         ));
     }
-    let kind_text = text(&o, "kind")?;
+    // the announcement's `POST /jobs {"src": …, "dst": …}`: without a kind, a copy
+    let kind_text = match o.get("kind") {
+        None | Some(Value::Null) => Kind::Copy.name().to_string(),
+        Some(_) => text(&o, "kind")?,
+    };
     let kind = Kind::parse(&kind_text).ok_or_else(|| {
         Refused::bad(
             "kind",
@@ -179,7 +186,22 @@ impl JobRequest {
     pub(super) fn settings(&self, base: &CopyOptions) -> Result<Settings, Refused> {
         let empty = Map::new();
         let o = Opts(self.options.as_object().unwrap_or(&empty));
-        let copy = o.copy(base)?;
+        let mut copy = o.copy(base)?;
+        // the storage class and ACL, checked for the destination's store
+        copy.placement = Placement {
+            storage_class: o.string("storage_class")?.or(copy.placement.storage_class),
+            acl: o.string("acl")?.or(copy.placement.acl),
+        };
+        if let Ok(dst) = Location::parse(&self.dst) {
+            copy.placement = copy.placement.for_store(dst.scheme).map_err(|e| {
+                let k = if e.starts_with("ACL") {
+                    "acl"
+                } else {
+                    "storage_class"
+                };
+                Opts::bad(k, e)
+            })?;
+        }
         let max_delete = o.max_delete()?;
         let (dry_run, no_delete) = (o.flag("dry_run")?, o.flag("no_delete")?);
         let filter = Filter::new(o.list("include")?, o.list("exclude")?, None)
@@ -280,6 +302,15 @@ impl Opts<'_> {
         }
     }
 
+    /// A non-empty string, or None when absent.
+    fn string(&self, k: &str) -> Result<Option<String>, Refused> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
+            Some(_) => Err(Self::bad(k, format!("'{k}' must be a non-empty string"))),
+        }
+    }
+
     fn flag(&self, k: &str) -> Result<bool, Refused> {
         match self.get(k) {
             None => Ok(false),
@@ -336,6 +367,19 @@ mod tests {
     fn requests_are_checked_field_by_field() {
         let ok = parse_request(br#"{"kind":"copy","src":"/tmp/a","dst":"s3://b/x"}"#).unwrap();
         assert_eq!((ok.kind, ok.src.as_str()), (Kind::Copy, "/tmp/a"));
+        // no kind: a copy, as the announcement's example posts it
+        let ok = parse_request(br#"{"src":"/tmp/a","dst":"s3://b/x"}"#).unwrap();
+        assert_eq!(ok.kind, Kind::Copy);
+        let ok = parse_request(
+            br#"{"src":"/a","dst":"s3://b/x","options":{"storage_class":"standard_ia","acl":"public-read"}}"#,
+        )
+        .unwrap();
+        let s = ok.settings(&CopyOptions::default()).unwrap();
+        assert_eq!(
+            s.copy.placement.storage_class.as_deref(),
+            Some("STANDARD_IA")
+        );
+        assert_eq!(s.copy.placement.acl.as_deref(), Some("public-read"));
         let ok = parse_request(
             br#"{"kind":"sync-once","src":"/a","dst":"/b","options":{"no_delete":true,"max_delete":"10%","transfers":4,"chunk_size":"8MiB","include":["x/**"]}}"#,
         )
@@ -353,7 +397,6 @@ mod tests {
                 r#"{"kind":"copy","src":"/a","dst":"/b","extra":1}"#,
                 "extra",
             ),
-            (r#"{"src":"/a","dst":"/b"}"#, "kind"),
             (r#"{"kind":"move","src":"/a","dst":"/b"}"#, "kind"),
             (r#"{"kind":"copy","dst":"/b"}"#, "src"),
             (r#"{"kind":"copy","src":"","dst":"/b"}"#, "src"),
@@ -402,6 +445,18 @@ mod tests {
             (
                 r#"{"kind":"copy","src":"/a","dst":"/b","options":{"exclude":["x"]}}"#,
                 "options.include",
+            ),
+            (
+                r#"{"kind":null,"src":"/a","dst":"/b","options":{"acl":"x"}}"#,
+                "options.acl",
+            ),
+            (
+                r#"{"src":"/a","dst":"az://c/p","options":{"storage_class":"GLACIER"}}"#,
+                "options.storage_class",
+            ),
+            (
+                r#"{"src":"/a","dst":"az://c/p","options":{"acl":"public-read"}}"#,
+                "options.acl",
             ),
             (
                 r#"{"kind":"copy","src":"/a","dst":"/b","options":{"copy_links":1}}"#,

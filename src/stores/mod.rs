@@ -8,6 +8,7 @@
 //! the tests turn on) wraps every store built here in a `FaultyStore` that fails a share of the
 //! requests. A slate built without the feature ignores the variable, with one warning.
 
+pub mod azblob;
 #[cfg(feature = "faults")]
 pub mod faults;
 pub mod limit;
@@ -176,10 +177,17 @@ fn wrap<S: ObjectStore + PaginatedListStore + MultipartStore>(
 /// API of the same client. Panics never; local locations are an error (they are served by
 /// slate's own file code, not object_store, and so are never faulted either).
 pub fn build_paged(loc: &Location) -> Result<Stores> {
+    build_with_headers(loc, &http::HeaderMap::new())
+}
+
+/// [`build_paged`] with headers sent on every request: a canned ACL (`x-amz-acl`,
+/// `x-goog-acl`) for a destination written with `--acl`. Those headers name what a write
+/// creates; the stores ignore them on reads and listings.
+pub fn build_with_headers(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
     match loc.scheme {
-        Scheme::S3 => build_s3(loc),
-        Scheme::Azure => build_azure(loc),
-        Scheme::Gcs => build_gcs(loc),
+        Scheme::S3 => build_s3(loc, headers),
+        Scheme::Azure => build_azure(loc, headers),
+        Scheme::Gcs => build_gcs(loc, headers),
         Scheme::Local => Err(SlateError::Store {
             url: loc.to_string(),
             detail: "local paths have no object store".into(),
@@ -245,9 +253,11 @@ pub fn http_options(allow_http: bool) -> ClientOptions {
     client_options(allow_http)
 }
 
-fn build_s3(loc: &Location) -> Result<Stores> {
-    let s3 = s3_settings(loc)?
+fn build_s3(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
+    let st = s3_settings(loc)?;
+    let s3 = st
         .builder
+        .with_client_options(client_options(st.allow_http).with_default_headers(headers.clone()))
         .build()
         .map_err(|e| store_err(loc, e))?;
     wrap(loc, s3, "S3")
@@ -306,7 +316,9 @@ fn first_word(s: &str) -> String {
     s.chars().take(12).collect()
 }
 
-fn build_azure(loc: &Location) -> Result<Stores> {
+/// The Azure builder for `loc` from the environment (credentials checked), and whether it
+/// may speak plain HTTP. Shared by the store client and slate's own signed Blob calls.
+pub fn azure_builder(loc: &Location) -> Result<(MicrosoftAzureBuilder, bool)> {
     let mut b = MicrosoftAzureBuilder::from_env().with_container_name(&loc.bucket);
     let mut has_auth = env("AZURE_STORAGE_ACCOUNT_KEY").is_some()
         || env("AZURE_STORAGE_ACCESS_KEY").is_some()
@@ -353,15 +365,20 @@ fn build_azure(loc: &Location) -> Result<Stores> {
              AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_KEY (Azurite: AZURE_STORAGE_USE_EMULATOR=true)",
         ));
     }
+    Ok((b, allow_http))
+}
+
+fn build_azure(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
+    let (b, allow_http) = azure_builder(loc)?;
     let azure = b
-        .with_client_options(client_options(allow_http))
+        .with_client_options(client_options(allow_http).with_default_headers(headers.clone()))
         .with_retry(retry_config())
         .build()
         .map_err(|e| store_err(loc, e))?;
     wrap(loc, azure, "MicrosoftAzure")
 }
 
-fn build_gcs(loc: &Location) -> Result<Stores> {
+fn build_gcs(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
     let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(&loc.bucket);
     let mut allow_http = env("GOOGLE_BASE_URL").is_some_and(|u| u.starts_with("http://"));
     let adc_file = std::env::var_os("HOME")
@@ -398,7 +415,7 @@ fn build_gcs(loc: &Location) -> Result<Stores> {
         ));
     }
     let gcs = b
-        .with_client_options(client_options(allow_http))
+        .with_client_options(client_options(allow_http).with_default_headers(headers.clone()))
         .with_retry(retry_config())
         .build()
         .map_err(|e| store_err(loc, e))?;

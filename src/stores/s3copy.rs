@@ -12,6 +12,7 @@ use super::retry::ChunkError;
 use super::retry::Retry;
 use crate::core::error::{Result, SlateError};
 use crate::core::location::{Location, Scheme};
+use crate::core::meta::Placement;
 use crate::stores::{http_options, s3_settings};
 
 /// Largest object one CopyObject may copy; larger ones go through the data path.
@@ -38,14 +39,37 @@ pub struct S3CrossBucket {
     /// URL of the destination bucket (path style), without trailing `/`.
     dst_bucket_url: String,
     src_bucket: String,
+    /// Sent with every copy: the storage class and canned ACL asked for (CopyObject keeps
+    /// the source's metadata and Content-* headers, but not its ACL or class).
+    extra: Vec<(&'static str, String)>,
 }
 
 impl S3CrossBucket {
     /// Returns a copier when `src` and `dst` are two buckets of one S3 endpoint reached path
     /// style (virtual-hosted endpoints fall back to the data path).
     pub fn for_pair(src: &Location, dst: &Location) -> Result<Option<S3CrossBucket>> {
-        if src.scheme != Scheme::S3 || dst.scheme != Scheme::S3 || src.bucket == dst.bucket {
+        if src.bucket == dst.bucket {
             return Ok(None);
+        }
+        Self::with_placement(src, dst, &Placement::default())
+    }
+
+    /// A copier for `src` → `dst` (two buckets, or one) on one S3 endpoint that sets
+    /// `placement` (checked for S3) on every copy.
+    pub fn with_placement(
+        src: &Location,
+        dst: &Location,
+        placement: &Placement,
+    ) -> Result<Option<S3CrossBucket>> {
+        if src.scheme != Scheme::S3 || dst.scheme != Scheme::S3 {
+            return Ok(None);
+        }
+        let mut extra = Vec::new();
+        if let Some(c) = &placement.storage_class {
+            extra.push(("x-amz-storage-class", c.clone()));
+        }
+        if let Some(a) = &placement.acl {
+            extra.push(("x-amz-acl", a.clone()));
         }
         let st = s3_settings(dst)?;
         if st.virtual_hosted {
@@ -71,6 +95,7 @@ impl S3CrossBucket {
             region: st.region,
             dst_bucket_url: format!("{base}/{}", dst.bucket),
             src_bucket: src.bucket.clone(),
+            extra,
         }))
     }
 
@@ -105,10 +130,14 @@ impl S3CrossBucket {
             .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
         let url = format!("{}/{}", self.dst_bucket_url, encode_key(dst_key));
         let source = format!("/{}/{}", self.src_bucket, encode_key(src_key));
-        let mut req: Request<HttpRequestBody> = Request::builder()
+        let mut b = Request::builder()
             .method("PUT")
             .uri(&url)
-            .header("x-amz-copy-source", source)
+            .header("x-amz-copy-source", source);
+        for (k, v) in &self.extra {
+            b = b.header(*k, v.as_str());
+        }
+        let mut req: Request<HttpRequestBody> = b
             .body(HttpRequestBody::from(Vec::new()))
             .map_err(|e| ChunkError::Fatal(e.to_string()))?;
         AwsAuthorizer::new(&cred, "s3", &self.region)

@@ -241,7 +241,7 @@ impl Env {
             progress: ProgressMode::Quiet,
             ..CopyOptions::default()
         };
-        let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())));
+        let ctx = Arc::new(Ctx::new(&plan, opts, Arc::new(Counters::default())).expect("ctx"));
         let engine = Engine::new(manifest.clone(), pair, ctx, dst_loc.clone());
         let expander = Expander::new(manifest.clone(), pair, plan.src.clone());
         let scope = Scope {
