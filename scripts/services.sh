@@ -178,7 +178,28 @@ cmd_install() {
 !!! It cannot be installed here (Debian package google-cloud-cli-pubsub-emulator, Google's apt
 !!! repository). fake-gcs-server will run WITHOUT Pub/Sub notifications; GCS event tests fail."
     fi
+    # rclone, Debian's package: the second reader of slate's replicas (tests/interop.rs) and
+    # the peer of the benchmarks.
+    if ! command -v rclone >/dev/null; then
+        apt_install rclone
+    fi
     if command -v flock >/dev/null; then exec 9>&-; fi
+}
+
+# Installs one Debian package with apt-get (as root), updating the lists once if needed.
+apt_install() {
+    command -v apt-get >/dev/null || die "$1 is missing and there is no apt-get to install it"
+    [[ $(id -u) == 0 ]] || die "$1 is missing: install it as root (apt-get install $1)"
+    local log=$SLATE_TEST_HOME/$1-apt.log
+    say "installing Debian's $1 with apt-get (log: $log)"
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$1")
+    if ! "${apt[@]}" >"$log" 2>&1; then
+        say "apt-get install failed; running apt-get update and trying again"
+        if ! { apt-get update -q && "${apt[@]}"; } >>"$log" 2>&1; then
+            tail -n 30 "$log" >&2
+            die "apt-get install $1 failed (see $log)"
+        fi
+    fi
 }
 
 # The dashboard's real-browser test (tests/dashboard.rs runs tests/browser/dashboard.mjs):

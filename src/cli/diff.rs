@@ -47,6 +47,8 @@ pub struct DiffArgs {
     /// them (a link leading outside the folder is skipped all the same).
     #[arg(long, short = 'L')]
     pub copy_links: bool,
+    #[command(flatten)]
+    pub compare: super::sync::CompareArgs,
 }
 
 fn status(a: Action) -> &'static str {
@@ -124,7 +126,15 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
         let counts = once::compare_recorded(&manifest, pair.id, &filter, &mut each).await?;
         (counts, Some(belief))
     } else {
-        let c = once::compare(&manifest, &src, &dst, &filter, &mut each).await?;
+        let c = once::compare(
+            &manifest,
+            &src,
+            &dst,
+            &filter,
+            args.compare.rule(),
+            &mut each,
+        )
+        .await?;
         if let Some(e) = c.unreadable.first() {
             // an entry that cannot be read cannot be compared: the answer would be a guess
             return Err(SlateError::List {
@@ -146,6 +156,13 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
                 "only_in_destination": counts.only_in_destination + counts.kept,
                 "changed": counts.changed,
                 "equal": counts.equal,
+                "equal_by": {
+                    "manifest": counts.equal_recorded,
+                    "digest": counts.equal_digest,
+                    "mtime": counts.equal_mtime,
+                    "content": counts.equal_content,
+                    "size": counts.equal_size_only,
+                },
                 "bytes_to_copy": counts.bytes_to_copy,
             }})
         );
@@ -181,11 +198,8 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
             "  equal:               {} ({}){}",
             counts.equal,
             b(counts.bytes_equal),
-            if counts.equal_size_only > 0 {
-                format!(
-                    " ({} by size only: no comparable digest)",
-                    counts.equal_size_only
-                )
+            if counts.equal > 0 {
+                format!(": {}", counts.equal_by())
             } else {
                 String::new()
             }

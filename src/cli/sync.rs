@@ -14,6 +14,7 @@ use crate::core::meta::Placement;
 use crate::engine::daemon::{run_all, DaemonOptions, PairRun};
 use crate::engine::lease::Wait;
 use crate::engine::once::{self, Hooks, MaxDelete, SyncOptions};
+use crate::engine::plan::Rule;
 use crate::engine::running::Running;
 use crate::events::push::Hub;
 
@@ -98,7 +99,33 @@ pub struct SyncArgs {
     #[arg(long, env = "SLATE_DB")]
     pub db: Option<PathBuf>,
     #[command(flatten)]
+    pub compare: CompareArgs,
+    #[command(flatten)]
     pub tuning: TuningArgs,
+}
+
+/// How keys the manifest cannot vouch for (a destination filled before slate knew it) are
+/// compared. Default: size, then modification time, as rclone does (an MD5 both sides list
+/// decides first; a cloud side's recorded time costs one HEAD per key of equal size).
+#[derive(Debug, Args, Clone, Default)]
+pub struct CompareArgs {
+    /// Compare content instead of modification times: an MD5 both sides list, else both
+    /// objects are read and hashed.
+    #[arg(long, short = 'c', conflicts_with = "size_only")]
+    pub checksum: bool,
+    /// Compare sizes only (what slate did before it compared modification times).
+    #[arg(long)]
+    pub size_only: bool,
+}
+
+impl CompareArgs {
+    pub fn rule(&self) -> Rule {
+        match (self.checksum, self.size_only) {
+            (true, _) => Rule::Checksum,
+            (_, true) => Rule::SizeOnly,
+            _ => Rule::ModTime,
+        }
+    }
 }
 
 /// One pair to run, with its options.
@@ -123,6 +150,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         full: args.full,
         copy,
         wait: if args.wait { Wait::Yes } else { Wait::No },
+        rule: args.compare.rule(),
         purpose: if args.once {
             "sync --once".into()
         } else {

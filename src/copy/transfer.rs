@@ -56,6 +56,9 @@ pub struct Outcome {
     /// The destination's change token after the write: the ETag the store returned, or for
     /// local files the mtime/size token of `list::local_etag`. None when the store said none.
     pub dst_etag: Option<String>,
+    /// Fingerprint of the source's metadata that travelled with the bytes (None: a
+    /// server-side copy, which the store makes with the source's own).
+    pub meta: Option<String>,
 }
 
 /// Everything the transfers share.
@@ -406,6 +409,7 @@ async fn server_side(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         hash: None,
         server_side: true,
         dst_etag,
+        meta: None,
     })
 }
 
@@ -442,6 +446,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
             hash: Some(ContentHash::from_blocks(&[], 0)),
             server_side: false,
             dst_etag: None,
+            meta: None,
         });
     };
     let tmp = Arc::new(tmp);
@@ -466,7 +471,8 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         Some((_, out)) => out.attrs.clone(),
         None => ctx.head_attrs(item).await?,
     };
-    let mtime = ctx.src_meta(item, attrs.as_ref()).mtime;
+    let meta = ctx.src_meta(item, attrs.as_ref());
+    let mtime = meta.mtime;
     let hash = assemble(results, item.size);
     let tmp =
         Arc::try_unwrap(tmp).map_err(|_| obj_err(item, "internal: temp file still shared"))?;
@@ -493,6 +499,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         hash: Some(hash),
         server_side: false,
         dst_etag,
+        meta: Some(meta.fingerprint()),
     })
 }
 
@@ -534,8 +541,9 @@ async fn to_cloud_single(
             out.attrs,
         )
     };
+    let meta = ctx.src_meta(item, attrs.as_ref());
     let put_opts = PutOptions {
-        attributes: ctx.dst_attributes(item, &ctx.src_meta(item, attrs.as_ref()))?,
+        attributes: ctx.dst_attributes(item, &meta)?,
         ..Default::default()
     };
     let put = ctx
@@ -550,6 +558,7 @@ async fn to_cloud_single(
         hash: Some(hash),
         server_side: false,
         dst_etag: put.e_tag,
+        meta: Some(meta.fingerprint()),
     })
 }
 
@@ -622,10 +631,8 @@ async fn to_cloud_multipart(
         Some(r) => Some(r?),
         None => return Err(obj_err(item, "internal: no chunk to upload")),
     };
-    let attrs = ctx.dst_attributes(
-        item,
-        &ctx.src_meta(item, first.as_ref().and_then(|f| f.1.attrs.as_ref())),
-    )?;
+    let meta = ctx.src_meta(item, first.as_ref().and_then(|f| f.1.attrs.as_ref()));
+    let attrs = ctx.dst_attributes(item, &meta)?;
     let create = PutMultipartOptions {
         attributes: if ctx.azure.is_some() {
             Attributes::new()
@@ -721,6 +728,7 @@ async fn to_cloud_multipart(
         hash: Some(ContentHash::from_blocks(&digests, item.size)),
         server_side: false,
         dst_etag,
+        meta: Some(meta.fingerprint()),
     })
 }
 

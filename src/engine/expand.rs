@@ -237,6 +237,8 @@ mod tests {
                     mtime_ms: None,
                 },
                 hash: None,
+                equal_by: None,
+                meta: None,
             })
             .collect();
         db.record(pair, &recs).unwrap();

@@ -142,6 +142,8 @@ impl Engine {
                 key: e.rel.clone(),
                 state: state_of(e),
                 hash: hash.clone(),
+                equal_by: None,
+                meta: out.meta.clone(),
             },
             Record {
                 side: manifest::Side::Dst,
@@ -152,6 +154,8 @@ impl Engine {
                     mtime_ms: millis(Some(SystemTime::now())),
                 },
                 hash,
+                equal_by: Some("copied"),
+                meta: out.meta.clone(),
             },
         ];
         Ok((out, recs))

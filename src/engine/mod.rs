@@ -5,6 +5,7 @@
 
 pub mod daemon;
 pub mod expand;
+pub mod judge;
 pub mod key;
 pub mod lease;
 pub mod merge;

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
+use super::judge::{self, Judge};
 use super::key::Engine;
 use super::lease::{PairLease, Wait};
 use super::merge::{Input, Listing, Recorded, Walk};
-use super::plan::{self, Action, Row};
+use super::plan::{self, Action, Row, Rule};
 use crate::copy::transfer::Ctx;
 use crate::copy::{self, progress, CopyOptions};
 use crate::core::error::{Result, SlateError};
@@ -89,6 +90,8 @@ pub struct SyncOptions {
     pub wait: Wait,
     /// What the run is, for the lease's holder line (`sync --once`, `drift check`, `job 12`).
     pub purpose: String,
+    /// How keys the manifest cannot vouch for are compared (`--checksum`, `--size-only`).
+    pub rule: Rule,
 }
 
 /// The plan's tally (what `diff` reports).
@@ -98,7 +101,15 @@ pub struct Counts {
     pub only_in_destination: u64,
     pub changed: u64,
     pub equal: u64,
-    /// Of `equal`: decided by size alone (no digest to compare).
+    /// Of `equal`: what decided it. Unchanged since slate synced the key (the manifest)...
+    pub equal_recorded: u64,
+    /// ... an MD5 both sides list ...
+    pub equal_digest: u64,
+    /// ... size and modification time (rclone's default) ...
+    pub equal_mtime: u64,
+    /// ... both read and hashed (`--checksum`) ...
+    pub equal_content: u64,
+    /// ... or size alone (`--size-only`).
     pub equal_size_only: u64,
     pub bytes_to_copy: u64,
     /// Destination extras kept because of `--no-delete`.
@@ -113,11 +124,28 @@ pub struct Counts {
 impl Counts {
     pub fn add(&mut self, a: Action, row: &Row) {
         match a {
-            Action::EqualRecorded | Action::EqualDigest => self.equal += 1,
+            Action::EqualRecorded => {
+                self.equal += 1;
+                self.equal_recorded += 1
+            }
+            Action::EqualDigest => {
+                self.equal += 1;
+                self.equal_digest += 1
+            }
+            Action::EqualModTime => {
+                self.equal += 1;
+                self.equal_mtime += 1
+            }
+            Action::EqualContent => {
+                self.equal += 1;
+                self.equal_content += 1
+            }
             Action::EqualSizeOnly => {
                 self.equal += 1;
                 self.equal_size_only += 1
             }
+            // decided before they are counted
+            Action::CheckTimes | Action::CheckContent => {}
             Action::CopyMissing => self.only_in_source += 1,
             Action::CopyChanged => self.changed += 1,
             Action::Delete => self.only_in_destination += 1,
@@ -138,6 +166,23 @@ impl Counts {
 
     pub fn differences(&self) -> u64 {
         self.only_in_source + self.only_in_destination + self.changed + self.kept
+    }
+
+    /// How the equal keys were found equal, e.g. `12 by the manifest, 3 by modification
+    /// time`; empty when none are.
+    pub fn equal_by(&self) -> String {
+        [
+            (self.equal_recorded, "by the manifest"),
+            (self.equal_digest, "by MD5"),
+            (self.equal_mtime, "by size and modification time"),
+            (self.equal_content, "by content"),
+            (self.equal_size_only, "by size only"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, how)| format!("{n} {how}"))
+        .collect::<Vec<_>>()
+        .join(", ")
     }
 }
 
@@ -177,11 +222,8 @@ impl SyncReport {
             if self.dry_run { c.only_in_destination } else { self.deleted },
             c.equal,
         );
-        if c.equal_size_only > 0 {
-            s.push_str(&format!(
-                " (of which {} by size only: no comparable digest)",
-                c.equal_size_only
-            ));
+        if c.equal > 0 {
+            s.push_str(&format!(" ({})", c.equal_by()));
         }
         if c.kept > 0 {
             s.push_str(&format!(", {} extra kept (--no-delete)", c.kept));
@@ -279,10 +321,16 @@ async fn walk_pair(
     filter: &Filter,
     list_dst: bool,
     deletes: bool,
+    rule: Rule,
     spill: Option<&Spill>,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
     let list_dst = list_dst || pair.last_sync_at.is_none();
+    let judge = Judge {
+        src: plan.src.clone(),
+        dst: plan.dst.clone(),
+        rule,
+    };
     let (src_in, src_task) = listing(&plan.src, filter);
     let (dst_in, dst_task) = if list_dst {
         let (i, t) = listing(&plan.dst, filter);
@@ -303,42 +351,78 @@ async fn walk_pair(
     let mut counts = Counts::default();
     let mut unreadable = Vec::new();
     let mut batch = Vec::new();
+    // Keys in order, each with its planned action; undecided ones are decided a window at a
+    // time (a HEAD or a read of each, `judge::AT_ONCE` at once), in order.
+    let mut window: Vec<(Row, Action)> = Vec::new();
+    let mut undecided = 0usize;
     let walked: Result<()> = async {
-        while let Some(row) = walk.next(&mut unreadable).await? {
-            let gone_both = row.src.is_none() && row.dst.is_none();
-            // the manifest remembers a side that no longer has the key
-            let prune_src = row.m_src.is_some() && row.src.is_none();
-            let prune_dst = list_dst && row.m_dst.is_some() && row.dst.is_none();
-            if gone_both {
-                if (prune_src || prune_dst) && spill.is_some() {
-                    batch.push(Planned {
-                        key: row.key.clone(),
-                        action: Action::EqualRecorded as u8,
-                        src: None,
-                        dst: None,
-                        prune_src,
-                        prune_dst,
-                    });
-                }
-            } else {
-                let a = plan::plan(&row, deletes);
-                counts.add(a, &row);
-                each(&row, a);
-                if spill.is_some() && (a != Action::EqualRecorded || prune_src || prune_dst) {
-                    batch.push(Planned {
-                        prune_dst: prune_dst && !a.is_copy(),
-                        prune_src,
-                        key: row.key,
-                        action: a as u8,
-                        src: row.src,
-                        dst: row.dst,
-                    });
+        loop {
+            let next = walk.next(&mut unreadable).await?;
+            if let Some(row) = next.as_ref() {
+                if row.src.is_some() || row.dst.is_some() {
+                    let a = plan::plan(row, deletes, rule);
+                    undecided += a.is_undecided() as usize;
+                    window.push((row.clone(), a));
+                } else {
+                    window.push((row.clone(), Action::EqualRecorded));
                 }
             }
-            if batch.len() >= BATCH {
-                if let Some(sp) = spill {
-                    spill_add(db, sp, std::mem::take(&mut batch)).await?;
+            let full = undecided >= 4 * judge::AT_ONCE || window.len() >= BATCH;
+            if !(full || next.is_none()) {
+                continue;
+            }
+            let decided: Vec<(Row, Action)> = if undecided == 0 {
+                std::mem::take(&mut window)
+            } else {
+                let judge = &judge;
+                futures::stream::iter(std::mem::take(&mut window))
+                    .map(|(row, a)| async move {
+                        let a = judge.decide(&row, a).await;
+                        (row, a)
+                    })
+                    .buffered(judge::AT_ONCE)
+                    .collect()
+                    .await
+            };
+            undecided = 0;
+            for (row, a) in decided {
+                let gone_both = row.src.is_none() && row.dst.is_none();
+                // the manifest remembers a side that no longer has the key
+                let prune_src = row.m_src.is_some() && row.src.is_none();
+                let prune_dst = list_dst && row.m_dst.is_some() && row.dst.is_none();
+                if gone_both {
+                    if (prune_src || prune_dst) && spill.is_some() {
+                        batch.push(Planned {
+                            key: row.key.clone(),
+                            action: Action::EqualRecorded as u8,
+                            src: None,
+                            dst: None,
+                            prune_src,
+                            prune_dst,
+                        });
+                    }
+                } else {
+                    counts.add(a, &row);
+                    each(&row, a);
+                    if spill.is_some() && (a != Action::EqualRecorded || prune_src || prune_dst) {
+                        batch.push(Planned {
+                            prune_dst: prune_dst && !a.is_copy(),
+                            prune_src,
+                            key: row.key,
+                            action: a as u8,
+                            src: row.src,
+                            dst: row.dst,
+                        });
+                    }
                 }
+                if batch.len() >= BATCH {
+                    if let Some(sp) = spill {
+                        spill_add(db, sp, std::mem::take(&mut batch)).await?;
+                    }
+                }
+            }
+            if next.is_none() {
+                break;
             }
         }
         if let Some(sp) = spill {
@@ -398,6 +482,7 @@ pub async fn compare(
     src: &Location,
     dst: &Location,
     filter: &Filter,
+    rule: Rule,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
     let (plan, pair) = open_pair(db, src, dst).await?;
@@ -406,7 +491,18 @@ pub async fn compare(
             each(row, a)
         }
     };
-    walk_pair(db, plan, pair, filter, true, true, None, &mut only_diffs).await
+    walk_pair(
+        db,
+        plan,
+        pair,
+        filter,
+        true,
+        true,
+        rule,
+        None,
+        &mut only_diffs,
+    )
+    .await
 }
 
 /// `slate diff --from-manifest`: what the manifest believes of both sides, with no request
@@ -430,7 +526,8 @@ pub async fn compare_recorded(
         if row.src.is_none() && row.dst.is_none() {
             continue;
         }
-        let a = plan::plan(&row, true);
+        // no store is asked: rows neither side's manifest vouches for are compared by size
+        let a = plan::plan(&row, true, Rule::SizeOnly);
         counts.add(a, &row);
         if !a.is_equal() {
             each(&row, a);
@@ -536,6 +633,7 @@ async fn sync_held(
         &opts.filter,
         opts.full,
         deletes,
+        opts.rule,
         Some(spill),
         &mut each,
     )
@@ -702,7 +800,12 @@ async fn act(
     let (db, pair_id) = (run.db, engine.pair_id);
     // 1. keys equal without a manifest row on both sides: recorded, so that the next run
     //    knows them by their change tokens
-    for action in [Action::EqualDigest, Action::EqualSizeOnly] {
+    for action in [
+        Action::EqualDigest,
+        Action::EqualModTime,
+        Action::EqualContent,
+        Action::EqualSizeOnly,
+    ] {
         let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
         while let Some(rows) = pages.next().await? {
             let mut recs = Vec::with_capacity(rows.len() * 2);
@@ -713,12 +816,16 @@ async fn act(
                         key: r.key.clone(),
                         state: s,
                         hash: None,
+                        equal_by: None,
+                        meta: None,
                     });
                     recs.push(Record {
                         side: manifest::Side::Dst,
                         key: r.key,
                         state: d,
                         hash: None,
+                        equal_by: action.equal_by(),
+                        meta: None,
                     });
                 }
             }

@@ -1,11 +1,13 @@
 //! The planner: pure. One key's listing rows and manifest rows in, one action out. Table-tested
 //! below; everything that decides whether slate copies, deletes or leaves a key alone is here.
 //!
-//! When are two objects equal (docs/ARCHITECTURE.md)? ETags are compared only with themselves over time:
-//! equal when the source is what the manifest recorded when slate last copied it, and the
-//! destination is what slate's write left there. Without manifest rows: sizes equal and a digest
-//! both sides expose (an S3-style single-part MD5 ETag) equal; else sizes alone, counted and
-//! reported as such.
+//! When are two objects equal (docs/ARCHITECTURE.md)? ETags are compared only with themselves
+//! over time: equal when the source is what the manifest recorded when slate last copied it,
+//! and the destination is what slate's write left there. Without manifest rows (a destination
+//! filled by rclone, by hand, by an older slate): sizes equal, then an MD5 both sides list,
+//! then the pair's [`Rule`]: rclone's default, size and modification time ([`by_times`], which
+//! needs the times a cloud side records: the planner says [`Action::CheckTimes`] and
+//! `engine::judge` looks), or content (`--checksum`), or size alone (`--size-only`).
 
 use crate::core::object::State;
 
@@ -38,6 +40,57 @@ pub enum Action {
     Delete = 5,
     /// Only in the destination, but deletes are off: keep.
     KeepExtra = 6,
+    /// Same size, and the same modification time (rclone's default rule).
+    EqualModTime = 7,
+    /// Same content: both sides read and hashed (`--checksum`, no digest both expose).
+    EqualContent = 8,
+    /// Undecided until both modification times are known (a HEAD of a cloud side): what
+    /// [`by_times`] then decides. Never stored.
+    CheckTimes = 9,
+    /// Undecided until both sides are read and hashed (`--checksum`). Never stored.
+    CheckContent = 10,
+}
+
+/// How keys that the manifest cannot vouch for are compared, as rclone's three modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rule {
+    /// Size, then modification time (the source's against the one recorded at the
+    /// destination); a digest both sides list decides first when there is one.
+    #[default]
+    ModTime,
+    /// Size, then content: a digest both sides list, else both read and hashed.
+    Checksum,
+    /// Size alone (`--size-only`).
+    SizeOnly,
+}
+
+impl Rule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::ModTime => "size and modification time",
+            Rule::Checksum => "checksum",
+            Rule::SizeOnly => "size only",
+        }
+    }
+}
+
+/// Two modification times this close are the same: what every store and file system here
+/// keeps (rclone writes nanoseconds; slate's manifest keeps milliseconds).
+pub const MODIFY_WINDOW_MS: i64 = 1;
+
+/// The size-and-time rule for one key whose sizes are equal: `src` is the source's
+/// modification time (the one it records, else its last-modified), `dst_recorded` the one
+/// recorded at the destination (rclone's and slate's `mtime`, a file's mtime), `dst_modified`
+/// the destination's last-modified. Without a recorded time, a destination written before
+/// the source last changed is out of date; without any time, the key is copied (equality is
+/// never assumed).
+pub fn by_times(src: Option<i64>, dst_recorded: Option<i64>, dst_modified: Option<i64>) -> Action {
+    match (src, dst_recorded, dst_modified) {
+        (Some(s), Some(d), _) if (s - d).abs() <= MODIFY_WINDOW_MS => Action::EqualModTime,
+        (Some(_), Some(_), _) => Action::CopyChanged,
+        (Some(s), None, Some(m)) if m >= s => Action::EqualModTime,
+        _ => Action::CopyChanged,
+    }
 }
 
 impl Action {
@@ -51,6 +104,10 @@ impl Action {
             CopyChanged,
             Delete,
             KeepExtra,
+            EqualModTime,
+            EqualContent,
+            CheckTimes,
+            CheckContent,
         ]
         .into_iter()
         .find(|a| *a as u8 == v)
@@ -63,8 +120,29 @@ impl Action {
     pub fn is_equal(self) -> bool {
         matches!(
             self,
-            Action::EqualRecorded | Action::EqualDigest | Action::EqualSizeOnly
+            Action::EqualRecorded
+                | Action::EqualDigest
+                | Action::EqualSizeOnly
+                | Action::EqualModTime
+                | Action::EqualContent
         )
+    }
+
+    /// Still to be decided by a look at the objects ([`by_times`], or reading both).
+    pub fn is_undecided(self) -> bool {
+        matches!(self, Action::CheckTimes | Action::CheckContent)
+    }
+
+    /// Which rule said "equal", as the manifest records it and reports count it.
+    pub fn equal_by(self) -> Option<&'static str> {
+        Some(match self {
+            Action::EqualRecorded => "manifest",
+            Action::EqualDigest => "digest",
+            Action::EqualSizeOnly => "size",
+            Action::EqualModTime => "mtime",
+            Action::EqualContent => "content",
+            _ => return None,
+        })
     }
 }
 
@@ -100,8 +178,9 @@ pub(crate) fn same_as_recorded(now: &State, recorded: &Option<State>, mtime: boo
     }
 }
 
-/// Decides one key. `deletes` is false with `--no-delete`.
-pub fn plan(row: &Row, deletes: bool) -> Action {
+/// Decides one key. `deletes` is false with `--no-delete`; `rule` decides keys the manifest
+/// cannot vouch for whose sizes are equal and whose digests (if any) say nothing.
+pub fn plan(row: &Row, deletes: bool, rule: Rule) -> Action {
     match (&row.src, &row.dst) {
         (None, None) => Action::EqualRecorded,
         (Some(_), None) => Action::CopyMissing,
@@ -129,7 +208,11 @@ pub fn plan(row: &Row, deletes: bool) -> Action {
             match (md5_etag(&s.etag), md5_etag(&d.etag)) {
                 (Some(a), Some(b)) if a == b => Action::EqualDigest,
                 (Some(_), Some(_)) => Action::CopyChanged,
-                _ => Action::EqualSizeOnly,
+                _ => match rule {
+                    Rule::SizeOnly => Action::EqualSizeOnly,
+                    Rule::ModTime => Action::CheckTimes,
+                    Rule::Checksum => Action::CheckContent,
+                },
             }
         }
     }
@@ -363,7 +446,83 @@ mod tests {
                 m_src,
                 m_dst,
             };
-            assert_eq!(plan(&row, deletes), want, "{name}");
+            assert_eq!(plan(&row, deletes, Rule::SizeOnly), want, "{name}");
+            // the other rules differ only where size alone decided
+            let other = |rule| match want {
+                EqualSizeOnly if rule == Rule::ModTime => CheckTimes,
+                EqualSizeOnly => CheckContent,
+                a => a,
+            };
+            for rule in [Rule::ModTime, Rule::Checksum] {
+                assert_eq!(plan(&row, deletes, rule), other(rule), "{name} ({rule:?})");
+            }
+        }
+    }
+
+    #[test]
+    fn times_decide_like_rclone() {
+        // (name, source time, recorded at the destination, destination last-modified, action)
+        let cases = [
+            (
+                "same recorded time",
+                Some(1000),
+                Some(1000),
+                Some(9000),
+                EqualModTime,
+            ),
+            (
+                "recorded within the window",
+                Some(1000),
+                Some(1001),
+                None,
+                EqualModTime,
+            ),
+            (
+                "recorded time older",
+                Some(2000),
+                Some(1000),
+                Some(9000),
+                CopyChanged,
+            ),
+            (
+                "recorded time newer",
+                Some(1000),
+                Some(2000),
+                Some(9000),
+                CopyChanged,
+            ),
+            (
+                "no record, written after the source changed",
+                Some(1000),
+                None,
+                Some(1500),
+                EqualModTime,
+            ),
+            (
+                "no record, written at the same instant",
+                Some(1000),
+                None,
+                Some(1000),
+                EqualModTime,
+            ),
+            (
+                "no record, written before the source changed",
+                Some(2000),
+                None,
+                Some(1000),
+                CopyChanged,
+            ),
+            ("nothing to compare", Some(1000), None, None, CopyChanged),
+            (
+                "source time unknown",
+                None,
+                Some(1000),
+                Some(1000),
+                CopyChanged,
+            ),
+        ];
+        for (name, src, rec, modified, want) in cases {
+            assert_eq!(by_times(src, rec, modified), want, "{name}");
         }
     }
 
@@ -377,6 +536,10 @@ mod tests {
             CopyChanged,
             Delete,
             KeepExtra,
+            EqualModTime,
+            EqualContent,
+            CheckTimes,
+            CheckContent,
         ] {
             assert_eq!(Action::from_u8(a as u8), Some(a));
         }

@@ -12,6 +12,7 @@ use crate::core::meta::Placement;
 use crate::core::units::parse_size;
 use crate::engine::lease::Wait;
 use crate::engine::once::{MaxDelete, SyncOptions};
+use crate::engine::plan::Rule;
 
 /// What a job does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +105,8 @@ const OPTION_FIELDS: &[&str] = &[
     "copy_links",
     "storage_class",
     "acl",
+    "checksum",
+    "size_only",
 ];
 
 /// Checks a `POST /jobs` body; every refusal names the field.
@@ -203,6 +206,28 @@ impl JobRequest {
             })?;
         }
         let max_delete = o.max_delete()?;
+        let rule = match (o.flag("checksum")?, o.flag("size_only")?) {
+            (true, true) => {
+                return Err(Opts::bad(
+                    "size_only",
+                    "'checksum' and 'size_only' are two different rules: give one",
+                ))
+            }
+            (true, _) => Rule::Checksum,
+            (_, true) => Rule::SizeOnly,
+            _ => Rule::ModTime,
+        };
+        if self.kind == Kind::Copy && rule != Rule::ModTime {
+            let k = if rule == Rule::Checksum {
+                "checksum"
+            } else {
+                "size_only"
+            };
+            return Err(Opts::bad(
+                k,
+                format!("'{k}' applies to sync-once and diff jobs"),
+            ));
+        }
         let (dry_run, no_delete) = (o.flag("dry_run")?, o.flag("no_delete")?);
         let filter = Filter::new(o.list("include")?, o.list("exclude")?, None)
             .map_err(|e| Opts::bad(e.list, format!("'{}': {e}", e.list)))?;
@@ -222,6 +247,7 @@ impl JobRequest {
                 copy: copy.clone(),
                 // a job waits for another reconcile of its pair to finish
                 wait: Wait::Yes,
+                rule,
                 purpose: format!("job ({})", self.kind.name()),
             },
             copy,

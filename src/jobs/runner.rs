@@ -376,7 +376,7 @@ async fn run_diff(
     dst: &Location,
     opts: &SyncOptions,
 ) -> Result<Outcome> {
-    let scan = once::compare(&manifest, src, dst, &opts.filter, &mut |_, _| {}).await?;
+    let scan = once::compare(&manifest, src, dst, &opts.filter, opts.rule, &mut |_, _| {}).await?;
     let c = scan.counts;
     Ok(Outcome {
         failed: 0,

@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/0004_jobs.sql"),
     include_str!("../../schema/0005_expansions.sql"),
     include_str!("../../schema/0006_leases.sql"),
+    include_str!("../../schema/0007_equality.sql"),
 ];
 
 /// Which side of a pair.
@@ -81,6 +82,10 @@ pub struct Record {
     pub key: String,
     pub state: State,
     pub hash: Option<String>,
+    /// Destination rows: `copied`, or the rule that found the sides equal (`mtime`, …).
+    pub equal_by: Option<&'static str>,
+    /// Fingerprint of the metadata that travelled with the bytes ([`crate::core::meta::Meta`]).
+    pub meta: Option<String>,
 }
 
 /// Connections that only read.
@@ -382,11 +387,14 @@ impl Manifest {
             let tx = c.transaction()?;
             {
                 let mut st = tx.prepare_cached(
-                    "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, hash, synced_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                    "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, hash, synced_at,
+                        equal_by, meta)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                      ON CONFLICT (pair_id, side, key) DO UPDATE SET size = excluded.size,
                         etag = excluded.etag, last_modified = excluded.last_modified,
-                        hash = COALESCE(excluded.hash, objects.hash), synced_at = excluded.synced_at",
+                        hash = COALESCE(excluded.hash, objects.hash), synced_at = excluded.synced_at,
+                        equal_by = COALESCE(excluded.equal_by, objects.equal_by),
+                        meta = COALESCE(excluded.meta, objects.meta)",
                 )?;
                 for r in recs {
                     st.execute(params![
@@ -397,7 +405,9 @@ impl Manifest {
                         r.state.etag,
                         r.state.mtime_ms,
                         r.hash,
-                        t
+                        t,
+                        r.equal_by,
+                        r.meta
                     ])?;
                 }
             }
@@ -664,6 +674,8 @@ mod tests {
             key: "k".into(),
             state: st(1, "e"),
             hash: None,
+            equal_by: None,
+            meta: None,
         };
         m.record(p, std::slice::from_ref(&rec)).unwrap();
         m.set_token(p, "k", "05").unwrap();
@@ -700,18 +712,24 @@ mod tests {
                     key: "k1".into(),
                     state: st(1, "e1"),
                     hash: Some("h".into()),
+                    equal_by: None,
+                    meta: None,
                 },
                 Record {
                     side: Side::Dst,
                     key: "k1".into(),
                     state: st(1, "d1"),
                     hash: None,
+                    equal_by: None,
+                    meta: None,
                 },
                 Record {
                     side: Side::Dst,
                     key: "gone".into(),
                     state: st(5, "d5"),
                     hash: None,
+                    equal_by: None,
+                    meta: None,
                 },
             ],
         )

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use slate::engine::plan::Row as ScanRow;
-use slate::engine::plan::{plan, Action};
+use slate::engine::plan::{plan, Action, Rule};
 use slate::state::manifest::State;
 
 use crate::fail;
@@ -188,8 +188,23 @@ fn row_of(k: &KeyWorld) -> (ScanRow, Option<u8>, Option<u8>) {
 pub(crate) fn check_plan(k: &KeyWorld) -> Result<(), TestCaseError> {
     let (row, src, dst) = row_of(k);
     for deletes in [true, false] {
-        let action = plan(&row, deletes);
+        let action = plan(&row, deletes, Rule::SizeOnly);
         let ctx = || format!("{action:?} (deletes {deletes}) for {row:?}");
+        // the other rules leave undecided exactly what size alone took as equal
+        for (rule, undecided) in [
+            (Rule::ModTime, Action::CheckTimes),
+            (Rule::Checksum, Action::CheckContent),
+        ] {
+            let other = plan(&row, deletes, rule);
+            let same = if action == Action::EqualSizeOnly {
+                other == undecided
+            } else {
+                other == action
+            };
+            if !same {
+                return Err(fail(format!("{rule:?} planned {other:?}: {}", ctx())));
+            }
+        }
         if action == Action::Delete && (src.is_some() || !deletes) {
             return Err(fail(format!("deletes a key it must keep: {}", ctx())));
         }
@@ -202,6 +217,10 @@ pub(crate) fn check_plan(k: &KeyWorld) -> Result<(), TestCaseError> {
             Action::EqualRecorded
             | Action::EqualDigest
             | Action::EqualSizeOnly
+            | Action::EqualModTime
+            | Action::EqualContent
+            | Action::CheckTimes
+            | Action::CheckContent
             | Action::KeepExtra => dst,
         };
         if action == Action::EqualSizeOnly {

@@ -1,0 +1,148 @@
+//! Decides the keys the planner left undecided ([`Action::CheckTimes`],
+//! [`Action::CheckContent`]): keys the manifest cannot vouch for (a first reconcile against a
+//! destination filled by rclone, by hand, by an older slate) whose sizes are equal. It looks
+//! at the objects: the modification time each side records (a HEAD of a cloud side: rclone's
+//! and slate's `mtime`, else the last-modified), or, with `--checksum`, the content of both
+//! (read and hashed with xxh3). The decision itself is the planner's ([`plan::by_times`]).
+
+use std::time::SystemTime;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::GetOptions;
+
+use super::plan::{self, Action, Row, Rule};
+use crate::copy::hash::ContentHash;
+use crate::copy::read::{read_chunk, ChunkSink};
+use crate::copy::transfer::chunks;
+use crate::core::meta::Meta;
+use crate::core::object::millis;
+use crate::stores::retry::{ChunkError, Retry};
+use crate::stores::side::{store_path, Side};
+
+/// How many undecided keys are looked at at once.
+pub const AT_ONCE: usize = 32;
+
+/// The chunk in which content is read for `--checksum`.
+const CHUNK: u64 = 64 << 20;
+
+/// What decides undecided keys of one pair.
+pub struct Judge {
+    pub src: Side,
+    pub dst: Side,
+    pub rule: Rule,
+}
+
+/// A side's view of one object's time: the one it records, and its last-modified.
+struct Times {
+    recorded: Option<i64>,
+    modified: Option<i64>,
+}
+
+impl Judge {
+    /// The final action for `row`, planned as `a`: `a` itself unless it is undecided. A look
+    /// that fails decides "copy": never equal on a guess, and copying again loses nothing.
+    pub async fn decide(&self, row: &Row, a: Action) -> Action {
+        let r = match a {
+            Action::CheckTimes => self.by_times(row).await,
+            Action::CheckContent => self.by_content(row).await,
+            a => return a,
+        };
+        r.unwrap_or_else(|e| {
+            tracing::info!(key = %row.key, error = %e, "could not compare; copying it");
+            Action::CopyChanged
+        })
+    }
+
+    async fn by_times(&self, row: &Row) -> Result<Action, String> {
+        let src = times(&self.src, row, true).await?;
+        let dst = times(&self.dst, row, false).await?;
+        // the source's time is the one it records (rclone's `mtime`), else its last change
+        let src_time = src.recorded.or(src.modified);
+        Ok(plan::by_times(src_time, dst.recorded, dst.modified))
+    }
+
+    async fn by_content(&self, row: &Row) -> Result<Action, String> {
+        let size = row.src.as_ref().map(|s| s.size).unwrap_or(0);
+        let a = content(&self.src, &row.key, size).await?;
+        let b = content(&self.dst, &row.key, size).await?;
+        Ok(if a == b {
+            Action::EqualContent
+        } else {
+            Action::CopyChanged
+        })
+    }
+}
+
+/// The full key (cloud) or absolute path (local) of `rel` on `side`.
+fn full_key(side: &Side, rel: &str) -> String {
+    match side {
+        Side::Cloud { loc, .. } => loc.key_for(rel),
+        Side::Local { loc } => loc.local_path().join(rel).to_string_lossy().to_string(),
+    }
+}
+
+/// The times of `row`'s object on `side`: a local file's mtime is what it records; a cloud
+/// object's recorded time needs a HEAD (listings carry no user metadata).
+async fn times(side: &Side, row: &Row, is_src: bool) -> Result<Times, String> {
+    let listed = if is_src { &row.src } else { &row.dst };
+    let listed_ms = listed.as_ref().and_then(|s| s.mtime_ms);
+    match side {
+        Side::Local { .. } => Ok(Times {
+            recorded: listed_ms,
+            modified: listed_ms,
+        }),
+        Side::Cloud { store, loc, .. } => {
+            let key = loc.key_for(&row.key);
+            let path = store_path(&key).map_err(|e| e.to_string())?;
+            let opts = GetOptions {
+                head: true,
+                ..Default::default()
+            };
+            let res = Retry::default()
+                .for_store(loc.scheme.short())
+                .request(&key, |_| true, |_| store.get_opts(&path, opts.clone()))
+                .await
+                .map_err(|e| format!("HEAD {key}: {e}"))?;
+            let meta = Meta::from_attributes(loc.scheme, &res.attributes);
+            let modified: SystemTime = res.meta.last_modified.into();
+            Ok(Times {
+                recorded: millis(meta.mtime),
+                modified: millis(Some(modified)).or(listed_ms),
+            })
+        }
+    }
+}
+
+/// The content hash of `rel` on `side`, read in chunks.
+async fn content(side: &Side, rel: &str, size: u64) -> Result<ContentHash, String> {
+    let key = full_key(side, rel);
+    if size == 0 {
+        return Ok(ContentHash::from_blocks(&[], 0));
+    }
+    let parts = chunks(size, CHUNK);
+    let whole = parts.len() == 1;
+    let store_name = side.location().scheme.short();
+    let mut digests = Vec::new();
+    let outs: Vec<_> = futures::stream::iter(parts)
+        .map(|r| {
+            let key = key.as_str();
+            async move {
+                Retry::default()
+                    .for_store(store_name)
+                    .run(
+                        key,
+                        |e| matches!(e, ChunkError::Retry(_)),
+                        |_| read_chunk(side, key, None, r.clone(), whole, ChunkSink::Discard),
+                    )
+                    .await
+            }
+        })
+        .buffered(4)
+        .try_collect()
+        .await
+        .map_err(|e| format!("reading {key}: {e}"))?;
+    for o in outs {
+        digests.extend(o.digests);
+    }
+    Ok(ContentHash::from_blocks(&digests, size))
+}
