@@ -20,7 +20,9 @@
 //! `AZURITE_QUEUE_STORAGE_URL` moves it, default `http://127.0.0.1:10001`), else
 //! `https://ACCOUNT.queue.core.windows.net`. Credentials: the connection string's
 //! `AccountKey` / `SharedAccessSignature`, `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`
-//! (or `_SAS_TOKEN`), or Azurite's well-known key.
+//! (or `_SAS_TOKEN`), or Azurite's well-known key. A SAS URL sets endpoint and token at once:
+//! `AZURE_STORAGE_QUEUE_SAS_URL` (a queue or account SAS URL of the queue service), or an
+//! account SAS URL in `AZURE_STORAGE_SAS_URL` whose services include the queue (`ss=…q…`).
 
 use std::time::Duration;
 
@@ -30,7 +32,7 @@ use ring::hmac;
 use super::source::{Message, Source};
 use super::text::{base64_decode, base64_encode};
 use crate::core::error::{Result, SlateError};
-use crate::stores::ConnectionString;
+use crate::stores::{ConnectionString, SasUrl};
 
 /// Azurite's account and key, published in Azure's documentation.
 const AZURITE_ACCOUNT: &str = "devstoreaccount1";
@@ -121,7 +123,46 @@ impl AzQueueSource {
         };
         let emulator = cs.dev_storage
             || env("AZURE_STORAGE_USE_EMULATOR").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let endpoint = if let Some(ep) = cs.queue_endpoint.clone() {
+        // a SAS URL for the queue (or an account SAS URL that covers the queue service): its
+        // endpoint and token; an account SAS URL for Blob (AZURE_STORAGE_SAS_URL, `ss` naming
+        // `q`) lends its token to the account's queue endpoint
+        let sas_url = match env("AZURE_STORAGE_QUEUE_SAS_URL") {
+            Some(u) => Some(SasUrl::parse(&u, "queue").map_err(|why| SlateError::Store {
+                url: spec.to_string(),
+                detail: format!("AZURE_STORAGE_QUEUE_SAS_URL: {why}"),
+            })?),
+            None => env("AZURE_STORAGE_SAS_URL")
+                .and_then(|u| SasUrl::parse(&u, "blob").ok())
+                .filter(|s| {
+                    s.endpoint.contains(".blob.core.windows.net")
+                        && s.token
+                            .split('&')
+                            .any(|kv| kv.starts_with("ss=") && kv.contains('q'))
+                })
+                .map(|s| SasUrl {
+                    endpoint: s
+                        .endpoint
+                        .replace(".blob.core.windows.net", ".queue.core.windows.net"),
+                    resource: None,
+                    ..s
+                }),
+        };
+        if let Some(s) = &sas_url {
+            let wrong = if s.account != account {
+                Some(format!("account '{}'", s.account))
+            } else {
+                s.resource
+                    .as_deref()
+                    .filter(|r| *r != queue)
+                    .map(|r| format!("queue '{r}'"))
+            };
+            if let Some(w) = wrong {
+                return Err(bad(spec, format!("the queue's SAS URL is for {w}")));
+            }
+        }
+        let endpoint = if let Some(s) = &sas_url {
+            s.endpoint.clone()
+        } else if let Some(ep) = cs.queue_endpoint.clone() {
             ep
         } else if emulator {
             let base =
@@ -140,6 +181,9 @@ impl AzQueueSource {
             .clone()
             .or_else(|| env("AZURE_STORAGE_SAS_KEY"))
             .or_else(|| env("AZURE_STORAGE_SAS_TOKEN"));
+        // a SAS URL given for the queue is what the queue is reached with
+        let key = if sas_url.is_some() { None } else { key };
+        let sas = sas_url.map(|s| s.token).or(sas);
         let auth = match (key, sas) {
             (Some(k), _) => Auth::SharedKey {
                 account: account.to_string(),

@@ -59,10 +59,10 @@ impl SqsSource {
                 why: "missing queue name or URL".into(),
             });
         }
-        let region =
-            aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1");
+        // the same chain and region as the S3 data path (stores::aws)
         let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(region)
+            .region(aws_config::Region::new(crate::stores::aws::region()))
+            .credentials_provider(crate::stores::aws::chain())
             .load()
             .await;
         let client = Client::new(&conf);

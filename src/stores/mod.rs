@@ -8,6 +8,7 @@
 //! the tests turn on) wraps every store built here in a `FaultyStore` that fails a share of the
 //! requests. A slate built without the feature ignores the variable, with one warning.
 
+pub mod aws;
 pub mod azblob;
 #[cfg(feature = "faults")]
 pub mod faults;
@@ -38,30 +39,41 @@ pub const FAULTS_ENV: &str = "SLATE_FAULTS";
 
 /// The environment variables slate reads, with what they do (shown by `--help`).
 pub const ENV_HELP: &str = "\
-Environment (credentials and endpoints; no config file needed):
-  S3 and S3-compatibles (MinIO, R2, Ceph, OCI):
+Credentials and endpoints (no config file needed; each cloud's own CLI setup works as is).
+Explicit variables win; then, in order:
+  S3 and S3-compatibles (MinIO, R2, Ceph, OCI), and SQS, one chain for both:
     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN   static credentials
-    AWS_REGION / AWS_DEFAULT_REGION       region (default us-east-1)
+    ~/.aws/credentials, ~/.aws/config     what `aws configure` writes; AWS_PROFILE picks the
+                                          profile (keys, SSO, credential_process, assumed role);
+                                          AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE move them
+    AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN  web identity (EKS)
+    AWS_CONTAINER_CREDENTIALS_RELATIVE_URI     ECS task role
+    SLATE_USE_INSTANCE_METADATA=true      EC2 instance role (opt-in)
+    AWS_REGION / AWS_DEFAULT_REGION       region (else the profile's, else us-east-1)
     AWS_ENDPOINT_URL                      endpoint of an S3-compatible server
     AWS_ALLOW_HTTP=true                   allow http:// endpoints (implied by an http:// endpoint)
     AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true virtual-hosted style (default: path style)
-    AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN  web identity (EKS)
-    AWS_CONTAINER_CREDENTIALS_RELATIVE_URI     ECS task role
-  Azure Blob:
-    AZURE_STORAGE_CONNECTION_STRING       account, key or SAS, and endpoint in one string
+  Azure Blob (and the Storage Queue of `azqueue://` events):
+    AZURE_STORAGE_CONNECTION_STRING       account, key or SAS, and endpoints in one string
     AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY   shared key
     AZURE_STORAGE_SAS_KEY                 SAS token
+    AZURE_STORAGE_SAS_URL                 a container (or account) SAS URL: endpoint, account
+                                          and token in one (as the portal and
+                                          `az storage container generate-sas --as-url` give it)
+    AZURE_STORAGE_QUEUE_SAS_URL           the events queue's SAS URL (an account SAS URL in
+                                          AZURE_STORAGE_SAS_URL whose ss= has q serves too)
     AZURE_CLIENT_ID, AZURE_CLIENT_SECRET, AZURE_TENANT_ID   service principal
     AZURE_FEDERATED_TOKEN_FILE            workload identity
+    AZURE_USE_AZURE_CLI=true              the token of `az login`
+    SLATE_USE_INSTANCE_METADATA=true      managed identity (opt-in)
     AZURE_STORAGE_USE_EMULATOR=true       Azurite (AZURITE_BLOB_STORAGE_URL moves it)
   Google Cloud Storage:
     GOOGLE_APPLICATION_CREDENTIALS        service account or user credentials file
+    ~/.config/gcloud/application_default_credentials.json   `gcloud auth application-default login`
     GOOGLE_SERVICE_ACCOUNT / GOOGLE_SERVICE_ACCOUNT_KEY   service account file / JSON
     GOOGLE_BASE_URL                       another endpoint
     STORAGE_EMULATOR_HOST                 an emulator (fake-gcs-server), no credentials
-  Any cloud:
-    SLATE_USE_INSTANCE_METADATA=true      allow credentials from the cloud's metadata server
-                                          (EC2/AKS/GCE instance roles)
+    SLATE_USE_INSTANCE_METADATA=true      the GCE service account (opt-in)
 ";
 
 /// object_store's own retries are off: every request has one retry budget, slate's
@@ -208,21 +220,16 @@ pub struct S3Settings {
 /// Reads the S3 settings for `loc` from the environment.
 pub fn s3_settings(loc: &Location) -> Result<S3Settings> {
     let static_keys = env("AWS_ACCESS_KEY_ID").is_some() && env("AWS_SECRET_ACCESS_KEY").is_some();
-    let other = env("AWS_WEB_IDENTITY_TOKEN_FILE").is_some()
-        || env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
-        || env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_some()
-        || env_true("AWS_SKIP_SIGNATURE")
-        || env_true("SLATE_USE_INSTANCE_METADATA");
-    if !static_keys && !other {
+    let anonymous = env_true("AWS_SKIP_SIGNATURE");
+    if !static_keys && !anonymous && !aws::has_source() {
         return Err(missing(
             loc,
-            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_WEB_IDENTITY_TOKEN_FILE; \
-             on EC2 set SLATE_USE_INSTANCE_METADATA=true)",
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run `aws configure` (~/.aws/\
+             credentials; AWS_PROFILE picks a profile), or AWS_WEB_IDENTITY_TOKEN_FILE; on EC2 \
+             set SLATE_USE_INSTANCE_METADATA=true",
         ));
     }
-    let region = env("AWS_REGION")
-        .or_else(|| env("AWS_DEFAULT_REGION"))
-        .unwrap_or_else(|| "us-east-1".to_string());
+    let region = aws::region();
     let endpoint = env("AWS_ENDPOINT_URL_S3")
         .or_else(|| env("AWS_ENDPOINT_URL"))
         .or_else(|| env("AWS_ENDPOINT"))
@@ -238,6 +245,10 @@ pub fn s3_settings(loc: &Location) -> Result<S3Settings> {
         .with_retry(retry_config());
     if let Some(ep) = &endpoint {
         builder = builder.with_endpoint(ep);
+    }
+    if !static_keys && !anonymous {
+        // explicit variables win; else the AWS CLI's chain (shared files, SSO, roles)
+        builder = builder.with_credentials(Arc::new(aws::SdkCredentials::new()));
     }
     Ok(S3Settings {
         builder,
@@ -311,6 +322,76 @@ impl ConnectionString {
     }
 }
 
+/// An Azure SAS URL: `https://ACCOUNT.blob.core.windows.net/CONTAINER?sv=…&sig=…` (or an
+/// account SAS with no container; Azurite: `http://127.0.0.1:10000/ACCOUNT/CONTAINER?…`). Its
+/// `Debug` never shows the token.
+#[derive(PartialEq)]
+pub struct SasUrl {
+    /// Scheme, host and (Azurite) account path: what the service's URLs start with.
+    pub endpoint: String,
+    pub account: String,
+    /// The container or queue the SAS names, if it names one.
+    pub resource: Option<String>,
+    /// The query, without `?`.
+    pub token: String,
+}
+
+impl std::fmt::Debug for SasUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SasUrl")
+            .field("endpoint", &self.endpoint)
+            .field("account", &self.account)
+            .field("resource", &self.resource)
+            .field("token", &"(hidden)")
+            .finish()
+    }
+}
+
+impl SasUrl {
+    /// Parses a SAS URL of `service` (`blob`, `queue`). Errors never repeat the token.
+    pub fn parse(s: &str, service: &str) -> std::result::Result<SasUrl, String> {
+        let u = url::Url::parse(s.trim()).map_err(|e| format!("not a URL ({e})"))?;
+        let token = u.query().unwrap_or("").to_string();
+        if !token.contains("sig=") {
+            return Err("has no SAS token (no 'sig=' in its query)".into());
+        }
+        let host = u.host_str().ok_or("has no host")?.to_string();
+        let origin = match u.port() {
+            Some(p) => format!("{}://{host}:{p}", u.scheme()),
+            None => format!("{}://{host}", u.scheme()),
+        };
+        let mut segs: Vec<String> = u
+            .path_segments()
+            .map(|p| p.filter(|s| !s.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default();
+        let suffix = format!(".{service}.core.windows.net");
+        let (endpoint, account) = if let Some(acct) = host.strip_suffix(&suffix) {
+            (origin, acct.to_string())
+        } else if host.parse::<std::net::IpAddr>().is_ok() || host == "localhost" {
+            // an emulator: the account is the first path segment
+            if segs.is_empty() {
+                return Err(
+                    "names no account (emulator URLs are http://HOST:PORT/ACCOUNT/…)".into(),
+                );
+            }
+            let acct = segs.remove(0);
+            (format!("{origin}/{acct}"), acct)
+        } else {
+            let acct = host.split('.').next().unwrap_or("").to_string();
+            (origin, acct)
+        };
+        if account.is_empty() {
+            return Err("names no account".into());
+        }
+        Ok(SasUrl {
+            endpoint,
+            account,
+            resource: segs.first().cloned(),
+            token,
+        })
+    }
+}
+
 /// First few characters of a segment, so an error names the place without leaking a secret.
 fn first_word(s: &str) -> String {
     s.chars().take(12).collect()
@@ -357,6 +438,31 @@ pub fn azure_builder(loc: &Location) -> Result<(MicrosoftAzureBuilder, bool)> {
             allow_http |= ep.starts_with("http://");
             b = b.with_endpoint(ep);
         }
+    }
+    if let Some(url) = env("AZURE_STORAGE_SAS_URL") {
+        // a container (or account) SAS URL, as the portal and `az storage container
+        // generate-sas` give it: the endpoint, the account and the token in one
+        let sas = SasUrl::parse(&url, "blob").map_err(|why| SlateError::Store {
+            url: loc.to_string(),
+            detail: format!("AZURE_STORAGE_SAS_URL: {why}"),
+        })?;
+        if let Some(c) = &sas.resource {
+            if *c != loc.bucket {
+                return Err(SlateError::Store {
+                    url: loc.to_string(),
+                    detail: format!(
+                        "AZURE_STORAGE_SAS_URL is for container '{c}', not '{}'",
+                        loc.bucket
+                    ),
+                });
+            }
+        }
+        allow_http |= sas.endpoint.starts_with("http://");
+        b = b
+            .with_account(&sas.account)
+            .with_endpoint(sas.endpoint.clone())
+            .with_config(AzureConfigKey::SasKey, sas.token.clone());
+        has_auth = true;
     }
     if !(has_auth || emulator) {
         return Err(missing(
@@ -425,6 +531,47 @@ fn build_gcs(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_sas_urls() {
+        let s = SasUrl::parse(
+            "https://acct.blob.core.windows.net/site?sv=2021-12-02&sr=c&sp=rl&sig=SECRET%3D",
+            "blob",
+        )
+        .unwrap();
+        assert_eq!(s.endpoint, "https://acct.blob.core.windows.net");
+        assert_eq!(s.account, "acct");
+        assert_eq!(s.resource.as_deref(), Some("site"));
+        assert_eq!(s.token, "sv=2021-12-02&sr=c&sp=rl&sig=SECRET%3D");
+        assert!(!format!("{s:?}").contains("SECRET"));
+        let s = SasUrl::parse(
+            "http://127.0.0.1:10000/devstoreaccount1/c1?sv=1&sig=x",
+            "blob",
+        )
+        .unwrap();
+        assert_eq!(s.endpoint, "http://127.0.0.1:10000/devstoreaccount1");
+        assert_eq!(
+            (s.account.as_str(), s.resource.as_deref()),
+            ("devstoreaccount1", Some("c1"))
+        );
+        let s = SasUrl::parse(
+            "https://acct.queue.core.windows.net/?sv=1&ss=bq&sig=x",
+            "queue",
+        )
+        .unwrap();
+        assert_eq!((s.account.as_str(), s.resource), ("acct", None));
+        for (bad, why) in [
+            (
+                "https://acct.blob.core.windows.net/c?sv=1&SECRETX",
+                "no SAS token",
+            ),
+            ("not a url", "not a URL"),
+            ("http://127.0.0.1:10000/?sv=1&sig=SECRETX", "no account"),
+        ] {
+            let e = SasUrl::parse(bad, "blob").unwrap_err();
+            assert!(e.contains(why) && !e.contains("SECRETX"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn parses_connection_strings() {
