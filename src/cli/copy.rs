@@ -85,6 +85,11 @@ pub struct TuningArgs {
     /// or GCS predefined ACLs (public-read, project-private, …). Azure has none per blob.
     #[arg(long, value_name = "CANNED")]
     pub acl: Option<String>,
+    /// Write the bytes alone: no Content-Type or other Content-* headers, no user metadata,
+    /// no recorded modification time (the store's defaults apply; a local file gets the
+    /// source's listed time).
+    #[arg(long)]
+    pub no_metadata: bool,
     /// Config file (default: ~/.config/slate/slate.toml when it exists).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -124,6 +129,7 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
                 .or_else(|| cfg.copy.storage_class.clone()),
             acl: args.acl.clone().or_else(|| cfg.copy.acl.clone()),
         },
+        metadata: !args.no_metadata,
     }
 }
 

@@ -55,6 +55,7 @@ fn status(a: Action) -> &'static str {
     match a {
         Action::CopyMissing => "only_in_source",
         Action::Delete | Action::KeepExtra => "only_in_destination",
+        Action::MetaChanged => "metadata_changed",
         _ => "changed",
     }
 }
@@ -155,6 +156,7 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
                 "only_in_source": counts.only_in_source,
                 "only_in_destination": counts.only_in_destination + counts.kept,
                 "changed": counts.changed,
+                "metadata_changed": counts.metadata_changed,
                 "equal": counts.equal,
                 "equal_by": {
                     "manifest": counts.equal_recorded,
@@ -194,6 +196,12 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
             counts.changed,
             b(counts.bytes_changed)
         );
+        if counts.metadata_changed > 0 {
+            println!(
+                "  metadata changed:    {} (same bytes; updated in place by sync)",
+                counts.metadata_changed
+            );
+        }
         println!(
             "  equal:               {} ({}){}",
             counts.equal,

@@ -332,6 +332,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
             Action::CopyChanged => "copy (changed)",
             Action::Delete => "delete",
             Action::KeepExtra => "keep (--no-delete)",
+            Action::MetaChanged => "update metadata",
             _ => return,
         };
         println!("{what}: {}", row.key);

@@ -55,6 +55,9 @@ pub struct CopyOptions {
     /// Storage class and canned ACL of what is written (`--storage-class`, `--acl`); checked
     /// for the destination's store by [`CopyOptions::placement_for`].
     pub placement: Placement,
+    /// Carry Content-* headers, user metadata and the modification time (default); false
+    /// writes the bytes alone (`--no-metadata`), as slate did before it carried them.
+    pub metadata: bool,
 }
 
 impl Default for CopyOptions {
@@ -70,6 +73,7 @@ impl Default for CopyOptions {
             counters: None,
             copy_links: false,
             placement: Placement::default(),
+            metadata: true,
         }
     }
 }

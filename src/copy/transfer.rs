@@ -82,6 +82,8 @@ pub struct Ctx {
     pub placement: Placement,
     /// Azure destinations: the Blob calls that carry properties (Put Block List).
     pub azure: Option<Arc<AzureBlob>>,
+    /// S3 destinations: CopyObject onto itself, which replaces metadata in place.
+    pub s3_self: Option<Arc<S3CrossBucket>>,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -185,6 +187,7 @@ impl Ctx {
             Scheme::Azure => Some(Arc::new(AzureBlob::for_location(&dst_loc)?)),
             _ => None,
         };
+        let s3_self = S3CrossBucket::with_placement(&dst_loc, &dst_loc, &placement)?.map(Arc::new);
         let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
         Ok(Ctx {
             src: plan.src.clone(),
@@ -199,6 +202,7 @@ impl Ctx {
             cross,
             placement,
             azure,
+            s3_self,
         })
     }
 
@@ -213,6 +217,7 @@ impl Ctx {
                     .unwrap_or_default();
                 if m.mtime.is_none() {
                     m.mtime = item.mtime;
+                    m.listed_time = true;
                 }
                 m
             }
@@ -221,8 +226,15 @@ impl Ctx {
 
     /// `meta` as the destination's store takes it, with the storage class asked for; every
     /// change made to fit is logged, what cannot fit is an error naming the object and field.
-    fn dst_attributes(&self, item: &Item, meta: &Meta) -> Result<Attributes, SlateError> {
+    pub fn dst_attributes(&self, item: &Item, meta: &Meta) -> Result<Attributes, SlateError> {
         let scheme = self.dst.location().scheme;
+        if !self.opts.metadata {
+            // the bytes alone (--no-metadata), with the storage class asked for
+            return Meta::default()
+                .to_attributes(scheme, self.placement.storage_class.as_deref())
+                .map(|(a, _)| a)
+                .map_err(|e| obj_err(item, e));
+        }
         let (attrs, notes) = meta
             .to_attributes(scheme, self.placement.storage_class.as_deref())
             .map_err(|e| obj_err(item, format!("metadata for {}: {e}", item.dst)))?;
@@ -472,7 +484,11 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         None => ctx.head_attrs(item).await?,
     };
     let meta = ctx.src_meta(item, attrs.as_ref());
-    let mtime = meta.mtime;
+    let mtime = if ctx.opts.metadata {
+        meta.mtime
+    } else {
+        item.mtime
+    };
     let hash = assemble(results, item.size);
     let tmp =
         Arc::try_unwrap(tmp).map_err(|_| obj_err(item, "internal: temp file still shared"))?;

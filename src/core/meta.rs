@@ -42,6 +42,10 @@ pub struct Meta {
     pub user: BTreeMap<String, String>,
     /// The modification time recorded with the object (rclone's `mtime`), or a local file's.
     pub mtime: Option<SystemTime>,
+    /// `mtime` is the store's last-modified time, taken because the object records none: it
+    /// is written to the destination, but it is no metadata of the object's own, so the
+    /// [`Meta::fingerprint`] leaves it out.
+    pub listed_time: bool,
 }
 
 /// One change made to fit a destination, for the log.
@@ -221,7 +225,8 @@ impl Meta {
             s.push_str(v);
             s.push('\0');
         }
-        if let Some(t) = self.mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
+        let recorded = self.mtime.filter(|_| !self.listed_time);
+        if let Some(t) = recorded.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
             // milliseconds: what every store and file system here keeps at least
             s.push_str(&t.as_millis().to_string());
         }
@@ -717,6 +722,12 @@ mod tests {
         let mut d = a.clone();
         d.mtime = Some(t(1_700_000_001, 0));
         assert_ne!(a.fingerprint(), d.fingerprint());
+        // a last-modified time standing in for a recorded one is no metadata of the object
+        let (mut e, mut f) = (a.clone(), a.clone());
+        e.listed_time = true;
+        f.listed_time = true;
+        f.mtime = Some(t(1_700_000_009, 0));
+        assert_eq!(e.fingerprint(), f.fingerprint());
     }
 
     #[test]

@@ -707,6 +707,8 @@ async fn apply_pending(
                     stats.copied.fetch_add(1, Relaxed)
                 }
                 Applied::Deleted => stats.deleted.fetch_add(1, Relaxed),
+                // bytes unmoved: counted with the copies, as a change applied
+                Applied::MetaUpdated => stats.copied.fetch_add(1, Relaxed),
                 Applied::Unchanged | Applied::AlreadyGone | Applied::Filtered => {
                     stats.unchanged.fetch_add(1, Relaxed)
                 }

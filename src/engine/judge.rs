@@ -5,7 +5,8 @@
 //! and slate's `mtime`, else the last-modified), or, with `--checksum`, the content of both
 //! (read and hashed with xxh3). The decision itself is the planner's ([`plan::by_times`]).
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::GetOptions;
@@ -16,6 +17,8 @@ use crate::copy::read::{read_chunk, ChunkSink};
 use crate::copy::transfer::chunks;
 use crate::core::meta::Meta;
 use crate::core::object::millis;
+use crate::state::blocking;
+use crate::state::manifest::{self, Manifest};
 use crate::stores::retry::{ChunkError, Retry};
 use crate::stores::side::{store_path, Side};
 
@@ -30,6 +33,9 @@ pub struct Judge {
     pub src: Side,
     pub dst: Side,
     pub rule: Rule,
+    /// The manifest and the pair: the recorded metadata fingerprints.
+    pub db: Arc<Manifest>,
+    pub pair_id: i64,
 }
 
 /// A side's view of one object's time: the one it records, and its last-modified.
@@ -45,6 +51,7 @@ impl Judge {
         let r = match a {
             Action::CheckTimes => self.by_times(row).await,
             Action::CheckContent => self.by_content(row).await,
+            Action::CheckMeta => self.by_meta(row).await,
             a => return a,
         };
         r.unwrap_or_else(|e| {
@@ -61,6 +68,23 @@ impl Judge {
         Ok(plan::by_times(src_time, dst.recorded, dst.modified))
     }
 
+    /// Same bytes, newer last-modified: the metadata now against the fingerprint recorded
+    /// when slate last copied (or updated) the key. Without a recorded fingerprint (a row of
+    /// an older slate) the metadata is taken as changed: updating it loses nothing.
+    async fn by_meta(&self, row: &Row) -> Result<Action, String> {
+        let listed = row.src.as_ref().and_then(|s| s.mtime_ms);
+        let now = meta_now(&self.src, &row.key, listed).await?;
+        let (db, id, k) = (self.db.clone(), self.pair_id, row.key.clone());
+        let recorded = blocking(move || db.meta_of(id, manifest::Side::Src, &k))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(if recorded.as_deref() == Some(now.fingerprint().as_str()) {
+            Action::EqualTouched
+        } else {
+            Action::MetaChanged
+        })
+    }
+
     async fn by_content(&self, row: &Row) -> Result<Action, String> {
         let size = row.src.as_ref().map(|s| s.size).unwrap_or(0);
         let a = content(&self.src, &row.key, size).await?;
@@ -70,6 +94,35 @@ impl Judge {
         } else {
             Action::CopyChanged
         })
+    }
+}
+
+/// What the object `rel` of `side` carries now: a cloud object's properties (one HEAD), its
+/// recorded modification time or else its last-modified; a local file's type by extension and
+/// mtime (`listed_ms`).
+pub async fn meta_now(side: &Side, rel: &str, listed_ms: Option<i64>) -> Result<Meta, String> {
+    let listed = listed_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
+    match side {
+        Side::Local { .. } => Ok(Meta::of_local_file(rel, listed)),
+        Side::Cloud { store, loc, .. } => {
+            let key = loc.key_for(rel);
+            let path = store_path(&key).map_err(|e| e.to_string())?;
+            let opts = GetOptions {
+                head: true,
+                ..Default::default()
+            };
+            let res = Retry::default()
+                .for_store(loc.scheme.short())
+                .request(&key, |_| true, |_| store.get_opts(&path, opts.clone()))
+                .await
+                .map_err(|e| format!("HEAD {key}: {e}"))?;
+            let mut m = Meta::from_attributes(loc.scheme, &res.attributes);
+            if m.mtime.is_none() {
+                m.mtime = Some(res.meta.last_modified.into());
+                m.listed_time = true;
+            }
+            Ok(m)
+        }
     }
 }
 

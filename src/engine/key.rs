@@ -8,18 +8,21 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use object_store::ObjectStoreExt;
+use object_store::{GetOptions, ObjectStoreExt};
 
-use super::plan;
+use super::{judge, plan};
 use crate::copy::transfer::{copy_one, Ctx, End, Outcome};
 use crate::copy::{self};
 use crate::core::error::{Result, SlateError};
 use crate::core::filter::Filter;
-use crate::core::location::Location;
+use crate::core::location::{Location, Scheme};
+use crate::core::meta::Meta;
 use crate::core::object::{local_etag, millis, Entry};
 use crate::state::blocking;
 use crate::state::manifest::{self, Manifest, Record, State};
+use crate::stores::local::safe_join;
 use crate::stores::local::{self as local_store, Probe};
+use crate::stores::s3copy::MAX_COPY_OBJECT;
 use crate::stores::side::{one_line, store_path, Side};
 
 /// What reconciling one key did.
@@ -32,6 +35,8 @@ pub enum Applied {
     Deleted,
     /// Source and destination already agree (a duplicate or stale event).
     Unchanged,
+    /// Only the metadata changed: the destination's was updated, its bytes stayed.
+    MetaUpdated,
     /// Not at the source and not at the destination: nothing to delete.
     AlreadyGone,
     /// The event is older than (or the same as) one already applied to the key: skipped
@@ -91,21 +96,42 @@ impl Engine {
     /// The HEAD is sent again while its error is transient; any other error is an error,
     /// never a "gone".
     pub async fn probe(&self, key: &str) -> Result<Option<Entry>> {
+        Ok(self.probe_meta(key).await?.map(|(e, _)| e))
+    }
+
+    /// [`Engine::probe`], with what a cloud object carries (the same HEAD brings it; None for
+    /// a local file, whose metadata is its name and mtime).
+    async fn probe_meta(&self, key: &str) -> Result<Option<(Entry, Option<Meta>)>> {
         match &self.ctx.src {
             Side::Cloud { store, loc, .. } => {
                 let path = store_path(&loc.key_for(key))?;
+                let opts = GetOptions {
+                    head: true,
+                    ..Default::default()
+                };
                 let head = self
                     .ctx
                     .retry(End::Src)
-                    .request(key, |_| true, |_| store.head(&path))
+                    .request(key, |_| true, |_| store.get_opts(&path, opts.clone()))
                     .await;
                 match head {
-                    Ok(meta) => Ok(Some(Entry {
-                        rel: key.to_string(),
-                        size: meta.size,
-                        etag: meta.e_tag,
-                        mtime: Some(meta.last_modified.into()),
-                    })),
+                    Ok(res) => {
+                        let mut meta = Meta::from_attributes(loc.scheme, &res.attributes);
+                        let mtime: SystemTime = res.meta.last_modified.into();
+                        if meta.mtime.is_none() {
+                            meta.mtime = Some(mtime);
+                            meta.listed_time = true;
+                        }
+                        Ok(Some((
+                            Entry {
+                                rel: key.to_string(),
+                                size: res.meta.size,
+                                etag: res.meta.e_tag,
+                                mtime: Some(mtime),
+                            },
+                            Some(meta),
+                        )))
+                    }
                     Err(object_store::Error::NotFound { .. }) => Ok(None),
                     Err(e) => Err(SlateError::Object {
                         key: key.to_string(),
@@ -118,12 +144,15 @@ impl Engine {
                     (loc.local_path(), key.to_string(), self.ctx.opts.copy_links);
                 let probed = blocking(move || local_store::probe(&root, &k, follow)).await?;
                 Ok(match probed {
-                    Probe::File(f) => Some(Entry {
-                        etag: local_etag(f.mtime, f.size),
-                        rel: f.rel,
-                        size: f.size,
-                        mtime: f.mtime,
-                    }),
+                    Probe::File(f) => Some((
+                        Entry {
+                            etag: local_etag(f.mtime, f.size),
+                            rel: f.rel,
+                            size: f.size,
+                            mtime: f.mtime,
+                        },
+                        None,
+                    )),
                     Probe::Absent => None,
                 })
             }
@@ -159,6 +188,107 @@ impl Engine {
             },
         ];
         Ok((out, recs))
+    }
+
+    /// A source whose bytes are the recorded ones but whose last-modified moved: compares its
+    /// metadata now with the fingerprint recorded at the last copy, and when they differ
+    /// brings the destination's up to date without moving the bytes (S3: CopyObject onto
+    /// itself, REPLACE; Azure: Set Blob Properties and Metadata; a local file: its mtime).
+    /// GCS destinations and S3 objects over 5 GiB are copied again. Returns whether anything
+    /// changed, and what to record.
+    pub async fn update_meta(&self, e: &Entry, known: Option<Meta>) -> Result<(bool, Vec<Record>)> {
+        let obj = |detail: String| SlateError::Object {
+            key: e.rel.clone(),
+            detail,
+        };
+        let meta = match known {
+            Some(m) => m,
+            None => judge::meta_now(&self.ctx.src, &e.rel, millis(e.mtime))
+                .await
+                .map_err(obj)?,
+        };
+        let fp = meta.fingerprint();
+        let (db, id, k) = (self.db.clone(), self.pair_id, e.rel.clone());
+        let (recorded, m_dst) = blocking(move || {
+            Ok((
+                db.meta_of(id, manifest::Side::Src, &k)?,
+                db.get(id, manifest::Side::Dst, &k)?,
+            ))
+        })
+        .await?;
+        let src_rec = Record {
+            side: manifest::Side::Src,
+            key: e.rel.clone(),
+            state: state_of(e),
+            hash: None,
+            equal_by: None,
+            meta: Some(fp.clone()),
+        };
+        if recorded.as_deref() == Some(fp.as_str()) {
+            return Ok((false, vec![src_rec]));
+        }
+        let item = copy::item_for(&self.ctx.src, &self.dst_loc, e.clone());
+        let dst_etag = match &self.ctx.dst {
+            Side::Cloud { loc, .. } => {
+                let copy_again = match loc.scheme {
+                    Scheme::S3 => e.size > MAX_COPY_OBJECT || self.ctx.s3_self.is_none(),
+                    Scheme::Azure => self.ctx.azure.is_none(),
+                    _ => true,
+                };
+                if copy_again {
+                    let (_, recs) = self.copy(e).await?;
+                    return Ok((true, recs.to_vec()));
+                }
+                let attrs = self.ctx.dst_attributes(&item, &meta)?;
+                let done = match (&self.ctx.s3_self, &self.ctx.azure) {
+                    (Some(s3), _) => s3.replace_metadata(&item.dst, &attrs).await,
+                    (_, Some(az)) => az.set_all(&item.dst, &attrs).await,
+                    _ => Err("no way to update metadata in place".into()),
+                };
+                done.map_err(|d| obj(format!("updating metadata of {}: {d}", item.dst)))?
+                    .or_else(|| m_dst.as_ref().and_then(|d| d.etag.clone()))
+            }
+            Side::Local { .. } => {
+                let path = safe_join(&self.ctx.dst_root, &item.dst)?;
+                let mtime = meta.mtime;
+                blocking(move || {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    let f = std::fs::File::options()
+                        .write(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&path)
+                        .map_err(|e| SlateError::Object {
+                            key: path.display().to_string(),
+                            detail: format!("setting the modification time: {e}"),
+                        })?;
+                    if let Some(t) = mtime {
+                        f.set_modified(t).map_err(|e| SlateError::Object {
+                            key: path.display().to_string(),
+                            detail: format!("setting the modification time: {e}"),
+                        })?;
+                    }
+                    let m = f.metadata().map_err(|e| SlateError::Object {
+                        key: path.display().to_string(),
+                        detail: e.to_string(),
+                    })?;
+                    Ok(local_etag(m.modified().ok(), m.len()))
+                })
+                .await?
+            }
+        };
+        let dst_rec = Record {
+            side: manifest::Side::Dst,
+            key: e.rel.clone(),
+            state: State {
+                size: e.size,
+                etag: dst_etag,
+                mtime_ms: millis(Some(SystemTime::now())),
+            },
+            hash: None,
+            equal_by: Some("copied"),
+            meta: Some(fp),
+        };
+        Ok((true, vec![src_rec, dst_rec]))
     }
 
     /// Deletes `key` at the destination; false when it was not there.
@@ -208,7 +338,10 @@ impl Engine {
         if !self.filter.key(key) {
             return Ok(Applied::Filtered);
         }
-        let mut now = self.probe(key).await?;
+        let (mut now, mut meta_now) = match self.probe_meta(key).await? {
+            Some((e, m)) => (Some(e), m),
+            None => (None, None),
+        };
         if let Some(e) = &now {
             if !self.filter.age(e.mtime, SystemTime::now()) {
                 return Ok(Applied::Filtered);
@@ -238,7 +371,54 @@ impl Engine {
             // ETags compared as the planner does (a HEAD may quote what a listing did not);
             // without ETags (some S3-compatibles) the last-modified time decides
             if m_dst.is_some() && plan::same_as_recorded(&state_of(&e), &m_src, true) {
-                return Ok(Applied::Unchanged);
+                // The bytes are the recorded ones. Did the metadata change? The probe brought
+                // it: compared with the fingerprint recorded at the copy (no request more);
+                // a row without one (an older slate, a server-side copy) is looked at when
+                // the last-modified moved.
+                let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
+                let recorded = blocking(move || db.meta_of(id, manifest::Side::Src, &k)).await?;
+                let differs = match (&recorded, &meta_now) {
+                    (Some(r), Some(m)) => *r != m.fingerprint(),
+                    // no fingerprint recorded (a server-side copy, an older slate): the
+                    // metadata of a destination on the same kind of store says (one HEAD,
+                    // once: the fingerprint is recorded now)
+                    (None, Some(m))
+                        if self.ctx.dst.location().scheme == self.ctx.src.location().scheme =>
+                    {
+                        let dst = judge::meta_now(&self.ctx.dst, key, None)
+                            .await
+                            .map_err(|d| SlateError::Object {
+                                key: key.to_string(),
+                                detail: d,
+                            })?;
+                        let same = dst.fingerprint() == m.fingerprint();
+                        if same {
+                            let rec = Record {
+                                side: manifest::Side::Src,
+                                key: key.to_string(),
+                                state: state_of(&e),
+                                hash: None,
+                                equal_by: None,
+                                meta: Some(m.fingerprint()),
+                            };
+                            let (db, id) = (self.db.clone(), self.pair_id);
+                            blocking(move || db.record(id, &[rec])).await?;
+                        }
+                        !same
+                    }
+                    _ => plan::touched(&state_of(&e), &m_src),
+                };
+                if !differs {
+                    return Ok(Applied::Unchanged);
+                }
+                let (changed, recs) = self.update_meta(&e, meta_now.take()).await?;
+                let (db, id) = (self.db.clone(), self.pair_id);
+                blocking(move || db.record(id, &recs)).await?;
+                return Ok(if changed {
+                    Applied::MetaUpdated
+                } else {
+                    Applied::Unchanged
+                });
             }
             match self.copy(&e).await {
                 Ok((out, recs)) => {
@@ -251,11 +431,16 @@ impl Engine {
                     // guard. That is no failure of the key: its newest state is what the event
                     // asks for, and the events of that state may already be coalesced into
                     // this one, so the newer state is reconciled now instead of after a backoff.
-                    let again = self.probe(key).await?;
+                    let again = self.probe_meta(key).await?;
+                    let (again, again_meta) = match again {
+                        Some((e, m)) => (Some(e), m),
+                        None => (None, None),
+                    };
                     if moved(&e, again.as_ref()) && retry_moved > 0 {
                         retry_moved -= 1;
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         now = again;
+                        meta_now = again_meta;
                         continue;
                     }
                     return Err(err);
@@ -287,7 +472,9 @@ impl Engine {
             token.to_string(),
         );
         blocking(move || match applied {
-            Applied::Copied { .. } | Applied::Unchanged => db.set_token(id, &k, &t),
+            Applied::Copied { .. } | Applied::Unchanged | Applied::MetaUpdated => {
+                db.set_token(id, &k, &t)
+            }
             Applied::Deleted | Applied::AlreadyGone => db.tombstone(id, &k, &t),
             Applied::Stale | Applied::Filtered => Ok(()),
         })

@@ -100,6 +100,8 @@ pub struct Counts {
     pub only_in_source: u64,
     pub only_in_destination: u64,
     pub changed: u64,
+    /// Same bytes, other metadata: updated in place where the destination allows it.
+    pub metadata_changed: u64,
     pub equal: u64,
     /// Of `equal`: what decided it. Unchanged since slate synced the key (the manifest)...
     pub equal_recorded: u64,
@@ -124,10 +126,11 @@ pub struct Counts {
 impl Counts {
     pub fn add(&mut self, a: Action, row: &Row) {
         match a {
-            Action::EqualRecorded => {
+            Action::EqualRecorded | Action::EqualTouched => {
                 self.equal += 1;
                 self.equal_recorded += 1
             }
+            Action::MetaChanged => self.metadata_changed += 1,
             Action::EqualDigest => {
                 self.equal += 1;
                 self.equal_digest += 1
@@ -145,7 +148,7 @@ impl Counts {
                 self.equal_size_only += 1
             }
             // decided before they are counted
-            Action::CheckTimes | Action::CheckContent => {}
+            Action::CheckTimes | Action::CheckContent | Action::CheckMeta => {}
             Action::CopyMissing => self.only_in_source += 1,
             Action::CopyChanged => self.changed += 1,
             Action::Delete => self.only_in_destination += 1,
@@ -165,7 +168,11 @@ impl Counts {
     }
 
     pub fn differences(&self) -> u64 {
-        self.only_in_source + self.only_in_destination + self.changed + self.kept
+        self.only_in_source
+            + self.only_in_destination
+            + self.changed
+            + self.kept
+            + self.metadata_changed
     }
 
     /// How the equal keys were found equal, e.g. `12 by the manifest, 3 by modification
@@ -195,6 +202,8 @@ pub struct SyncReport {
     pub copied: u64,
     pub copied_bytes: u64,
     pub deleted: u64,
+    /// Keys whose metadata alone was brought up to date (no bytes moved).
+    pub meta_updated: u64,
     /// Deletes not applied because the source has the key again.
     pub delete_skipped: u64,
     pub failed: u64,
@@ -224,6 +233,21 @@ impl SyncReport {
         );
         if c.equal > 0 {
             s.push_str(&format!(" ({})", c.equal_by()));
+        }
+        if c.metadata_changed > 0 {
+            s.push_str(&format!(
+                ", {} {} (metadata only, no bytes moved)",
+                if self.dry_run {
+                    c.metadata_changed
+                } else {
+                    self.meta_updated
+                },
+                if self.dry_run {
+                    "would update"
+                } else {
+                    "updated"
+                },
+            ));
         }
         if c.kept > 0 {
             s.push_str(&format!(", {} extra kept (--no-delete)", c.kept));
@@ -330,6 +354,8 @@ async fn walk_pair(
         src: plan.src.clone(),
         dst: plan.dst.clone(),
         rule,
+        db: db.clone(),
+        pair_id: pair.id,
     };
     let (src_in, src_task) = listing(&plan.src, filter);
     let (dst_in, dst_task) = if list_dst {
@@ -805,6 +831,7 @@ async fn act(
         Action::EqualModTime,
         Action::EqualContent,
         Action::EqualSizeOnly,
+        Action::EqualTouched,
     ] {
         let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
         while let Some(rows) = pages.next().await? {
@@ -885,7 +912,45 @@ async fn act(
         }
     }
 
-    // 3. deletes, each confirmed by the source saying "not found" now
+    // 3. metadata-only changes: the destination's metadata updated, its bytes left in place
+    let mut pages = Pages::new(run, SpillFilter::Action(Action::MetaChanged as u8));
+    while let Some(rows) = pages.next().await? {
+        let mut results = futures::stream::iter(rows.into_iter().filter_map(|r| {
+            let s = r.src?;
+            Some(Entry {
+                rel: r.key,
+                size: s.size,
+                etag: s.etag,
+                mtime: s
+                    .mtime_ms
+                    .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
+            })
+        }))
+        .map(|e| async move {
+            let r = engine.update_meta(&e, None).await;
+            (e.rel, r)
+        })
+        .buffer_unordered(transfers);
+        let mut recs = Vec::new();
+        while let Some((key, r)) = results.next().await {
+            match r {
+                Ok((changed, two)) => {
+                    report.meta_updated += changed as u64;
+                    recs.extend(two);
+                }
+                Err(e) => {
+                    report.failed += 1;
+                    let msg = e.to_string();
+                    tell(failed, &key, &msg);
+                    report.first_error.get_or_insert(msg);
+                }
+            }
+        }
+        let d = db.clone();
+        blocking(move || d.record(pair_id, &recs)).await?;
+    }
+
+    // 4. deletes, each confirmed by the source saying "not found" now
     let mut pages = Pages::new(run, SpillFilter::Action(Action::Delete as u8));
     while let Some(rows) = pages.next().await? {
         let mut results = futures::stream::iter(rows)

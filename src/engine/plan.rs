@@ -49,6 +49,15 @@ pub enum Action {
     CheckTimes = 9,
     /// Undecided until both sides are read and hashed (`--checksum`). Never stored.
     CheckContent = 10,
+    /// Synced before; the source's bytes are the recorded ones but its last-modified moved
+    /// (an S3 copy-in-place, a GCS metadata update, the same bytes written again): undecided
+    /// until its metadata is compared with the recorded fingerprint. Never stored.
+    CheckMeta = 11,
+    /// Only the metadata changed: the destination's is updated, its bytes stay.
+    MetaChanged = 12,
+    /// The same bytes and metadata with a newer last-modified: equal; the source's row is
+    /// recorded again so that the next run need not look.
+    EqualTouched = 13,
 }
 
 /// How keys that the manifest cannot vouch for are compared, as rclone's three modes.
@@ -108,6 +117,9 @@ impl Action {
             EqualContent,
             CheckTimes,
             CheckContent,
+            CheckMeta,
+            MetaChanged,
+            EqualTouched,
         ]
         .into_iter()
         .find(|a| *a as u8 == v)
@@ -125,18 +137,23 @@ impl Action {
                 | Action::EqualSizeOnly
                 | Action::EqualModTime
                 | Action::EqualContent
+                | Action::EqualTouched
         )
     }
 
-    /// Still to be decided by a look at the objects ([`by_times`], or reading both).
+    /// Still to be decided by a look at the objects ([`by_times`], reading both, or the
+    /// source's metadata).
     pub fn is_undecided(self) -> bool {
-        matches!(self, Action::CheckTimes | Action::CheckContent)
+        matches!(
+            self,
+            Action::CheckTimes | Action::CheckContent | Action::CheckMeta
+        )
     }
 
     /// Which rule said "equal", as the manifest records it and reports count it.
     pub fn equal_by(self) -> Option<&'static str> {
         Some(match self {
-            Action::EqualRecorded => "manifest",
+            Action::EqualRecorded | Action::EqualTouched => "manifest",
             Action::EqualDigest => "digest",
             Action::EqualSizeOnly => "size",
             Action::EqualModTime => "mtime",
@@ -178,6 +195,15 @@ pub(crate) fn same_as_recorded(now: &State, recorded: &Option<State>, mtime: boo
     }
 }
 
+/// The source holds the recorded bytes (same size and ETag) but its last-modified moved: its
+/// metadata may have changed without its bytes.
+pub fn touched(now: &State, recorded: &Option<State>) -> bool {
+    let Some(r) = recorded else { return false };
+    let same_bytes = r.size == now.size
+        && matches!((norm(&r.etag), norm(&now.etag)), (Some(a), Some(b)) if a == b);
+    same_bytes && matches!((r.mtime_ms, now.mtime_ms), (Some(a), Some(b)) if a != b)
+}
+
 /// Decides one key. `deletes` is false with `--no-delete`; `rule` decides keys the manifest
 /// cannot vouch for whose sizes are equal and whose digests (if any) say nothing.
 pub fn plan(row: &Row, deletes: bool, rule: Rule) -> Action {
@@ -196,10 +222,10 @@ pub fn plan(row: &Row, deletes: bool, rule: Rule) -> Action {
             let dst_same = same_as_recorded(d, &row.m_dst, false);
             if src_known && dst_known {
                 // slate synced this key before: any change on either side since means copy
-                return if src_same && dst_same {
-                    Action::EqualRecorded
-                } else {
-                    Action::CopyChanged
+                return match (src_same && dst_same, touched(s, &row.m_src)) {
+                    (true, true) => Action::CheckMeta,
+                    (true, false) => Action::EqualRecorded,
+                    _ => Action::CopyChanged,
                 };
             }
             if src_known && !src_same {
@@ -236,6 +262,14 @@ mod tests {
             size,
             etag: (!etag.is_empty()).then(|| etag.to_string()),
             mtime_ms: None,
+        })
+    }
+
+    fn et(size: u64, etag: &str, mtime: i64) -> Option<State> {
+        Some(State {
+            size,
+            etag: Some(etag.to_string()),
+            mtime_ms: Some(mtime),
         })
     }
 
@@ -429,6 +463,33 @@ mod tests {
                 EqualRecorded,
             ),
             (
+                "synced, same bytes, last-modified moved (metadata-only change?)",
+                et(5, MD5A, 2000),
+                s(5, "d"),
+                et(5, MD5A, 1000),
+                s(5, "d"),
+                true,
+                CheckMeta,
+            ),
+            (
+                "synced, same bytes and time",
+                et(5, MD5A, 1000),
+                s(5, "d"),
+                et(5, MD5A, 1000),
+                s(5, "d"),
+                true,
+                EqualRecorded,
+            ),
+            (
+                "synced, new bytes and time",
+                et(5, MD5B, 2000),
+                s(5, "d"),
+                et(5, MD5A, 1000),
+                s(5, "d"),
+                true,
+                CopyChanged,
+            ),
+            (
                 "recorded without etag (server-side copy)",
                 s(5, "a"),
                 s(5, "d"),
@@ -540,6 +601,9 @@ mod tests {
             EqualContent,
             CheckTimes,
             CheckContent,
+            CheckMeta,
+            MetaChanged,
+            EqualTouched,
         ] {
             assert_eq!(Action::from_u8(a as u8), Some(a));
         }

@@ -385,6 +385,7 @@ async fn run_diff(
             "only_in_source": c.only_in_source,
             "only_in_destination": c.only_in_destination + c.kept,
             "changed": c.changed,
+            "metadata_changed": c.metadata_changed,
             "same": c.equal,
             "bytes_to_copy": c.bytes_to_copy,
             "listed_src": scan.listed_src, "listed_dst": scan.listed_dst,

@@ -602,6 +602,19 @@ impl Manifest {
         })
     }
 
+    /// The metadata fingerprint recorded for `key` on `side` (None: no row, or none recorded).
+    pub fn meta_of(&self, pair_id: i64, side: Side, key: &str) -> Result<Option<String>> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT meta FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
+                params![pair_id, side as i64, key],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .optional()
+            .map(Option::flatten)
+        })
+    }
+
     /// Up to `limit` keys recorded on one side under `prefix` (`""`: all, else ending with
     /// `/`) after the key `after`, in key order: one page of a folder renamed or removed as a
     /// whole.

@@ -128,21 +128,23 @@ impl AzureBlob {
 
     /// Replaces `key`'s properties, metadata and (when `attrs` names one) tier with `attrs`,
     /// without moving its bytes: three calls, as Azure has no one call for all of them.
-    pub async fn set_all(&self, key: &str, attrs: &Attributes) -> std::result::Result<(), String> {
-        self.call(
-            key,
-            "properties",
-            headers(attrs, Only::Properties),
-            Vec::new(),
-        )
-        .await?;
-        self.call(key, "metadata", headers(attrs, Only::Metadata), Vec::new())
+    /// Returns the blob's ETag after the change.
+    pub async fn set_all(
+        &self,
+        key: &str,
+        attrs: &Attributes,
+    ) -> std::result::Result<Option<String>, String> {
+        let props = headers(attrs, Only::Properties);
+        self.call(key, "properties", props, Vec::new()).await?;
+        let etag = self
+            .call(key, "metadata", headers(attrs, Only::Metadata), Vec::new())
             .await?;
         let tier = headers(attrs, Only::Tier);
         if !tier.is_empty() {
+            // a tier change leaves the ETag as it is
             self.call(key, "tier", tier, Vec::new()).await?;
         }
-        Ok(())
+        Ok(etag)
     }
 
     async fn call(

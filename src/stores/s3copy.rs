@@ -6,6 +6,7 @@
 use http::Request;
 use object_store::aws::{AmazonS3, AwsAuthorizer};
 use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::{Attribute, Attributes};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::retry::ChunkError;
@@ -110,7 +111,97 @@ impl S3CrossBucket {
             .run(
                 dst_key,
                 |e| matches!(e, ChunkError::Retry(_)),
-                |_| self.try_copy(src_key, dst_key),
+                |_| self.try_copy(src_key, dst_key, &[]),
+            )
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Replaces the properties, user metadata (and with `attrs` naming one, the storage
+    /// class) of `key` in the destination bucket without moving its bytes: a CopyObject of the
+    /// object onto itself with `x-amz-metadata-directive: REPLACE` (objects up to 5 GiB). Without
+    /// a class in `attrs` or the placement, the object's own class is kept (read with a HEAD:
+    /// a copy without one would make it STANDARD).
+    pub async fn replace_metadata(
+        &self,
+        key: &str,
+        attrs: &Attributes,
+    ) -> std::result::Result<Option<String>, String> {
+        let mut headers: Vec<(String, String)> =
+            vec![("x-amz-metadata-directive".into(), "REPLACE".into())];
+        for (k, v) in attrs.iter() {
+            let name = match k {
+                Attribute::ContentType => "content-type".to_string(),
+                Attribute::ContentEncoding => "content-encoding".into(),
+                Attribute::ContentLanguage => "content-language".into(),
+                Attribute::ContentDisposition => "content-disposition".into(),
+                Attribute::CacheControl => "cache-control".into(),
+                Attribute::StorageClass => "x-amz-storage-class".into(),
+                Attribute::Metadata(n) => format!("x-amz-meta-{n}"),
+                _ => continue,
+            };
+            headers.push((name, v.to_string()));
+        }
+        let has_class = headers.iter().any(|(k, _)| k == "x-amz-storage-class")
+            || self.extra.iter().any(|(k, _)| *k == "x-amz-storage-class");
+        if !has_class {
+            if let Some(class) = self.storage_class_of(key).await? {
+                headers.push(("x-amz-storage-class".into(), class));
+            }
+        }
+        Retry::default()
+            .for_store("s3")
+            .run(
+                key,
+                |e| matches!(e, ChunkError::Retry(_)),
+                |_| self.try_copy(key, key, &headers),
+            )
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// The storage class of `key` in the destination bucket (None: STANDARD, which S3 does
+    /// not name in a HEAD).
+    async fn storage_class_of(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        Retry::default()
+            .for_store("s3")
+            .run(
+                key,
+                |e| matches!(e, ChunkError::Retry(_)),
+                |_| async {
+                    let cred = self
+                        .s3
+                        .credentials()
+                        .get_credential()
+                        .await
+                        .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
+                    let url = format!("{}/{}", self.dst_bucket_url, encode_key(key));
+                    let mut req: Request<HttpRequestBody> = Request::builder()
+                        .method("HEAD")
+                        .uri(&url)
+                        .body(HttpRequestBody::from(Vec::new()))
+                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+                    AwsAuthorizer::new(&cred, "s3", &self.region)
+                        .try_authorize(&mut req, None)
+                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+                    let resp = self
+                        .http
+                        .execute(req)
+                        .await
+                        .map_err(|e| ChunkError::Retry(e.to_string()))?;
+                    let status = resp.status();
+                    if status.is_server_error() || status.as_u16() == 429 {
+                        return Err(ChunkError::Retry(format!("HEAD answered {status}")));
+                    }
+                    if !status.is_success() {
+                        return Err(ChunkError::Fatal(format!("HEAD answered {status}")));
+                    }
+                    Ok(resp
+                        .headers()
+                        .get("x-amz-storage-class")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string))
+                },
             )
             .await
             .map_err(|e| e.to_string())
@@ -121,6 +212,7 @@ impl S3CrossBucket {
         &self,
         src_key: &str,
         dst_key: &str,
+        headers: &[(String, String)],
     ) -> std::result::Result<Option<String>, ChunkError> {
         let cred = self
             .s3
@@ -136,6 +228,9 @@ impl S3CrossBucket {
             .header("x-amz-copy-source", source);
         for (k, v) in &self.extra {
             b = b.header(*k, v.as_str());
+        }
+        for (k, v) in headers {
+            b = b.header(k.as_str(), v.as_str());
         }
         let mut req: Request<HttpRequestBody> = b
             .body(HttpRequestBody::from(Vec::new()))

@@ -597,7 +597,8 @@ impl World {
             count(match applied {
                 Applied::Copied { .. } => &SEEN.copied,
                 Applied::Deleted => &SEEN.deleted,
-                Applied::Unchanged => &SEEN.unchanged,
+                // the same bytes: with metadata brought up to date, or nothing to do
+                Applied::Unchanged | Applied::MetaUpdated => &SEEN.unchanged,
                 Applied::AlreadyGone => &SEEN.already_gone,
                 Applied::Stale => &SEEN.stale,
                 // the harness's pairs have no filter

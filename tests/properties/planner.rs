@@ -221,6 +221,9 @@ pub(crate) fn check_plan(k: &KeyWorld) -> Result<(), TestCaseError> {
             | Action::EqualContent
             | Action::CheckTimes
             | Action::CheckContent
+            | Action::CheckMeta
+            | Action::MetaChanged
+            | Action::EqualTouched
             | Action::KeepExtra => dst,
         };
         if action == Action::EqualSizeOnly {

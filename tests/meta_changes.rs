@@ -1,0 +1,319 @@
+//! Metadata-only changes replicate without moving the bytes: an S3 copy-in-place with new
+//! metadata (`ObjectCreated:Copy`) reaches an S3 and an Azure replica through the daemon, and
+//! `diff --json` / `sync --once` see and apply one, while a counting proxy in front of moto
+//! proves that no GET of the object's body was sent.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use common::*;
+use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::path::Path;
+use object_store::{Attribute, ClientOptions, ObjectStore, ObjectStoreExt};
+
+/// A loopback TCP proxy to moto that counts the GETs of the paths given (request lines
+/// `GET /BUCKET/KEY` in what clients send; HEADs and listings do not match).
+struct Counter {
+    addr: String,
+    gets: Arc<AtomicU64>,
+}
+
+impl Counter {
+    fn start(watch: Vec<String>) -> Counter {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let upstream = s3_endpoint().trim_start_matches("http://").to_string();
+        let gets = Arc::new(AtomicU64::new(0));
+        let g = gets.clone();
+        let watch = Arc::new(watch);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (g, watch) = (g.clone(), watch.clone());
+                let mut client_r = client;
+                let mut server_w = server;
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    // the tail of the previous read, so a request line split across reads counts
+                    let mut tail: Vec<u8> = Vec::new();
+                    while let Ok(n) = client_r.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut hay = std::mem::take(&mut tail);
+                        hay.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&hay);
+                        for w in watch.iter() {
+                            let line = format!("GET {w} ");
+                            let line_q = format!("GET {w}?");
+                            g.fetch_add(
+                                (text.matches(&line).count() + text.matches(&line_q).count())
+                                    as u64,
+                                Relaxed,
+                            );
+                        }
+                        let keep = hay.len().saturating_sub(256);
+                        // only what could start a line not yet counted
+                        tail = hay[keep..].to_vec();
+                        if let Some(p) = tail.iter().rposition(|b| *b == b'\n') {
+                            tail.drain(..=p);
+                        }
+                        if server_w.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = server_w.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Counter { addr, gets }
+    }
+}
+
+/// Replaces the metadata of `bucket/key` in place, as `aws s3 cp s3://b/k s3://b/k
+/// --metadata-directive REPLACE` does (moto publishes `ObjectCreated:Copy`).
+fn s3_replace_metadata(bucket: &str, key: &str, content_type: &str, meta: &[(&str, &str)]) {
+    use object_store::aws::{AwsAuthorizer, AwsCredential};
+    let cred = AwsCredential {
+        key_id: "testing".into(),
+        secret_key: "testing".into(),
+        token: None,
+    };
+    let mut b = http::Request::builder()
+        .method("PUT")
+        .uri(format!("{}/{bucket}/{key}", s3_endpoint()))
+        .header("x-amz-copy-source", format!("/{bucket}/{key}"))
+        .header("x-amz-metadata-directive", "REPLACE")
+        .header("content-type", content_type);
+    for (k, v) in meta {
+        b = b.header(format!("x-amz-meta-{k}"), *v);
+    }
+    let mut req = b.body(HttpRequestBody::from(Vec::new())).expect("request");
+    AwsAuthorizer::new(&cred, "s3", "us-east-1")
+        .try_authorize(&mut req, None)
+        .expect("sign");
+    let client = ReqwestConnector::default()
+        .connect(&ClientOptions::new().with_allow_http(true))
+        .expect("client");
+    rt().block_on(async move {
+        let resp = client.execute(req).await.expect("send");
+        let status = resp.status();
+        let body = resp.into_body().bytes().await.unwrap_or_default();
+        assert!(
+            status.is_success(),
+            "copy-in-place: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    });
+}
+
+/// Content-Type and the user metadata of an object, read back with the store's own HEAD.
+fn head(store: &Arc<dyn ObjectStore>, key: &str) -> (String, BTreeMap<String, String>) {
+    rt().block_on(async {
+        let Ok(r) = store
+            .get_opts(
+                &Path::parse(key).unwrap(),
+                object_store::GetOptions {
+                    head: true,
+                    ..Default::default()
+                },
+            )
+            .await
+        else {
+            return (String::new(), BTreeMap::new());
+        };
+        let ct = r
+            .attributes
+            .get(&Attribute::ContentType)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let meta = r
+            .attributes
+            .iter()
+            .filter_map(|(k, v)| match k {
+                Attribute::Metadata(n) => Some((n.to_string(), v.to_string())),
+                _ => None,
+            })
+            .collect();
+        (ct, meta)
+    })
+}
+
+fn owner_is(store: &Arc<dyn ObjectStore>, key: &str, owner: &str, ct: &str) -> bool {
+    let (got_ct, meta) = head(store, key);
+    got_ct == ct && meta.get("owner").map(String::as_str) == Some(owner)
+}
+
+#[test]
+fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
+    let (bucket, queue) = sqs_bucket("meta");
+    let prefix = unique("mo");
+    let key = format!("{prefix}/page.html");
+    let body = bytes(5, 200_000);
+    let src = s3(&bucket);
+    rt().block_on(async {
+        let mut attrs = object_store::Attributes::new();
+        attrs.insert(Attribute::ContentType, "text/plain".into());
+        attrs.insert(Attribute::Metadata("owner".into()), "team-a".into());
+        src.put_opts(
+            &Path::parse(&key).unwrap(),
+            body.clone().into(),
+            object_store::PutOptions {
+                attributes: attrs,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("seed");
+    });
+    let counter = Counter::start(vec![format!("/{bucket}/{key}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log, conf) = (
+        dir.path().join("s.db"),
+        dir.path().join("d.log"),
+        dir.path().join("slate.toml"),
+    );
+    let (s3_rep, az_rep) = (unique("mo-s3"), unique("mo-az"));
+    std::fs::write(
+        &conf,
+        format!(
+            "[[pairs]]\nname = \"to-s3\"\nsrc = \"s3://{bucket}/{prefix}\"\n\
+             dst = \"s3://slate-dst/{s3_rep}\"\nevents = \"sqs://{queue}\"\n\n\
+             [[pairs]]\nname = \"to-az\"\nsrc = \"s3://{bucket}/{prefix}\"\n\
+             dst = \"az://slate-dst/{az_rep}\"\nevents = \"sqs://{queue}\"\n"
+        ),
+    )
+    .unwrap();
+    let mut c = slate_db(&db);
+    c.env("AWS_ENDPOINT_URL", &counter.addr)
+        .args([
+            "sync",
+            "--config",
+            &conf.display().to_string(),
+            "--drift-check-secs",
+            "0",
+            "--quiet",
+        ])
+        .env("RUST_LOG", "slate=debug,warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut daemon = spawn_daemon(c, &log, 2);
+    let (dst_s3, dst_az) = (s3("slate-dst"), az("slate-dst"));
+    let (k_s3, k_az) = (format!("{s3_rep}/page.html"), format!("{az_rep}/page.html"));
+    let backfilled = || {
+        owner_is(&dst_s3, &k_s3, "team-a", "text/plain")
+            && owner_is(&dst_az, &k_az, "team-a", "text/plain")
+    };
+    // (the log says "following changes" twice per pair: wait for both pairs' backfills)
+    wait_for("both backfills", 60, backfilled);
+    // the backfill read the body: one GET per replica (or per chunk), no more from now on
+    let before = counter.gets.load(Relaxed);
+    assert!(before >= 1, "the backfill's copies went through the proxy");
+
+    s3_replace_metadata(
+        &bucket,
+        &key,
+        "text/html; charset=utf-8",
+        &[("owner", "team-b")],
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(owner_is(&dst_s3, &k_s3, "team-b", "text/html; charset=utf-8")
+        && owner_is(&dst_az, &k_az, "team-b", "text/html; charset=utf-8"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new metadata did not reach both replicas: s3 {:?}, az {:?}\n{}",
+            head(&dst_s3, &k_s3),
+            head(&dst_az, &k_az),
+            log_tail(&read_log(&log))
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        counter.gets.load(Relaxed),
+        before,
+        "a metadata-only change moved no bytes: {}",
+        log_tail(&read_log(&log))
+    );
+    // the bytes are the same objects still
+    assert_eq!(
+        rt().block_on(read_all(&dst_s3, &s3_rep)).get("page.html"),
+        Some(&body)
+    );
+    assert!(daemon.try_wait().ok().flatten().is_none());
+    let _ = daemon.stop(libc::SIGTERM);
+
+    // --once sees the next one by the source's last-modified, which S3 keeps in seconds: a
+    // change within the second of the last write is seen by the daemon (its event), not by
+    // a listing; the next change is made in a later second
+    let last = rt()
+        .block_on(src.head(&Path::parse(&key).unwrap()))
+        .expect("head")
+        .last_modified;
+    wait_for("a later second than the last write", 5, || {
+        chrono::Utc::now().timestamp() > last.timestamp()
+    });
+    s3_replace_metadata(
+        &bucket,
+        &key,
+        "text/html; charset=utf-8",
+        &[("owner", "team-c")],
+    );
+    let (su, du) = (
+        format!("s3://{bucket}/{prefix}"),
+        format!("s3://slate-dst/{s3_rep}"),
+    );
+    let out = run({
+        let mut c = slate_db(&db);
+        c.env("AWS_ENDPOINT_URL", &counter.addr)
+            .args(["diff", &su, &du, "--json"]);
+        c
+    });
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(r#""status":"metadata_changed""#) && text.contains(r#""metadata_changed":1"#),
+        "{text}"
+    );
+    let before = counter.gets.load(Relaxed);
+    let out = run({
+        let mut c = slate_db(&db);
+        c.env("AWS_ENDPOINT_URL", &counter.addr)
+            .args(["sync", "--once", &su, &du]);
+        c
+    });
+    let line = stdout(&out) + &stderr(&out);
+    assert!(out.status.success(), "{line}");
+    assert!(line.contains("1 updated (metadata only"), "{line}");
+    assert!(owner_is(
+        &dst_s3,
+        &k_s3,
+        "team-c",
+        "text/html; charset=utf-8"
+    ));
+    assert_eq!(
+        counter.gets.load(Relaxed),
+        before,
+        "no GET of the body: {line}"
+    );
+    // and now they agree
+    let out = run({
+        let mut c = slate_db(&db);
+        c.env("AWS_ENDPOINT_URL", &counter.addr)
+            .args(["diff", &su, &du, "--json"]);
+        c
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
