@@ -47,6 +47,19 @@ const VISIBILITY_SECS: u32 = 60;
 enum Auth {
     SharedKey { account: String, key: hmac::Key },
     Sas(String),
+    /// Entra ID (service principal, workload identity, managed identity, `az login`): the
+    /// token object_store's Azure credential chain gets for storage, which covers queues too.
+    Entra(object_store::azure::AzureCredentialProvider),
+}
+
+/// Whether the environment names an Entra ID credential (what object_store's Azure builder
+/// takes from it).
+fn entra_configured() -> bool {
+    (env("AZURE_CLIENT_ID").is_some()
+        && (env("AZURE_CLIENT_SECRET").is_some() || env("AZURE_FEDERATED_TOKEN_FILE").is_some()))
+        || env("AZURE_FEDERATED_TOKEN_FILE").is_some()
+        || env("AZURE_USE_AZURE_CLI").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        || env("SLATE_USE_INSTANCE_METADATA").is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 /// One queue to receive from.
@@ -203,11 +216,26 @@ impl AzQueueSource {
                     &base64_decode(AZURITE_KEY).unwrap_or_default(),
                 ),
             },
+            (None, None) if entra_configured() => {
+                // a client for the same account only for its credential chain (no request)
+                let azure = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_account(account)
+                    .with_container_name("queue-credentials")
+                    .build()
+                    .map_err(|e| SlateError::Store {
+                        url: spec.to_string(),
+                        detail: format!("Entra ID credentials: {e}"),
+                    })?;
+                Auth::Entra(azure.credentials().clone())
+            }
             (None, None) => {
                 return Err(SlateError::MissingCredentials {
                     url: spec.to_string(),
-                    hint: "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_KEY or \
-                           AZURE_STORAGE_SAS_KEY (Azurite: AZURE_STORAGE_USE_EMULATOR=true)"
+                    hint: "set AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_KEY, \
+                           AZURE_STORAGE_SAS_KEY or AZURE_STORAGE_QUEUE_SAS_URL, or an Entra ID \
+                           identity (AZURE_CLIENT_ID with AZURE_CLIENT_SECRET or \
+                           AZURE_FEDERATED_TOKEN_FILE, AZURE_USE_AZURE_CLI=true) (Azurite: \
+                           AZURE_STORAGE_USE_EMULATOR=true)"
                         .into(),
                 })
             }
@@ -309,6 +337,25 @@ impl AzQueueSource {
                     _ => sas.clone(),
                 };
                 url.set_query(Some(&q));
+            }
+            Auth::Entra(provider) => {
+                let cred = provider.get_credential().await.map_err(|e| SlateError::Queue {
+                    url: self.spec.clone(),
+                    detail: format!("Entra ID token: {e}"),
+                })?;
+                match cred.as_ref() {
+                    object_store::azure::AzureCredential::BearerToken(t) => {
+                        let mut v = hv(&format!("Bearer {t}"))?;
+                        v.set_sensitive(true);
+                        headers.insert(reqwest::header::AUTHORIZATION, v);
+                    }
+                    _ => {
+                        return Err(SlateError::Queue {
+                            url: self.spec.clone(),
+                            detail: "the Azure credential chain gave no Entra ID token".into(),
+                        })
+                    }
+                }
             }
         }
         let err = |detail: String| SlateError::Queue {
