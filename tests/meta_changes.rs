@@ -151,6 +151,26 @@ fn head(store: &Arc<dyn ObjectStore>, key: &str) -> (String, BTreeMap<String, St
     })
 }
 
+/// Content-Type and `owner` of a GCS object, from fake-gcs-server's JSON API.
+fn gcs_owner(key: &str) -> (String, String) {
+    let url = format!(
+        "{}/storage/v1/b/slate-dst/o/{}",
+        gcs_endpoint(),
+        url::form_urlencoded::byte_serialize(key.as_bytes()).collect::<String>()
+    );
+    let v: serde_json::Value = reqwest::blocking::get(url)
+        .expect("get")
+        .json()
+        .expect("json");
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(|x| x.as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    (s("/contentType"), s("/metadata/owner"))
+}
+
 fn owner_is(store: &Arc<dyn ObjectStore>, key: &str, owner: &str, ct: &str) -> bool {
     let (got_ct, meta) = head(store, key);
     got_ct == ct && meta.get("owner").map(String::as_str) == Some(owner)
@@ -179,6 +199,9 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         .expect("seed");
     });
     let counter = Counter::start(vec![format!("/{bucket}/{key}")]);
+    // a GCS replica kept by sync --once (no events), first filled now
+    let gs_rep = unique("mo-gs");
+    let gs_url = format!("gs://slate-dst/{gs_rep}");
     let dir = tempfile::tempdir().unwrap();
     let (db, log, conf) = (
         dir.path().join("s.db"),
@@ -209,6 +232,18 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         .env("RUST_LOG", "slate=debug,warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
+    let su = format!("s3://{bucket}/{prefix}");
+    let out = run({
+        let mut c = slate_db(&db);
+        c.env("AWS_ENDPOINT_URL", &counter.addr)
+            .args(["sync", "--once", &su, &gs_url]);
+        c
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        gcs_owner(&format!("{gs_rep}/page.html")),
+        ("text/plain".into(), "team-a".into())
+    );
     let mut daemon = spawn_daemon(c, &log, 2);
     let (dst_s3, dst_az) = (s3("slate-dst"), az("slate-dst"));
     let (k_s3, k_az) = (format!("{s3_rep}/page.html"), format!("{az_rep}/page.html"));
@@ -271,10 +306,7 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         "text/html; charset=utf-8",
         &[("owner", "team-c")],
     );
-    let (su, du) = (
-        format!("s3://{bucket}/{prefix}"),
-        format!("s3://slate-dst/{s3_rep}"),
-    );
+    let du = format!("s3://slate-dst/{s3_rep}");
     let out = run({
         let mut c = slate_db(&db);
         c.env("AWS_ENDPOINT_URL", &counter.addr)
@@ -303,6 +335,24 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         "team-c",
         "text/html; charset=utf-8"
     ));
+    assert_eq!(
+        counter.gets.load(Relaxed),
+        before,
+        "no GET of the body: {line}"
+    );
+    // GCS: patched in place, no GET either
+    let out = run({
+        let mut c = slate_db(&db);
+        c.env("AWS_ENDPOINT_URL", &counter.addr)
+            .args(["sync", "--once", &su, &gs_url]);
+        c
+    });
+    let line = stdout(&out) + &stderr(&out);
+    assert!(line.contains("1 updated (metadata only"), "{line}");
+    assert_eq!(
+        gcs_owner(&format!("{gs_rep}/page.html")),
+        ("text/html; charset=utf-8".into(), "team-c".into())
+    );
     assert_eq!(
         counter.gets.load(Relaxed),
         before,

@@ -28,6 +28,7 @@ use crate::core::error::SlateError;
 use crate::core::location::Scheme;
 use crate::core::meta::{Meta, Placement};
 use crate::stores::azblob::AzureBlob;
+use crate::stores::gcsmeta::GcsPatch;
 use crate::stores::limit::{Limiter, Permit};
 use crate::stores::local::safe_join;
 use crate::stores::retry::{ChunkError, Retry};
@@ -84,6 +85,8 @@ pub struct Ctx {
     pub azure: Option<Arc<AzureBlob>>,
     /// S3 destinations: CopyObject onto itself, which replaces metadata in place.
     pub s3_self: Option<Arc<S3CrossBucket>>,
+    /// GCS destinations: objects.patch, which updates metadata in place.
+    pub gcs_patch: Option<Arc<GcsPatch>>,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -188,6 +191,10 @@ impl Ctx {
             _ => None,
         };
         let s3_self = S3CrossBucket::with_placement(&dst_loc, &dst_loc, &placement)?.map(Arc::new);
+        let gcs_patch = match dst_loc.scheme {
+            Scheme::Gcs => Some(Arc::new(GcsPatch::for_location(&dst_loc)?)),
+            _ => None,
+        };
         let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
         Ok(Ctx {
             src: plan.src.clone(),
@@ -203,6 +210,7 @@ impl Ctx {
             placement,
             azure,
             s3_self,
+            gcs_patch,
         })
     }
 

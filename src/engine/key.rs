@@ -193,8 +193,8 @@ impl Engine {
     /// A source whose bytes are the recorded ones but whose last-modified moved: compares its
     /// metadata now with the fingerprint recorded at the last copy, and when they differ
     /// brings the destination's up to date without moving the bytes (S3: CopyObject onto
-    /// itself, REPLACE; Azure: Set Blob Properties and Metadata; a local file: its mtime).
-    /// GCS destinations and S3 objects over 5 GiB are copied again. Returns whether anything
+    /// itself, REPLACE; Azure: Set Blob Properties and Metadata; GCS: objects.patch; a local
+    /// file: its mtime). S3 objects over 5 GiB are copied again. Returns whether anything
     /// changed, and what to record.
     pub async fn update_meta(&self, e: &Entry, known: Option<Meta>) -> Result<(bool, Vec<Record>)> {
         let obj = |detail: String| SlateError::Object {
@@ -233,16 +233,19 @@ impl Engine {
                 let copy_again = match loc.scheme {
                     Scheme::S3 => e.size > MAX_COPY_OBJECT || self.ctx.s3_self.is_none(),
                     Scheme::Azure => self.ctx.azure.is_none(),
-                    _ => true,
+                    Scheme::Gcs => self.ctx.gcs_patch.is_none(),
+                    Scheme::Local => true,
                 };
                 if copy_again {
                     let (_, recs) = self.copy(e).await?;
                     return Ok((true, recs.to_vec()));
                 }
                 let attrs = self.ctx.dst_attributes(&item, &meta)?;
-                let done = match (&self.ctx.s3_self, &self.ctx.azure) {
-                    (Some(s3), _) => s3.replace_metadata(&item.dst, &attrs).await,
-                    (_, Some(az)) => az.set_all(&item.dst, &attrs).await,
+                let done = match (&self.ctx.s3_self, &self.ctx.azure, &self.ctx.gcs_patch) {
+                    (Some(s3), _, _) => s3.replace_metadata(&item.dst, &attrs).await,
+                    (_, Some(az), _) => az.set_all(&item.dst, &attrs).await,
+                    // the bytes, and so the ETag that listings show (their MD5), stay
+                    (_, _, Some(gs)) => gs.patch(&item.dst, &attrs).await.map(|()| None),
                     _ => Err("no way to update metadata in place".into()),
                 };
                 done.map_err(|d| obj(format!("updating metadata of {}: {d}", item.dst)))?

@@ -45,7 +45,10 @@ const BATCH: usize = 32;
 const VISIBILITY_SECS: u32 = 60;
 
 enum Auth {
-    SharedKey { account: String, key: hmac::Key },
+    SharedKey {
+        account: String,
+        key: hmac::Key,
+    },
     Sas(String),
     /// Entra ID (service principal, workload identity, managed identity, `az login`): the
     /// token object_store's Azure credential chain gets for storage, which covers queues too.
@@ -339,10 +342,13 @@ impl AzQueueSource {
                 url.set_query(Some(&q));
             }
             Auth::Entra(provider) => {
-                let cred = provider.get_credential().await.map_err(|e| SlateError::Queue {
-                    url: self.spec.clone(),
-                    detail: format!("Entra ID token: {e}"),
-                })?;
+                let cred = provider
+                    .get_credential()
+                    .await
+                    .map_err(|e| SlateError::Queue {
+                        url: self.spec.clone(),
+                        detail: format!("Entra ID token: {e}"),
+                    })?;
                 match cred.as_ref() {
                     object_store::azure::AzureCredential::BearerToken(t) => {
                         let mut v = hv(&format!("Bearer {t}"))?;

@@ -12,6 +12,7 @@ pub mod aws;
 pub mod azblob;
 #[cfg(feature = "faults")]
 pub mod faults;
+pub mod gcsmeta;
 pub mod limit;
 pub mod list;
 pub mod local;
@@ -485,7 +486,23 @@ fn build_azure(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
 }
 
 fn build_gcs(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
+    let (b, allow_http, _) = gcs_builder(loc)?;
+    let gcs = b
+        .with_client_options(client_options(allow_http).with_default_headers(headers.clone()))
+        .with_retry(retry_config())
+        .build()
+        .map_err(|e| store_err(loc, e))?;
+    wrap(loc, gcs, "GCS")
+}
+
+/// The GCS builder for `loc` from the environment (credentials checked), whether it may
+/// speak plain HTTP, and the base URL of its API (`https://storage.googleapis.com`, or the
+/// emulator's). Shared by the store client and slate's own JSON API calls.
+pub fn gcs_builder(loc: &Location) -> Result<(GoogleCloudStorageBuilder, bool, String)> {
     let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(&loc.bucket);
+    let mut base = env("GOOGLE_BASE_URL")
+        .map(|u| u.trim_end_matches('/').to_string())
+        .unwrap_or_else(|| "https://storage.googleapis.com".into());
     let mut allow_http = env("GOOGLE_BASE_URL").is_some_and(|u| u.starts_with("http://"));
     let adc_file = std::env::var_os("HOME")
         .map(|h| {
@@ -508,6 +525,7 @@ fn build_gcs(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
             format!("http://{host}")
         };
         allow_http |= url.starts_with("http://");
+        base = url.trim_end_matches('/').to_string();
         b = b
             .with_base_url(url.trim_end_matches('/'))
             .with_bearer_token("emulator");
@@ -520,12 +538,7 @@ fn build_gcs(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
              STORAGE_EMULATOR_HOST; on GCE: SLATE_USE_INSTANCE_METADATA=true)",
         ));
     }
-    let gcs = b
-        .with_client_options(client_options(allow_http).with_default_headers(headers.clone()))
-        .with_retry(retry_config())
-        .build()
-        .map_err(|e| store_err(loc, e))?;
-    wrap(loc, gcs, "GCS")
+    Ok((b, allow_http, base))
 }
 
 #[cfg(test)]
