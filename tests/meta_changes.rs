@@ -151,6 +151,34 @@ fn head(store: &Arc<dyn ObjectStore>, key: &str) -> (String, BTreeMap<String, St
     })
 }
 
+/// The storage class moto reports for an object (None: STANDARD).
+fn s3_class(bucket: &str, key: &str) -> Option<String> {
+    use object_store::aws::{AwsAuthorizer, AwsCredential};
+    let cred = AwsCredential {
+        key_id: "testing".into(),
+        secret_key: "testing".into(),
+        token: None,
+    };
+    let mut req = http::Request::builder()
+        .method("HEAD")
+        .uri(format!("{}/{bucket}/{key}", s3_endpoint()))
+        .body(HttpRequestBody::from(Vec::new()))
+        .expect("request");
+    AwsAuthorizer::new(&cred, "s3", "us-east-1")
+        .try_authorize(&mut req, None)
+        .expect("sign");
+    let client = ReqwestConnector::default()
+        .connect(&ClientOptions::new().with_allow_http(true))
+        .expect("client");
+    rt().block_on(async move {
+        let resp = client.execute(req).await.expect("send");
+        resp.headers()
+            .get("x-amz-storage-class")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    })
+}
+
 /// Content-Type and `owner` of a GCS object, from fake-gcs-server's JSON API.
 fn gcs_owner(key: &str) -> (String, String) {
     let url = format!(
@@ -213,7 +241,8 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         &conf,
         format!(
             "[[pairs]]\nname = \"to-s3\"\nsrc = \"s3://{bucket}/{prefix}\"\n\
-             dst = \"s3://slate-dst/{s3_rep}\"\nevents = \"sqs://{queue}\"\n\n\
+             dst = \"s3://slate-dst/{s3_rep}\"\nevents = \"sqs://{queue}\"\n\
+             storage_class = \"STANDARD_IA\"\n\n\
              [[pairs]]\nname = \"to-az\"\nsrc = \"s3://{bucket}/{prefix}\"\n\
              dst = \"az://slate-dst/{az_rep}\"\nevents = \"sqs://{queue}\"\n"
         ),
@@ -282,6 +311,8 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         "a metadata-only change moved no bytes: {}",
         log_tail(&read_log(&log))
     );
+    // the pair's storage class stayed through the update in place
+    assert_eq!(s3_class("slate-dst", &k_s3).as_deref(), Some("STANDARD_IA"));
     // the bytes are the same objects still
     assert_eq!(
         rt().block_on(read_all(&dst_s3, &s3_rep)).get("page.html"),

@@ -36,6 +36,8 @@ pub struct Judge {
     /// The manifest and the pair: the recorded metadata fingerprints.
     pub db: Arc<Manifest>,
     pub pair_id: i64,
+    /// Metadata is carried (not `--no-metadata`): metadata-only changes count.
+    pub metadata: bool,
 }
 
 /// A side's view of one object's time: the one it records, and its last-modified.
@@ -63,8 +65,10 @@ impl Judge {
     async fn by_times(&self, row: &Row) -> Result<Action, String> {
         let src = times(&self.src, row, true).await?;
         let dst = times(&self.dst, row, false).await?;
-        // the source's time is the one it records (rclone's `mtime`), else its last change
-        let src_time = src.recorded.or(src.modified);
+        // the source's time is the one it records (rclone's `mtime`), else its last change as
+        // listed (ms, what a copy writes as `mtime`; a HEAD's is whole seconds)
+        let listed = row.src.as_ref().and_then(|s| s.mtime_ms);
+        let src_time = src.recorded.or(listed).or(src.modified);
         Ok(plan::by_times(src_time, dst.recorded, dst.modified))
     }
 
@@ -72,6 +76,10 @@ impl Judge {
     /// when slate last copied (or updated) the key. Without a recorded fingerprint (a row of
     /// an older slate) the metadata is taken as changed: updating it loses nothing.
     async fn by_meta(&self, row: &Row) -> Result<Action, String> {
+        if !self.metadata {
+            // --no-metadata: only the bytes are kept equal
+            return Ok(Action::EqualTouched);
+        }
         let listed = row.src.as_ref().and_then(|s| s.mtime_ms);
         let now = meta_now(&self.src, &row.key, listed).await?;
         let (db, id, k) = (self.db.clone(), self.pair_id, row.key.clone());

@@ -22,7 +22,7 @@ use crate::state::blocking;
 use crate::state::manifest::{self, Manifest, Record, State};
 use crate::stores::local::safe_join;
 use crate::stores::local::{self as local_store, Probe};
-use crate::stores::s3copy::MAX_COPY_OBJECT;
+use crate::stores::s3copy::{Replaced, MAX_COPY_OBJECT};
 use crate::stores::side::{one_line, store_path, Side};
 
 /// What reconciling one key did.
@@ -230,24 +230,34 @@ impl Engine {
         let item = copy::item_for(&self.ctx.src, &self.dst_loc, e.clone());
         let dst_etag = match &self.ctx.dst {
             Side::Cloud { loc, .. } => {
-                let copy_again = match loc.scheme {
+                let mut copy_again = match loc.scheme {
                     Scheme::S3 => e.size > MAX_COPY_OBJECT || self.ctx.s3_self.is_none(),
                     Scheme::Azure => self.ctx.azure.is_none(),
                     Scheme::Gcs => self.ctx.gcs_patch.is_none(),
                     Scheme::Local => true,
                 };
+                let attrs = self.ctx.dst_attributes(&item, &meta)?;
+                let mut done: std::result::Result<Option<String>, String> = Ok(None);
+                if !copy_again {
+                    done = match (&self.ctx.s3_self, &self.ctx.azure, &self.ctx.gcs_patch) {
+                        (Some(s3), _, _) => match s3.replace_metadata(&item.dst, &attrs).await {
+                            Ok(Replaced::Done(etag)) => Ok(etag),
+                            Ok(Replaced::Archived) => {
+                                copy_again = true;
+                                Ok(None)
+                            }
+                            Err(e) => Err(e),
+                        },
+                        (_, Some(az), _) => az.set_all(&item.dst, &attrs).await,
+                        // the bytes, and so the ETag that listings show (their MD5), stay
+                        (_, _, Some(gs)) => gs.patch(&item.dst, &attrs).await.map(|()| None),
+                        _ => Err("no way to update metadata in place".into()),
+                    };
+                }
                 if copy_again {
                     let (_, recs) = self.copy(e).await?;
                     return Ok((true, recs.to_vec()));
                 }
-                let attrs = self.ctx.dst_attributes(&item, &meta)?;
-                let done = match (&self.ctx.s3_self, &self.ctx.azure, &self.ctx.gcs_patch) {
-                    (Some(s3), _, _) => s3.replace_metadata(&item.dst, &attrs).await,
-                    (_, Some(az), _) => az.set_all(&item.dst, &attrs).await,
-                    // the bytes, and so the ETag that listings show (their MD5), stay
-                    (_, _, Some(gs)) => gs.patch(&item.dst, &attrs).await.map(|()| None),
-                    _ => Err("no way to update metadata in place".into()),
-                };
                 done.map_err(|d| obj(format!("updating metadata of {}: {d}", item.dst)))?
                     .or_else(|| m_dst.as_ref().and_then(|d| d.etag.clone()))
             }
@@ -381,6 +391,8 @@ impl Engine {
                 let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
                 let recorded = blocking(move || db.meta_of(id, manifest::Side::Src, &k)).await?;
                 let differs = match (&recorded, &meta_now) {
+                    // --no-metadata: only the bytes are kept equal
+                    _ if !self.ctx.opts.metadata => false,
                     (Some(r), Some(m)) => *r != m.fingerprint(),
                     // no fingerprint recorded (a server-side copy, an older slate): the
                     // metadata of a destination on the same kind of store says (one HEAD,
@@ -388,12 +400,18 @@ impl Engine {
                     (None, Some(m))
                         if self.ctx.dst.location().scheme == self.ctx.src.location().scheme =>
                     {
-                        let dst = judge::meta_now(&self.ctx.dst, key, None)
-                            .await
-                            .map_err(|d| SlateError::Object {
-                                key: key.to_string(),
-                                detail: d,
-                            })?;
+                        // a destination that cannot be read (gone behind slate's back) is
+                        // copied again below, as any other key whose replica differs
+                        let Ok(dst) = judge::meta_now(&self.ctx.dst, key, None).await else {
+                            match self.copy(&e).await {
+                                Ok((out, recs)) => {
+                                    let (db, id) = (self.db.clone(), self.pair_id);
+                                    blocking(move || db.record(id, &recs)).await?;
+                                    return Ok(Applied::Copied { bytes: out.bytes });
+                                }
+                                Err(err) => return Err(err),
+                            }
+                        };
                         let same = dst.fingerprint() == m.fingerprint();
                         if same {
                             let rec = Record {

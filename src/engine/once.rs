@@ -346,6 +346,7 @@ async fn walk_pair(
     list_dst: bool,
     deletes: bool,
     rule: Rule,
+    metadata: bool,
     spill: Option<&Spill>,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
@@ -356,6 +357,7 @@ async fn walk_pair(
         rule,
         db: db.clone(),
         pair_id: pair.id,
+        metadata,
     };
     let (src_in, src_task) = listing(&plan.src, filter);
     let (dst_in, dst_task) = if list_dst {
@@ -525,6 +527,7 @@ pub async fn compare(
         true,
         true,
         rule,
+        true,
         None,
         &mut only_diffs,
     )
@@ -660,6 +663,7 @@ async fn sync_held(
         opts.full,
         deletes,
         opts.rule,
+        opts.copy.metadata,
         Some(spill),
         &mut each,
     )

@@ -95,11 +95,20 @@ pub const MODIFY_WINDOW_MS: i64 = 1;
 /// never assumed).
 pub fn by_times(src: Option<i64>, dst_recorded: Option<i64>, dst_modified: Option<i64>) -> Action {
     match (src, dst_recorded, dst_modified) {
-        (Some(s), Some(d), _) if (s - d).abs() <= MODIFY_WINDOW_MS => Action::EqualModTime,
+        (Some(s), Some(d), _) if same_instant(s, d) => Action::EqualModTime,
         (Some(_), Some(_), _) => Action::CopyChanged,
-        (Some(s), None, Some(m)) if m >= s => Action::EqualModTime,
+        (Some(s), None, Some(m)) if m >= s || same_instant(s, m) => Action::EqualModTime,
         _ => Action::CopyChanged,
     }
+}
+
+/// Two times (Unix ms) that name the same instant as far as both can say: within
+/// [`MODIFY_WINDOW_MS`], or in the same second when one of them has whole seconds only (an
+/// HTTP `Last-Modified`, which S3, GCS and Azure give in seconds where listings give ms).
+pub fn same_instant(a: i64, b: i64) -> bool {
+    (a - b).abs() <= MODIFY_WINDOW_MS
+        || ((a.rem_euclid(1000) == 0 || b.rem_euclid(1000) == 0)
+            && a.div_euclid(1000) == b.div_euclid(1000))
 }
 
 impl Action {
@@ -201,7 +210,7 @@ pub fn touched(now: &State, recorded: &Option<State>) -> bool {
     let Some(r) = recorded else { return false };
     let same_bytes = r.size == now.size
         && matches!((norm(&r.etag), norm(&now.etag)), (Some(a), Some(b)) if a == b);
-    same_bytes && matches!((r.mtime_ms, now.mtime_ms), (Some(a), Some(b)) if a != b)
+    same_bytes && matches!((r.mtime_ms, now.mtime_ms), (Some(a), Some(b)) if !same_instant(a, b))
 }
 
 /// Decides one key. `deletes` is false with `--no-delete`; `rule` decides keys the manifest
@@ -574,6 +583,27 @@ mod tests {
                 CopyChanged,
             ),
             ("nothing to compare", Some(1000), None, None, CopyChanged),
+            (
+                "a HEAD's whole second against a listing's ms",
+                Some(5_000),
+                Some(5_734),
+                None,
+                EqualModTime,
+            ),
+            (
+                "whole seconds on both sides, a second apart",
+                Some(5_000),
+                Some(6_000),
+                None,
+                CopyChanged,
+            ),
+            (
+                "ms on both sides, 400 ms apart",
+                Some(5_100),
+                Some(5_500),
+                None,
+                CopyChanged,
+            ),
             (
                 "source time unknown",
                 None,

@@ -13,7 +13,9 @@ use aws_config::environment::EnvironmentVariableCredentialsProvider;
 use aws_config::imds::credentials::ImdsCredentialsProvider;
 use aws_config::meta::credentials::CredentialsProviderChain;
 use aws_config::profile::ProfileFileCredentialsProvider;
+use aws_config::provider_config::ProviderConfig;
 use aws_config::web_identity_token::WebIdentityTokenCredentialsProvider;
+use aws_config::Region;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use object_store::aws::AwsCredential;
 use object_store::CredentialProvider;
@@ -22,20 +24,32 @@ use super::{env, env_true};
 
 /// The one credential chain (see the module documentation).
 pub fn chain() -> SharedCredentialsProvider {
+    // the region of STS calls (assumed roles, web identity): without one they cannot be made
+    let conf = ProviderConfig::default().with_region(Some(Region::new(region())));
     let mut chain = CredentialsProviderChain::first_try(
         "Environment",
         EnvironmentVariableCredentialsProvider::new(),
     )
-    .or_else("Profile", ProfileFileCredentialsProvider::builder().build())
+    .or_else(
+        "Profile",
+        ProfileFileCredentialsProvider::builder()
+            .configure(&conf)
+            .build(),
+    )
     .or_else(
         "WebIdentityToken",
-        WebIdentityTokenCredentialsProvider::builder().build(),
+        WebIdentityTokenCredentialsProvider::builder()
+            .configure(&conf)
+            .build(),
     )
-    .or_else("EcsContainer", EcsCredentialsProvider::builder().build());
+    .or_else(
+        "EcsContainer",
+        EcsCredentialsProvider::builder().configure(&conf).build(),
+    );
     if env_true("SLATE_USE_INSTANCE_METADATA") {
         chain = chain.or_else(
             "Ec2InstanceMetadata",
-            ImdsCredentialsProvider::builder().build(),
+            ImdsCredentialsProvider::builder().configure(&conf).build(),
         );
     }
     SharedCredentialsProvider::new(chain)
@@ -57,11 +71,31 @@ fn shared_files() -> [Option<PathBuf>; 2] {
 /// keys, a shared file, web identity, a container role or the opted-in instance role.
 pub fn has_source() -> bool {
     (env("AWS_ACCESS_KEY_ID").is_some() && env("AWS_SECRET_ACCESS_KEY").is_some())
-        || shared_files().iter().flatten().any(|p| p.is_file())
+        || shared_files()
+            .iter()
+            .flatten()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .any(|text| names_credentials(&text))
         || env("AWS_WEB_IDENTITY_TOKEN_FILE").is_some()
         || env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
         || env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_some()
         || env_true("SLATE_USE_INSTANCE_METADATA")
+}
+
+/// Whether a shared file says anything about credentials (a config file holding only a
+/// region does not: then the early "missing credentials" error is the right answer).
+fn names_credentials(text: &str) -> bool {
+    [
+        "aws_access_key_id",
+        "role_arn",
+        "credential_process",
+        "sso_",
+        "web_identity_token_file",
+        "credential_source",
+        "login_session",
+    ]
+    .iter()
+    .any(|k| text.contains(k))
 }
 
 /// The profile in use: `AWS_PROFILE`, else `default`.

@@ -114,7 +114,9 @@ impl AzureBlob {
         let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<BlockList>\n");
         for p in parts {
             let id = base64::engine::general_purpose::STANDARD.encode(p.content_id.as_bytes());
-            xml.push_str(&format!("\t<Uncommitted>{id}</Uncommitted>\n"));
+            // Latest: the block just put, and after a commit whose answer was lost (a retry)
+            // the committed block of that id
+            xml.push_str(&format!("\t<Latest>{id}</Latest>\n"));
         }
         xml.push_str("</BlockList>");
         self.call(
@@ -134,17 +136,63 @@ impl AzureBlob {
         key: &str,
         attrs: &Attributes,
     ) -> std::result::Result<Option<String>, String> {
-        let props = headers(attrs, Only::Properties);
-        self.call(key, "properties", props, Vec::new()).await?;
-        let etag = self
-            .call(key, "metadata", headers(attrs, Only::Metadata), Vec::new())
-            .await?;
+        // Set Blob Properties clears what it is not sent: the Content-MD5 goes back as it
+        // was; both calls apply only to the blob as read, so a writer in between is not undone
+        let (etag, md5) = self.head(key).await?;
+        let mut props = headers(attrs, Only::Properties);
+        if let Some(m) = md5 {
+            props.push(("x-ms-blob-content-md5".into(), m));
+        }
+        let guard = |h: &mut Vec<(String, String)>, etag: &Option<String>| {
+            if let Some(e) = etag {
+                h.push(("if-match".into(), e.clone()));
+            }
+        };
+        guard(&mut props, &etag);
+        let etag = self.call(key, "properties", props, Vec::new()).await?;
+        let mut meta = headers(attrs, Only::Metadata);
+        guard(&mut meta, &etag);
+        let etag = self.call(key, "metadata", meta, Vec::new()).await?;
         let tier = headers(attrs, Only::Tier);
         if !tier.is_empty() {
             // a tier change leaves the ETag as it is
             self.call(key, "tier", tier, Vec::new()).await?;
         }
         Ok(etag)
+    }
+
+    /// The blob's ETag and Content-MD5 (a signed HEAD).
+    async fn head(
+        &self,
+        key: &str,
+    ) -> std::result::Result<(Option<String>, Option<String>), String> {
+        Retry::default()
+            .for_store("az")
+            .run(
+                key,
+                |e| matches!(e, ChunkError::Retry(_)),
+                |_| async {
+                    let resp = self.send("HEAD", key, None, &[], Vec::new()).await?;
+                    let status = resp.status();
+                    if !status.is_success() {
+                        let msg = format!("HEAD answered {status}");
+                        return Err(if status.is_server_error() || status.as_u16() == 429 {
+                            ChunkError::Retry(msg)
+                        } else {
+                            ChunkError::Fatal(msg)
+                        });
+                    }
+                    let h = |n: &str| {
+                        resp.headers()
+                            .get(n)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string)
+                    };
+                    Ok((h("etag"), h("content-md5")))
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())
     }
 
     async fn call(
@@ -165,24 +213,29 @@ impl AzureBlob {
             .map_err(|e| e.to_string())
     }
 
-    async fn try_call(
+    /// One signed request for `key` (with `?comp=` when given).
+    async fn send(
         &self,
+        method: &str,
         key: &str,
-        comp: &str,
+        comp: Option<&str>,
         headers: &[(String, String)],
         body: Vec<u8>,
-    ) -> std::result::Result<Option<String>, ChunkError> {
+    ) -> std::result::Result<object_store::client::HttpResponse, ChunkError> {
         let cred = self
             .azure
             .credentials()
             .get_credential()
             .await
             .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
-        let url = format!("{}/{}?comp={comp}", self.container_url, encode_key(key));
-        let mut b = Request::builder()
-            .method("PUT")
-            .uri(&url)
-            .header("content-length", body.len().to_string());
+        let mut url = format!("{}/{}", self.container_url, encode_key(key));
+        if let Some(c) = comp {
+            url.push_str(&format!("?comp={c}"));
+        }
+        let mut b = Request::builder().method(method).uri(&url);
+        if method != "HEAD" {
+            b = b.header("content-length", body.len().to_string());
+        }
         for (k, v) in headers {
             b = b.header(k.as_str(), v.as_str());
         }
@@ -192,11 +245,20 @@ impl AzureBlob {
         AzureAuthorizer::new(&cred, &self.account)
             .try_authorize(&mut req)
             .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-        let resp = self
-            .http
+        self.http
             .execute(req)
             .await
-            .map_err(|e| ChunkError::Retry(e.to_string()))?;
+            .map_err(|e| ChunkError::Retry(e.to_string()))
+    }
+
+    async fn try_call(
+        &self,
+        key: &str,
+        comp: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> std::result::Result<Option<String>, ChunkError> {
+        let resp = self.send("PUT", key, Some(comp), headers, body).await?;
         let status = resp.status();
         let etag = resp
             .headers()

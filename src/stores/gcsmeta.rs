@@ -84,6 +84,17 @@ impl GcsPatch {
             }
         }
         body.insert("metadata".into(), Value::Object(meta));
+        // only the object as read: a writer in between is not undone (the patch then fails,
+        // and the next run looks again)
+        let metagen = current.get("metageneration").and_then(|m| match m {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        });
+        let url = match metagen {
+            Some(m) => format!("{url}?ifMetagenerationMatch={m}"),
+            None => url,
+        };
         self.call("PATCH", &url, Some(json!(body)))
             .await
             .map(|_| ())

@@ -195,7 +195,9 @@ pub fn build_paged(loc: &Location) -> Result<Stores> {
 
 /// [`build_paged`] with headers sent on every request: a canned ACL (`x-amz-acl`,
 /// `x-goog-acl`) for a destination written with `--acl`. Those headers name what a write
-/// creates; the stores ignore them on reads and listings.
+/// creates; S3 and GCS ignore them on the reads (HEAD, verify) that a copy's destination
+/// client also makes. The client built here writes; the listings of a destination use
+/// [`build_paged`]'s.
 pub fn build_with_headers(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
     match loc.scheme {
         Scheme::S3 => build_s3(loc, headers),

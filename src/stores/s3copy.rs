@@ -31,6 +31,16 @@ pub fn encode_key(key: &str) -> String {
     utf8_percent_encode(key, PATH).to_string()
 }
 
+/// What [`S3CrossBucket::replace_metadata`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replaced {
+    /// Replaced; the object's ETag after it.
+    Done(Option<String>),
+    /// The object is in GLACIER or DEEP_ARCHIVE: not copied onto itself (S3 refuses before a
+    /// restore); the caller writes it again instead.
+    Archived,
+}
+
 /// Copies objects from one bucket into another on the same S3 endpoint.
 #[derive(Debug)]
 pub struct S3CrossBucket {
@@ -126,7 +136,7 @@ impl S3CrossBucket {
         &self,
         key: &str,
         attrs: &Attributes,
-    ) -> std::result::Result<Option<String>, String> {
+    ) -> std::result::Result<Replaced, String> {
         let mut headers: Vec<(String, String)> =
             vec![("x-amz-metadata-directive".into(), "REPLACE".into())];
         for (k, v) in attrs.iter() {
@@ -140,12 +150,22 @@ impl S3CrossBucket {
                 Attribute::Metadata(n) => format!("x-amz-meta-{n}"),
                 _ => continue,
             };
+            // the placement's headers go with every copy already (a header twice is joined
+            // into one value by the signer, which S3 refuses)
+            if self.extra.iter().any(|(k, _)| *k == name) {
+                continue;
+            }
             headers.push((name, v.to_string()));
         }
         let has_class = headers.iter().any(|(k, _)| k == "x-amz-storage-class")
             || self.extra.iter().any(|(k, _)| *k == "x-amz-storage-class");
+        let current = self.storage_class_of(key).await?;
+        if matches!(current.as_deref(), Some("GLACIER" | "DEEP_ARCHIVE")) {
+            // an archived object cannot be copied onto itself before it is restored
+            return Ok(Replaced::Archived);
+        }
         if !has_class {
-            if let Some(class) = self.storage_class_of(key).await? {
+            if let Some(class) = current {
                 headers.push(("x-amz-storage-class".into(), class));
             }
         }
@@ -157,6 +177,7 @@ impl S3CrossBucket {
                 |_| self.try_copy(key, key, &headers),
             )
             .await
+            .map(Replaced::Done)
             .map_err(|e| e.to_string())
     }
 
