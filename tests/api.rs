@@ -204,6 +204,20 @@ fn a_copy_job_runs_to_its_end_and_streams_its_progress() {
         vec!["end"]
     );
 
+    // the announcement's call: no kind is a copy (here with a storage class for S3)
+    let again_dst = Place::new(End::S3("slate-dst"), "api-announced");
+    let job = post_job(
+        &s,
+        &json!({"src": src.url(), "dst": again_dst.url(), "options": {"storage_class": "standard_ia"}}),
+        None,
+    );
+    assert_eq!(job["kind"], "copy", "{job}");
+    let id = job["id"].as_i64().expect("id");
+    let (_, events) = read_events(&s.url(&format!("/jobs/{id}/events")), None);
+    let last = events.last().expect("events");
+    assert_eq!(last.data["state"], "succeeded", "{}", last.data);
+    assert_same(&again_dst.read(), &data);
+
     // a diff job, and a sync-once with a dry run: their results
     let diff = post_job(
         &s,
