@@ -11,7 +11,8 @@ Translated (one log line each on stderr):
   PUT    /B/O                            simple upload -> POST /upload/storage/v1/b/B/o?uploadType=multipart
                                          (metadata from Content-Type, Cache-Control,
                                          Content-Disposition, Content-Encoding, Content-Language,
-                                         x-goog-storage-class, x-goog-meta-*)
+                                         x-goog-storage-class, x-goog-meta-*; x-goog-acl as
+                                         predefinedAcl)
   PUT    /B/O + x-goog-copy-source: B2/O2 copy -> POST /storage/v1/b/B2/o/O2/rewriteTo/b/B/o/O
   POST   /B/O?uploads                    start an XML multipart upload (parts kept in temp files)
   PUT    /B/O?partNumber=N&uploadId=U    store one part, ETag = quoted MD5 hex of the part
@@ -186,6 +187,8 @@ class Shim:
         """Create BUCKET/NAME from the concatenation of `sources` (list of (file, size)) with a
         single multipart/related upload, streamed. Returns the new object's JSON resource."""
         meta = dict(attrs, name=name)
+        acl = meta.pop("_predefinedAcl", None)
+        query = f"&predefinedAcl={q(acl)}" if acl else ""
         boundary = "shim-" + uuid.uuid4().hex
         content_type = attrs.get("contentType", "application/octet-stream")
         head = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n"
@@ -196,7 +199,7 @@ class Shim:
 
         conn = self.connect()
         try:
-            conn.putrequest("POST", f"/upload/storage/v1/b/{q(bucket)}/o?uploadType=multipart",
+            conn.putrequest("POST", f"/upload/storage/v1/b/{q(bucket)}/o?uploadType=multipart{query}",
                             skip_accept_encoding=True)
             conn.putheader("Content-Type", f"multipart/related; boundary={boundary}")
             conn.putheader("Content-Length", str(length))
@@ -221,6 +224,18 @@ class Shim:
         return json.loads(body)
 
 
+# The XML API's canned ACL names and the JSON API's predefinedAcl values.
+XML_ACLS = {
+    "private": "private",
+    "project-private": "projectPrivate",
+    "public-read": "publicRead",
+    "public-read-write": "publicReadWrite",
+    "authenticated-read": "authenticatedRead",
+    "bucket-owner-read": "bucketOwnerRead",
+    "bucket-owner-full-control": "bucketOwnerFullControl",
+}
+
+
 def attrs_from_headers(headers):
     """Object metadata (JSON API field names) from XML-API request headers."""
     attrs, metadata = {}, {}
@@ -235,6 +250,10 @@ def attrs_from_headers(headers):
     for key, value in headers.items():
         if key.lower().startswith("x-goog-meta-"):
             metadata[key[len("x-goog-meta-"):].lower()] = value
+    # x-goog-acl (the XML API's canned ACL) is the JSON API's predefinedAcl parameter
+    canned = headers.get("x-goog-acl")
+    if canned:
+        attrs["_predefinedAcl"] = XML_ACLS.get(canned, canned)
     if metadata:
         attrs["metadata"] = metadata
     return attrs

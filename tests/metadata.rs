@@ -471,19 +471,31 @@ fn storage_class_and_acl_land_where_asked_and_unknown_values_stop_first() {
             "{k}: {p:?}"
         );
     }
-    // GCS: a storage class
+    // GCS: a storage class and a predefined ACL
     let dst = Place::new(End::Gs("slate-dst"), "place-gs");
     let out = copy(
         &src.url(),
         &dst.url(),
-        &["--storage-class", "NEARLINE", "-q"],
+        &["--storage-class", "NEARLINE", "--acl", "publicRead", "-q"],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let p = props(&dst.end, &format!("{}/{SMALL}", dst.prefix));
+    let key = format!("{}/{SMALL}", dst.prefix);
+    let p = props(&dst.end, &key);
     assert_eq!(
         p.get("class").map(String::as_str),
         Some("NEARLINE"),
         "{p:?}"
+    );
+    let url = format!(
+        "{}/storage/v1/b/slate-dst/o/{}?projection=full",
+        gcs_endpoint(),
+        url::form_urlencoded::byte_serialize(key.as_bytes()).collect::<String>()
+    );
+    let v: serde_json::Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+    let acl = v["acl"].to_string();
+    assert!(
+        acl.contains("allUsers") && acl.contains("READER"),
+        "public-read grants allUsers: {acl}"
     );
     // values a store does not have: exit 2 naming them, nothing copied
     for (dst, args, named) in [
