@@ -2,8 +2,10 @@
 # bench/metadata.sh — what carrying metadata costs: the same copy of BENCH_META_N × 16 KiB local
 # files to S3 (s3s-fs on 127.0.0.1) with metadata (slate's default: Content-Type from the
 # extension and the modification time as `x-amz-meta-mtime`) and with `--no-metadata` (the
-# bytes alone), BENCH_RUNS times each, alternating which goes first. Prints one markdown table
-# with the medians and the ratio (target: ≤ 1.05×).
+# bytes alone), then back from S3 to a local folder both ways, BENCH_RUNS times each,
+# alternating which goes first. Prints one markdown table with the medians, slate's and
+# s3s-fs's CPU, and the ratios (target: ≤ 1.05×). Local → S3 also measures the server, which
+# keeps each object's metadata in a file of its own; S3 → local is slate's own cost.
 #
 #   SLATE_BIN       the slate binary (default: target/release/slate, built if missing)
 #   BENCH_META_N    files (default 20000)
@@ -47,17 +49,42 @@ done
 
 S=(env -u AWS_PROFILE AWS_ENDPOINT_URL="http://127.0.0.1:$PORT" AWS_ACCESS_KEY_ID=testing
    AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 "$SLATE")
-run() { # run MODE RUN: one timed copy into a fresh prefix; appends "wall rss" to $WORK/res.MODE
-    local mode=$1 r=$2 extra=()
+# CPU seconds s3s-fs has used so far (utime + stime of its process).
+server_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$pid/stat"; }
+run() { # run MODE RUN: one timed copy into a fresh prefix; appends "wall rss cpu server_cpu"
+    local mode=$1 r=$2 extra=() s0 s1
     [[ $mode == off ]] && extra=(--no-metadata)
-    /usr/bin/time -f '%e %M' -o "$WORK/t" "${S[@]}" copy "$WORK/src" "s3://bench/$mode-$r/" \
+    s0=$(server_cpu)
+    /usr/bin/time -f '%e %M %U %S' -o "$WORK/t" "${S[@]}" copy "$WORK/src" "s3://bench/$mode-$r/" \
         --quiet "${extra[@]}" >"$WORK/out" 2>&1 || { cat "$WORK/out" >&2; die "copy ($mode) failed"; }
-    tail -n 1 "$WORK/t" >>"$WORK/res.$mode"
+    s1=$(server_cpu)
+    read -r w m u sy < <(tail -n 1 "$WORK/t")
+    echo "$w $m $(awk -v u="$u" -v s="$sy" 'BEGIN {printf "%.2f", u + s}') \
+$(awk -v a="$s0" -v b="$s1" 'BEGIN {printf "%.2f", b - a}')" >>"$WORK/res.$mode"
 }
 for ((r = 1; r <= RUNS; r++)); do
     if ((r % 2)); then order=(on off); else order=(off on); fi
-    for m in "${order[@]}"; do log "run $r/$RUNS: metadata $m"; run "$m" "$r"; done
+    for m in "${order[@]}"; do log "run $r/$RUNS: local → S3, metadata $m"; run "$m" "$r"; done
 done
+# S3 → local: the objects written with metadata, read back into a fresh folder; the store
+# stores nothing more here, so the difference is slate's own (parsing, the mtime it sets)
+back() { # back MODE RUN
+    local mode=$1 r=$2 extra=() s0 s1
+    [[ $mode == off ]] && extra=(--no-metadata)
+    rm -rf "$WORK/back"
+    s0=$(server_cpu)
+    /usr/bin/time -f '%e %M %U %S' -o "$WORK/t" "${S[@]}" copy "s3://bench/on-1/" "$WORK/back" \
+        --quiet "${extra[@]}" >"$WORK/out" 2>&1 || { cat "$WORK/out" >&2; die "copy back ($mode) failed"; }
+    s1=$(server_cpu)
+    read -r w m u sy < <(tail -n 1 "$WORK/t")
+    echo "$w $m $(awk -v u="$u" -v s="$sy" 'BEGIN {printf "%.2f", u + s}') \
+$(awk -v a="$s0" -v b="$s1" 'BEGIN {printf "%.2f", b - a}')" >>"$WORK/res.back-$mode"
+}
+for ((r = 1; r <= RUNS; r++)); do
+    if ((r % 2)); then order=(on off); else order=(off on); fi
+    for m in "${order[@]}"; do log "run $r/$RUNS: S3 → local, metadata $m"; back "$m" "$r"; done
+done
+rm -rf "$WORK/back"
 # the objects with metadata carry it (rclone reads the mtime back: the file's, not the copy's)
 want=$(date -u -r "$WORK/src/f-000000.html" '+%Y-%m-%d %H:%M:%S')
 got=$(env -u AWS_CA_BUNDLE RCLONE_CONFIG_B_TYPE=s3 RCLONE_CONFIG_B_PROVIDER=Other \
@@ -67,13 +94,22 @@ got=$(env -u AWS_CA_BUNDLE RCLONE_CONFIG_B_TYPE=s3 RCLONE_CONFIG_B_PROVIDER=Othe
 [[ "$got" == "$want" ]] || die "the copy with metadata did not keep the mtime: rclone says '$got', want '$want'"
 
 median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-on_w=$(awk '{print $1}' "$WORK/res.on" | median); off_w=$(awk '{print $1}' "$WORK/res.off" | median)
-on_r=$(awk '{print $2}' "$WORK/res.on" | median); off_r=$(awk '{print $2}' "$WORK/res.off" | median)
-awk -v n="$N" -v ow="$on_w" -v fw="$off_w" -v orr="$on_r" -v fr="$off_r" -v runs="$RUNS" 'BEGIN {
-    ratio = ow / fw
-    print "| copy of " n " × 16 KiB local → S3 (s3s-fs), median of " runs " | wall | objects/s | peak RSS |"
-    print "|---|---|---|---|"
-    printf "| with metadata (default: Content-Type, mtime) | %.2f s | %.0f | %.1f MiB |\n", ow, n / ow, orr / 1024
-    printf "| `--no-metadata` (bytes alone) | %.2f s | %.0f | %.1f MiB |\n", fw, n / fw, fr / 1024
-    printf "| cost of metadata | %.3f× (target ≤ 1.05×: %s) | | |\n", ratio, ratio <= 1.05 ? "met" : "**MISSED**"
+col() { awk -v c="$2" '{print $c}' "$WORK/res.$1" | median; }
+awk -v n="$N" -v runs="$RUNS" \
+    -v ow="$(col on 1)" -v fw="$(col off 1)" -v orr="$(col on 2)" -v fr="$(col off 2)" \
+    -v oc="$(col on 3)" -v fc="$(col off 3)" -v os="$(col on 4)" -v fs="$(col off 4)" 'BEGIN {
+    print "| copy of " n " × 16 KiB local → S3 (s3s-fs), median of " runs " | wall | objects/s | slate CPU | s3s-fs CPU | peak RSS |"
+    print "|---|---|---|---|---|---|"
+    printf "| with metadata (default: Content-Type, mtime) | %.2f s | %.0f | %.2f s | %.2f s | %.1f MiB |\n", ow, n / ow, oc, os, orr / 1024
+    printf "| `--no-metadata` (bytes alone) | %.2f s | %.0f | %.2f s | %.2f s | %.1f MiB |\n", fw, n / fw, fc, fs, fr / 1024
+    wr = ow / fw; cr = oc / fc; sr = os / fs
+    printf "| cost of metadata, local → S3 (with / without) | %.3f× | | %.3f× | %.3f× | |\n", wr, cr, sr
+}'
+awk -v n="$N" -v runs="$RUNS" \
+    -v ow="$(col back-on 1)" -v fw="$(col back-off 1)" -v orr="$(col back-on 2)" -v fr="$(col back-off 2)" \
+    -v oc="$(col back-on 3)" -v fc="$(col back-off 3)" -v os="$(col back-on 4)" -v fs="$(col back-off 4)" 'BEGIN {
+    printf "| S3 → local, with metadata (the files take the recorded mtime) | %.2f s | %.0f | %.2f s | %.2f s | %.1f MiB |\n", ow, n / ow, oc, os, orr / 1024
+    printf "| S3 → local, `--no-metadata` | %.2f s | %.0f | %.2f s | %.2f s | %.1f MiB |\n", fw, n / fw, fc, fs, fr / 1024
+    wr = ow / fw
+    printf "| cost of metadata, S3 → local (with / without) | %.3f× (target ≤ 1.05×: %s) | | %.3f× | %.3f× | |\n", wr, wr <= 1.05 ? "met" : "**MISSED**", oc / fc, os / fs
 }'
