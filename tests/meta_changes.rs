@@ -398,3 +398,99 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
     });
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
+
+#[test]
+fn a_gcs_metadata_update_notification_reaches_an_s3_replica() {
+    // fake-gcs-server updates metadata (objects.patch) but publishes no OBJECT_METADATA_UPDATE:
+    // the test patches the object and then publishes the notification GCS would send.
+    let sub = unique("slate-mdu");
+    let ps = |path: &str| format!("{}/v1/projects/test-project/{path}", pubsub_url());
+    let http = reqwest::blocking::Client::new();
+    let r = http
+        .put(ps(&format!("subscriptions/{sub}")))
+        .header("content-type", "application/json")
+        .body(r#"{"topic": "projects/test-project/topics/gcs-events", "ackDeadlineSeconds": 10}"#)
+        .send()
+        .expect("subscription");
+    assert!(r.status().is_success(), "subscription: {}", r.status());
+    let prefix = unique("mdu");
+    let key = format!("{prefix}/doc.txt");
+    let write = gcs_writer("slate-src");
+    rt().block_on(async {
+        let mut attrs = object_store::Attributes::new();
+        attrs.insert(Attribute::ContentType, "text/plain".into());
+        attrs.insert(Attribute::Metadata("owner".into()), "team-a".into());
+        write
+            .put_opts(
+                &Path::parse(&key).unwrap(),
+                b"a document".to_vec().into(),
+                object_store::PutOptions {
+                    attributes: attrs,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("seed");
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let rep = unique("mdu-s3");
+    let spec = format!("pubsub://projects/test-project/subscriptions/{sub}");
+    let mut daemon = Daemon::start(
+        &db,
+        &format!("gs://slate-src/{prefix}"),
+        &format!("s3://slate-dst/{rep}"),
+        &["--events", &spec],
+        &log,
+    );
+    let dst = s3("slate-dst");
+    let k_dst = format!("{rep}/doc.txt");
+    wait_for("the backfill", 60, || {
+        owner_is(&dst, &k_dst, "team-a", "text/plain")
+    });
+
+    // the metadata changes at the source, and GCS says so
+    let obj = format!(
+        "{}/storage/v1/b/slate-src/o/{}",
+        gcs_endpoint(),
+        url::form_urlencoded::byte_serialize(key.as_bytes()).collect::<String>()
+    );
+    let r = http
+        .patch(&obj)
+        .header("content-type", "application/json")
+        .body(r#"{"contentType": "text/markdown", "metadata": {"owner": "team-b"}}"#)
+        .send()
+        .expect("patch");
+    assert!(r.status().is_success(), "patch: {}", r.status());
+    let v: serde_json::Value = http.get(&obj).send().expect("get").json().expect("json");
+    let generation = v["generation"].as_str().unwrap_or("1").to_string();
+    let data = serde_json::json!({"kind": "storage#object", "bucket": "slate-src", "name": key,
+        "generation": generation, "metageneration": "2", "size": "10"});
+    let msg = serde_json::json!({"messages": [{"data": b64(&data.to_string()), "attributes": {
+        "eventType": "OBJECT_METADATA_UPDATE", "payloadFormat": "JSON_API_V1",
+        "bucketId": "slate-src", "objectId": key, "objectGeneration": generation}}]});
+    let r = http
+        .post(ps("topics/gcs-events:publish"))
+        .header("content-type", "application/json")
+        .body(msg.to_string())
+        .send()
+        .expect("publish");
+    assert!(r.status().is_success(), "publish: {}", r.status());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !owner_is(&dst, &k_dst, "team-b", "text/markdown") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the metadata update did not reach the replica: {:?}\n{}",
+            head(&dst, &k_dst),
+            log_tail(&daemon.log_text())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        daemon.log_text().contains("MetaUpdated"),
+        "{}",
+        log_tail(&daemon.log_text())
+    );
+    assert_eq!(daemon.stop(), Some(0));
+    let _ = http.delete(ps(&format!("subscriptions/{sub}"))).send();
+}
