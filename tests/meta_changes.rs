@@ -17,7 +17,7 @@ use object_store::path::Path;
 use object_store::{Attribute, ClientOptions, ObjectStore, ObjectStoreExt};
 
 /// A loopback TCP proxy to moto that counts the GETs of the paths given (request lines
-/// `GET /BUCKET/KEY` in what clients send; HEADs and listings do not match).
+/// `GET /BUCKET/KEY` in what clients send; HEADs, listings and `?tagging` reads do not count).
 struct Counter {
     addr: String,
     gets: Arc<AtomicU64>,
@@ -54,11 +54,11 @@ impl Counter {
                         for w in watch.iter() {
                             let line = format!("GET {w} ");
                             let line_q = format!("GET {w}?");
-                            g.fetch_add(
-                                (text.matches(&line).count() + text.matches(&line_q).count())
-                                    as u64,
-                                Relaxed,
-                            );
+                            // a read of the object's tags is no read of its body
+                            let tags = format!("GET {w}?tagging");
+                            let n = text.matches(&line).count() + text.matches(&line_q).count()
+                                - text.matches(&tags).count();
+                            g.fetch_add(n as u64, Relaxed);
                         }
                         let keep = hay.len().saturating_sub(256);
                         // only what could start a line not yet counted
@@ -493,4 +493,193 @@ fn a_gcs_metadata_update_notification_reaches_an_s3_replica() {
     );
     assert_eq!(daemon.stop(), Some(0));
     let _ = http.delete(ps(&format!("subscriptions/{sub}"))).send();
+}
+
+/// A signed request to moto for `bucket/key_and_query` with a body; status and body.
+fn s3_call(method: &str, bucket: &str, key_and_query: &str, body: &str) -> (u16, String) {
+    use object_store::aws::{AwsAuthorizer, AwsCredential};
+    let cred = AwsCredential {
+        key_id: "testing".into(),
+        secret_key: "testing".into(),
+        token: None,
+    };
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("{}/{bucket}/{key_and_query}", s3_endpoint()))
+        .body(HttpRequestBody::from(body.as_bytes().to_vec()))
+        .expect("request");
+    AwsAuthorizer::new(&cred, "s3", "us-east-1")
+        .try_authorize(&mut req, None)
+        .expect("sign");
+    let client = ReqwestConnector::default()
+        .connect(&ClientOptions::new().with_allow_http(true))
+        .expect("client");
+    rt().block_on(async move {
+        let resp = client.execute(req).await.expect("send");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().bytes().await.unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).to_string())
+    })
+}
+
+/// The tags of an S3 object, `k=v` sorted.
+fn s3_tags(bucket: &str, key: &str) -> Vec<String> {
+    let (status, xml) = s3_call("GET", bucket, &format!("{key}?tagging"), "");
+    assert_eq!(status, 200, "{xml}");
+    let mut out: Vec<String> = slate::stores::s3tags::parse_tagging(&xml)
+        .expect("tags")
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The blob index tags of an Azurite blob, `k=v` sorted.
+fn az_tags(container: &str, key: &str) -> Vec<String> {
+    use object_store::azure::{AzureAccessKey, AzureAuthorizer, AzureCredential};
+    const KEY: &str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+    let cred = AzureCredential::AccessKey(AzureAccessKey::try_new(KEY).expect("key"));
+    let mut req = http::Request::builder()
+        .method("GET")
+        .uri(format!(
+            "{}/devstoreaccount1/{container}/{key}?comp=tags",
+            azurite_url()
+        ))
+        .body(HttpRequestBody::from(Vec::new()))
+        .expect("request");
+    AzureAuthorizer::new(&cred, "devstoreaccount1")
+        .try_authorize(&mut req)
+        .expect("sign");
+    let client = ReqwestConnector::default()
+        .connect(&ClientOptions::new().with_allow_http(true))
+        .expect("client");
+    let xml = rt().block_on(async move {
+        let resp = client.execute(req).await.expect("send");
+        let body = resp.into_body().bytes().await.unwrap_or_default();
+        String::from_utf8_lossy(&body).to_string()
+    });
+    let mut out: Vec<String> = slate::stores::s3tags::parse_tagging(&xml)
+        .expect("tags")
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn s3_tags_travel_and_a_tagging_change_reaches_s3_and_azure_replicas() {
+    let (bucket, queue) = sqs_bucket("tags");
+    // the bucket's notifications, with tagging events too
+    let arn = format!("arn:aws:sqs:us-east-1:123456789012:{queue}");
+    let conf = format!(
+        "<NotificationConfiguration><QueueConfiguration><Id>slate</Id><Queue>{arn}</Queue>\
+         <Event>s3:ObjectCreated:*</Event><Event>s3:ObjectRemoved:*</Event>\
+         <Event>s3:ObjectTagging:*</Event></QueueConfiguration></NotificationConfiguration>"
+    );
+    let (st, body) = s3_call("PUT", &bucket, "?notification", &conf);
+    assert_eq!(st, 200, "notification configuration: {body}");
+    let prefix = unique("tg");
+    let key = format!("{prefix}/model.bin");
+    let data = bytes(11, 7 * MIB);
+    let src = s3(&bucket);
+    rt().block_on(async {
+        let mut tags = object_store::TagSet::default();
+        tags.push("team", "vision");
+        tags.push("stage", "raw data");
+        src.put_opts(
+            &Path::parse(&key).unwrap(),
+            data.clone().into(),
+            object_store::PutOptions {
+                tags,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("seed");
+    });
+    let counter = Counter::start(vec![format!("/{bucket}/{key}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log, conf) = (
+        dir.path().join("s.db"),
+        dir.path().join("d.log"),
+        dir.path().join("slate.toml"),
+    );
+    let (s3_rep, az_rep) = (unique("tg-s3"), unique("tg-az"));
+    std::fs::write(
+        &conf,
+        format!(
+            "[copy]\nchunk_size = \"5MiB\"\n\n\
+             [[pairs]]\nsrc = \"s3://{bucket}/{prefix}\"\ndst = \"s3://slate-dst/{s3_rep}\"\n\
+             events = \"sqs://{queue}\"\n\n\
+             [[pairs]]\nsrc = \"s3://{bucket}/{prefix}\"\ndst = \"az://slate-dst/{az_rep}\"\n\
+             events = \"sqs://{queue}\"\n"
+        ),
+    )
+    .unwrap();
+    let mut c = slate_db(&db);
+    c.env("AWS_ENDPOINT_URL", &counter.addr)
+        .args([
+            "sync",
+            "--config",
+            &conf.display().to_string(),
+            "--drift-check-secs",
+            "0",
+            "--quiet",
+        ])
+        .env("RUST_LOG", "slate=debug,warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut daemon = spawn_daemon(c, &log, 2);
+    let (k_s3, k_az) = (format!("{s3_rep}/model.bin"), format!("{az_rep}/model.bin"));
+    let before = vec!["stage=raw data".to_string(), "team=vision".to_string()];
+    // the backfill: server-side within S3 (the store copies the tags), a multipart upload to
+    // Azure (the block list carries them)
+    wait_for("both backfills", 60, || {
+        rt().block_on(dst_has(&k_s3)) && rt().block_on(az_has(&k_az))
+    });
+    assert_eq!(s3_tags("slate-dst", &k_s3), before);
+    assert_eq!(az_tags("slate-dst", &k_az), before);
+    let gets = counter.gets.load(Relaxed);
+
+    // new tags at the source (ObjectTagging:Put): both replicas follow, no byte moves
+    let xml = "<Tagging><TagSet><Tag><Key>team</Key><Value>vision</Value></Tag>\
+               <Tag><Key>stage</Key><Value>curated</Value></Tag></TagSet></Tagging>";
+    let (st, body) = s3_call("PUT", &bucket, &format!("{key}?tagging"), xml);
+    assert_eq!(st, 200, "put tagging: {body}");
+    let after = vec!["stage=curated".to_string(), "team=vision".to_string()];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(s3_tags("slate-dst", &k_s3) == after && az_tags("slate-dst", &k_az) == after) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tags did not follow: s3 {:?}, az {:?}\n{}",
+            s3_tags("slate-dst", &k_s3),
+            az_tags("slate-dst", &k_az),
+            log_tail(&read_log(&log))
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        counter.gets.load(Relaxed),
+        gets,
+        "a tagging change moved no bytes"
+    );
+    assert!(daemon.try_wait().ok().flatten().is_none());
+    let _ = daemon.stop(libc::SIGTERM);
+}
+
+async fn dst_has(key: &str) -> bool {
+    s3("slate-dst")
+        .head(&Path::parse(key).unwrap())
+        .await
+        .is_ok()
+}
+
+async fn az_has(key: &str) -> bool {
+    az("slate-dst")
+        .head(&Path::parse(key).unwrap())
+        .await
+        .is_ok()
 }

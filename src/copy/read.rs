@@ -35,6 +35,8 @@ pub struct ChunkOut {
     pub data: Option<Bytes>,
     /// What the store sent with the chunk (Content-* headers, user metadata); None for files.
     pub attrs: Option<Attributes>,
+    /// How many tags S3 said the object has (0 elsewhere).
+    pub tag_count: u32,
 }
 
 fn classify(e: object_store::Error) -> ChunkError {
@@ -110,6 +112,7 @@ async fn read_cloud(
         )));
     }
     let attrs = res.attributes.clone();
+    let tag_count = crate::stores::s3tags::tag_count(&res);
     let mut stream = res.into_stream();
     let mut hasher = BlockHasher::new();
     let mut got = 0u64;
@@ -151,6 +154,7 @@ async fn read_cloud(
         digests: hasher.finish(),
         data,
         attrs: Some(attrs),
+        tag_count,
     })
 }
 
@@ -215,6 +219,7 @@ fn read_local(
         digests: hasher.finish(),
         data: matches!(sink, ChunkSink::Buffer).then(|| Bytes::from(out)),
         attrs: None,
+        tag_count: 0,
     })
 }
 
@@ -284,5 +289,6 @@ fn hash_range(file: &std::fs::File, range: Range<u64>) -> Result<ChunkOut, Chunk
         digests: hasher.finish(),
         data: None,
         attrs: None,
+        tag_count: 0,
     })
 }

@@ -87,6 +87,8 @@ pub struct Ctx {
     pub s3_self: Option<Arc<S3CrossBucket>>,
     /// GCS destinations: objects.patch, which updates metadata in place.
     pub gcs_patch: Option<Arc<GcsPatch>>,
+    /// S3 sources: GetObjectTagging, for objects S3 says have tags.
+    pub src_tags: Option<Arc<S3CrossBucket>>,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -191,6 +193,7 @@ impl Ctx {
             _ => None,
         };
         let s3_self = S3CrossBucket::with_placement(&dst_loc, &dst_loc, &placement)?.map(Arc::new);
+        let src_tags = S3CrossBucket::for_bucket(plan.src.location())?.map(Arc::new);
         let gcs_patch = match dst_loc.scheme {
             Scheme::Gcs => Some(Arc::new(GcsPatch::for_location(&dst_loc)?)),
             _ => None,
@@ -211,6 +214,7 @@ impl Ctx {
             azure,
             s3_self,
             gcs_patch,
+            src_tags,
         })
     }
 
@@ -254,9 +258,9 @@ impl Ctx {
 
     /// The attributes of a cloud source object without its body (a HEAD): for objects no
     /// chunk read brings them with (empty ones).
-    async fn head_attrs(&self, item: &Item) -> Result<Option<Attributes>, SlateError> {
+    async fn head_attrs(&self, item: &Item) -> Result<(Option<Attributes>, u32), SlateError> {
         let Side::Cloud { store, .. } = &self.src else {
-            return Ok(None);
+            return Ok((None, 0));
         };
         let path = store_path(&item.src)?;
         let opts = GetOptions {
@@ -268,7 +272,57 @@ impl Ctx {
             .request(&item.src, any, |_| store.get_opts(&path, opts.clone()))
             .await
             .map_err(|e| obj_err(item, format!("reading properties: {}", one_line(&e))))?;
-        Ok(Some(res.attributes))
+        let count = crate::stores::s3tags::tag_count(&res);
+        Ok((Some(res.attributes), count))
+    }
+
+    /// [`Ctx::src_meta`] with the source's tags, read when S3 said it has `tag_count` of them
+    /// and the destination can hold them (S3, Azure; with metadata carried).
+    /// The source's tags are read (S3 source; S3 or Azure destination; metadata carried).
+    pub fn wants_tags(&self) -> Option<&Arc<S3CrossBucket>> {
+        let holds = matches!(self.dst.location().scheme, Scheme::S3 | Scheme::Azure);
+        self.src_tags
+            .as_ref()
+            .filter(|_| holds && self.opts.metadata)
+    }
+
+    async fn src_meta_tags(
+        &self,
+        item: &Item,
+        attrs: Option<&Attributes>,
+        tag_count: u32,
+    ) -> Result<Meta, SlateError> {
+        let mut meta = self.src_meta(item, attrs);
+        let holds = matches!(self.dst.location().scheme, Scheme::S3 | Scheme::Azure);
+        if tag_count > 0 && self.opts.metadata {
+            if let (true, Some(t)) = (holds, &self.src_tags) {
+                let tags = t
+                    .get_tagging(&item.src)
+                    .await
+                    .map_err(|e| obj_err(item, format!("reading tags: {e}")))?;
+                meta.tags = tags.into_iter().collect();
+            } else if !holds {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::info!(
+                        "object tags are not kept: {} destinations have no place for them",
+                        self.dst.location().scheme.short()
+                    )
+                });
+            }
+        }
+        Ok(meta)
+    }
+
+    /// The tags of `meta` as object_store writes them.
+    fn tag_set(&self, meta: &Meta) -> object_store::TagSet {
+        let mut t = object_store::TagSet::default();
+        if self.opts.metadata {
+            for (k, v) in &meta.tags {
+                t.push(k, v);
+            }
+        }
+        t
     }
 
     pub fn side(&self, end: End) -> &Side {
@@ -489,7 +543,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     // its listed time
     let attrs = match results.iter().find(|(i, _)| *i == 0) {
         Some((_, out)) => out.attrs.clone(),
-        None => ctx.head_attrs(item).await?,
+        None => ctx.head_attrs(item).await?.0,
     };
     let meta = ctx.src_meta(item, attrs.as_ref());
     let mtime = if ctx.opts.metadata {
@@ -540,12 +594,13 @@ async fn to_cloud_single(
 ) -> Result<Outcome, SlateError> {
     let _permit = ctx.reserve(item.size).await?;
     let dst = store_path(&item.dst)?;
-    let (hash, payload, attrs) = if item.size == 0 {
-        let attrs = ctx.head_attrs(item).await?;
+    let (hash, payload, attrs, tag_count) = if item.size == 0 {
+        let (attrs, count) = ctx.head_attrs(item).await?;
         (
             ContentHash::from_blocks(&[], 0),
             PutPayload::default(),
             attrs,
+            count,
         )
     } else {
         let out = chunk_with_retry(
@@ -563,11 +618,13 @@ async fn to_cloud_single(
             ContentHash::from_blocks(&out.digests, item.size),
             PutPayload::from_bytes(data),
             out.attrs,
+            out.tag_count,
         )
     };
-    let meta = ctx.src_meta(item, attrs.as_ref());
+    let meta = ctx.src_meta_tags(item, attrs.as_ref(), tag_count).await?;
     let put_opts = PutOptions {
         attributes: ctx.dst_attributes(item, &meta)?,
+        tags: ctx.tag_set(&meta),
         ..Default::default()
     };
     let put = ctx
@@ -655,13 +712,24 @@ async fn to_cloud_multipart(
         Some(r) => Some(r?),
         None => return Err(obj_err(item, "internal: no chunk to upload")),
     };
-    let meta = ctx.src_meta(item, first.as_ref().and_then(|f| f.1.attrs.as_ref()));
+    let meta = ctx
+        .src_meta_tags(
+            item,
+            first.as_ref().and_then(|f| f.1.attrs.as_ref()),
+            first.as_ref().map(|f| f.1.tag_count).unwrap_or(0),
+        )
+        .await?;
     let attrs = ctx.dst_attributes(item, &meta)?;
     let create = PutMultipartOptions {
         attributes: if ctx.azure.is_some() {
             Attributes::new()
         } else {
             attrs.clone()
+        },
+        tags: if ctx.azure.is_some() {
+            Default::default()
+        } else {
+            ctx.tag_set(&meta)
         },
         ..Default::default()
     };
@@ -723,7 +791,14 @@ async fn to_cloud_multipart(
         .ok_or_else(|| obj_err(item, "internal: a part is missing"))?;
     let put = match &ctx.azure {
         // Azure takes the properties with the block list (object_store's completion sends none)
-        Some(az) => az.put_block_list(&item.dst, &done, &attrs).await,
+        Some(az) => {
+            let tags = if ctx.opts.metadata {
+                meta.tags.clone()
+            } else {
+                Default::default()
+            };
+            az.put_block_list(&item.dst, &done, &attrs, &tags).await
+        }
         None => retry
             .request(&item.dst, any, |_| {
                 parts_store.complete_multipart(&dst, &id, done.clone())

@@ -46,6 +46,9 @@ pub struct Meta {
     /// is written to the destination, but it is no metadata of the object's own, so the
     /// [`Meta::fingerprint`] leaves it out.
     pub listed_time: bool,
+    /// Object tags (S3's; read only where the source says it has some). Written to S3 and
+    /// Azure (blob index tags) destinations; GCS and local folders have no place for them.
+    pub tags: BTreeMap<String, String>,
 }
 
 /// One change made to fit a destination, for the log.
@@ -224,6 +227,15 @@ impl Meta {
             s.push('\0');
             s.push_str(v);
             s.push('\0');
+        }
+        if !self.tags.is_empty() {
+            s.push_str("\0tags\0");
+            for (k, v) in &self.tags {
+                s.push_str(k);
+                s.push('\0');
+                s.push_str(v);
+                s.push('\0');
+            }
         }
         let recorded = self.mtime.filter(|_| !self.listed_time);
         if let Some(t) = recorded.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
@@ -728,6 +740,9 @@ mod tests {
         f.listed_time = true;
         f.mtime = Some(t(1_700_000_009, 0));
         assert_eq!(e.fingerprint(), f.fingerprint());
+        let mut g = a.clone();
+        g.tags.insert("team".into(), "a".into());
+        assert_ne!(a.fingerprint(), g.fingerprint());
     }
 
     #[test]

@@ -20,6 +20,8 @@ use crate::core::object::millis;
 use crate::state::blocking;
 use crate::state::manifest::{self, Manifest};
 use crate::stores::retry::{ChunkError, Retry};
+use crate::stores::s3copy::S3CrossBucket;
+use crate::stores::s3tags::tag_count;
 use crate::stores::side::{store_path, Side};
 
 /// How many undecided keys are looked at at once.
@@ -38,6 +40,8 @@ pub struct Judge {
     pub pair_id: i64,
     /// Metadata is carried (not `--no-metadata`): metadata-only changes count.
     pub metadata: bool,
+    /// S3 source whose tags travel (see `Ctx::wants_tags`): their reader.
+    pub src_tags: Option<Arc<S3CrossBucket>>,
 }
 
 /// A side's view of one object's time: the one it records, and its last-modified.
@@ -81,7 +85,7 @@ impl Judge {
             return Ok(Action::EqualTouched);
         }
         let listed = row.src.as_ref().and_then(|s| s.mtime_ms);
-        let now = meta_now(&self.src, &row.key, listed).await?;
+        let now = meta_now(&self.src, &row.key, listed, self.src_tags.as_deref()).await?;
         let (db, id, k) = (self.db.clone(), self.pair_id, row.key.clone());
         let recorded = blocking(move || db.meta_of(id, manifest::Side::Src, &k))
             .await
@@ -108,7 +112,12 @@ impl Judge {
 /// What the object `rel` of `side` carries now: a cloud object's properties (one HEAD), its
 /// recorded modification time or else its last-modified; a local file's type by extension and
 /// mtime (`listed_ms`).
-pub async fn meta_now(side: &Side, rel: &str, listed_ms: Option<i64>) -> Result<Meta, String> {
+pub async fn meta_now(
+    side: &Side,
+    rel: &str,
+    listed_ms: Option<i64>,
+    tags: Option<&S3CrossBucket>,
+) -> Result<Meta, String> {
     let listed = listed_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
     match side {
         Side::Local { .. } => Ok(Meta::of_local_file(rel, listed)),
@@ -128,6 +137,9 @@ pub async fn meta_now(side: &Side, rel: &str, listed_ms: Option<i64>) -> Result<
             if m.mtime.is_none() {
                 m.mtime = Some(res.meta.last_modified.into());
                 m.listed_time = true;
+            }
+            if let (Some(t), true) = (tags, tag_count(&res) > 0) {
+                m.tags = t.get_tagging(&key).await?.into_iter().collect();
             }
             Ok(m)
         }

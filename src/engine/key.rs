@@ -23,6 +23,7 @@ use crate::state::manifest::{self, Manifest, Record, State};
 use crate::stores::local::safe_join;
 use crate::stores::local::{self as local_store, Probe};
 use crate::stores::s3copy::{Replaced, MAX_COPY_OBJECT};
+use crate::stores::s3tags::tag_count;
 use crate::stores::side::{one_line, store_path, Side};
 
 /// What reconciling one key did.
@@ -122,6 +123,18 @@ impl Engine {
                             meta.mtime = Some(mtime);
                             meta.listed_time = true;
                         }
+                        if let (Some(t), true) = (self.ctx.wants_tags(), tag_count(&res) > 0) {
+                            let k = loc.key_for(key);
+                            meta.tags = t
+                                .get_tagging(&k)
+                                .await
+                                .map_err(|e| SlateError::Object {
+                                    key: key.to_string(),
+                                    detail: format!("reading tags: {e}"),
+                                })?
+                                .into_iter()
+                                .collect();
+                        }
                         Ok(Some((
                             Entry {
                                 rel: key.to_string(),
@@ -203,9 +216,14 @@ impl Engine {
         };
         let meta = match known {
             Some(m) => m,
-            None => judge::meta_now(&self.ctx.src, &e.rel, millis(e.mtime))
-                .await
-                .map_err(obj)?,
+            None => judge::meta_now(
+                &self.ctx.src,
+                &e.rel,
+                millis(e.mtime),
+                self.ctx.wants_tags().map(|t| t.as_ref()),
+            )
+            .await
+            .map_err(obj)?,
         };
         let fp = meta.fingerprint();
         let (db, id, k) = (self.db.clone(), self.pair_id, e.rel.clone());
@@ -237,18 +255,22 @@ impl Engine {
                     Scheme::Local => true,
                 };
                 let attrs = self.ctx.dst_attributes(&item, &meta)?;
+                // the source's tags where they travel; elsewhere the replica's stay
+                let tags = self.ctx.wants_tags().map(|_| meta.tags.clone());
                 let mut done: std::result::Result<Option<String>, String> = Ok(None);
                 if !copy_again {
                     done = match (&self.ctx.s3_self, &self.ctx.azure, &self.ctx.gcs_patch) {
-                        (Some(s3), _, _) => match s3.replace_metadata(&item.dst, &attrs).await {
-                            Ok(Replaced::Done(etag)) => Ok(etag),
-                            Ok(Replaced::Archived) => {
-                                copy_again = true;
-                                Ok(None)
+                        (Some(s3), _, _) => {
+                            match s3.replace_metadata(&item.dst, &attrs, tags.as_ref()).await {
+                                Ok(Replaced::Done(etag)) => Ok(etag),
+                                Ok(Replaced::Archived) => {
+                                    copy_again = true;
+                                    Ok(None)
+                                }
+                                Err(e) => Err(e),
                             }
-                            Err(e) => Err(e),
-                        },
-                        (_, Some(az), _) => az.set_all(&item.dst, &attrs).await,
+                        }
+                        (_, Some(az), _) => az.set_all(&item.dst, &attrs, tags.as_ref()).await,
                         // the bytes, and so the ETag that listings show (their MD5), stay
                         (_, _, Some(gs)) => gs.patch(&item.dst, &attrs).await.map(|()| None),
                         _ => Err("no way to update metadata in place".into()),
@@ -402,7 +424,13 @@ impl Engine {
                     {
                         // a destination that cannot be read (gone behind slate's back) is
                         // copied again below, as any other key whose replica differs
-                        let Ok(dst) = judge::meta_now(&self.ctx.dst, key, None).await else {
+                        let dst_tags = self
+                            .ctx
+                            .s3_self
+                            .as_deref()
+                            .filter(|_| self.ctx.wants_tags().is_some());
+                        let Ok(dst) = judge::meta_now(&self.ctx.dst, key, None, dst_tags).await
+                        else {
                             match self.copy(&e).await {
                                 Ok((out, recs)) => {
                                     let (db, id) = (self.db.clone(), self.pair_id);

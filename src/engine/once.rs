@@ -25,11 +25,12 @@ use crate::copy::transfer::Ctx;
 use crate::copy::{self, progress, CopyOptions};
 use crate::core::error::{Result, SlateError};
 use crate::core::filter::Filter;
-use crate::core::location::Location;
+use crate::core::location::{Location, Scheme};
 use crate::core::object::Entry;
 use crate::state::blocking;
 use crate::state::manifest::{self, Manifest, PairInfo, Planned, Record, Spill, SpillFilter};
 use crate::stores::list;
+use crate::stores::s3copy::S3CrossBucket;
 use crate::stores::side::Side;
 
 /// Rows per manifest transaction / page.
@@ -351,6 +352,14 @@ async fn walk_pair(
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
     let list_dst = list_dst || pair.last_sync_at.is_none();
+    // the source's tags count where a copy carries them (an S3 source, an S3 or Azure
+    // destination, metadata carried): as `Ctx::wants_tags`
+    let src_tags = match plan.dst.location().scheme {
+        Scheme::S3 | Scheme::Azure if metadata => {
+            S3CrossBucket::for_bucket(plan.src.location())?.map(Arc::new)
+        }
+        _ => None,
+    };
     let judge = Judge {
         src: plan.src.clone(),
         dst: plan.dst.clone(),
@@ -358,6 +367,7 @@ async fn walk_pair(
         db: db.clone(),
         pair_id: pair.id,
         metadata,
+        src_tags,
     };
     let (src_in, src_task) = listing(&plan.src, filter);
     let (dst_in, dst_task) = if list_dst {

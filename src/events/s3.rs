@@ -6,9 +6,10 @@
 //! - an EventBridge event, `{"detail-type":"Object Created","source":"aws.s3","detail":{…}}`
 //!   (keys taken as written: AWS documents URL encoding only for the notification records).
 //!
-//! `ObjectCreated:*` is an upsert; `ObjectRemoved:*` (including `DeleteMarkerCreated`) and
-//! `LifecycleExpiration:*` are deletes; every other event name (restore, replication,
-//! tagging, ACL, lifecycle transition, …) changes nothing to copy and is skipped. A malformed
+//! `ObjectCreated:*` and `ObjectTagging:*` are upserts (a tagging change is compared and
+//! replicated like metadata); `ObjectRemoved:*` (including `DeleteMarkerCreated`) and
+//! `LifecycleExpiration:*` are deletes; every other event name (restore, replication, ACL,
+//! lifecycle transition, …) changes nothing to copy and is skipped. A malformed
 //! record among good ones becomes a [`Parsed::Invalid`] beside them; a message with no good
 //! record fails as a whole.
 
@@ -70,7 +71,8 @@ fn parse_value(v: &Value, path: &str, inside_sns: bool) -> Result<Parsed, ParseE
 /// omits it, MinIO and others keep it).
 fn record_kind(event_name: &str) -> Option<EventKind> {
     let name = event_name.strip_prefix("s3:").unwrap_or(event_name);
-    if name.starts_with("ObjectCreated:") {
+    // a tagging change is a change of what travels with the bytes: the engine compares it
+    if name.starts_with("ObjectCreated:") || name.starts_with("ObjectTagging:") {
         Some(EventKind::Upsert)
     } else if name.starts_with("ObjectRemoved:") || name.starts_with("LifecycleExpiration:") {
         Some(EventKind::Delete)
@@ -378,7 +380,8 @@ mod tests {
             ("Replication:OperationFailedReplication", None),
             ("LifecycleTransition", None),
             ("IntelligentTiering", None),
-            ("ObjectTagging:Put", None),
+            ("ObjectTagging:Put", Some(EventKind::Upsert)),
+            ("ObjectTagging:Delete", Some(EventKind::Upsert)),
             ("ObjectAcl:Put", None),
             ("ReducedRedundancyLostObject", None),
             ("objectcreated:put", None), // names are case-sensitive

@@ -8,6 +8,8 @@ use http::Request;
 use object_store::azure::{AzureAuthorizer, AzureConfigKey, MicrosoftAzure};
 use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
 use object_store::multipart::PartId;
+use std::collections::BTreeMap;
+
 use object_store::{Attribute, Attributes};
 
 use super::retry::{ChunkError, Retry};
@@ -109,6 +111,7 @@ impl AzureBlob {
         key: &str,
         parts: &[PartId],
         attrs: &Attributes,
+        tags: &BTreeMap<String, String>,
     ) -> std::result::Result<Option<String>, String> {
         use base64::Engine as _;
         let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<BlockList>\n");
@@ -119,13 +122,11 @@ impl AzureBlob {
             xml.push_str(&format!("\t<Latest>{id}</Latest>\n"));
         }
         xml.push_str("</BlockList>");
-        self.call(
-            key,
-            "blocklist",
-            headers(attrs, Only::All),
-            xml.into_bytes(),
-        )
-        .await
+        let mut h = headers(attrs, Only::All);
+        if !tags.is_empty() {
+            h.push(("x-ms-tags".into(), crate::stores::s3tags::encode_tags(tags)));
+        }
+        self.call(key, "blocklist", h, xml.into_bytes()).await
     }
 
     /// Replaces `key`'s properties, metadata and (when `attrs` names one) tier with `attrs`,
@@ -135,6 +136,7 @@ impl AzureBlob {
         &self,
         key: &str,
         attrs: &Attributes,
+        tags: Option<&BTreeMap<String, String>>,
     ) -> std::result::Result<Option<String>, String> {
         // Set Blob Properties clears what it is not sent: the Content-MD5 goes back as it
         // was; both calls apply only to the blob as read, so a writer in between is not undone
@@ -158,6 +160,19 @@ impl AzureBlob {
             // a tier change leaves the ETag as it is
             self.call(key, "tier", tier, Vec::new()).await?;
         }
+        // blob index tags, replaced as a whole (none clears them; without, they stay); the
+        // ETag stays
+        let Some(tags) = tags else { return Ok(etag) };
+        let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><Tags><TagSet>");
+        for (k, v) in tags {
+            xml.push_str(&format!(
+                "<Tag><Key>{}</Key><Value>{}</Value></Tag>",
+                quick_xml::escape::escape(k.as_str()),
+                quick_xml::escape::escape(v.as_str())
+            ));
+        }
+        xml.push_str("</TagSet></Tags>");
+        self.call(key, "tags", Vec::new(), xml.into_bytes()).await?;
         Ok(etag)
     }
 

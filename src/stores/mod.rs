@@ -18,6 +18,7 @@ pub mod list;
 pub mod local;
 pub mod retry;
 pub mod s3copy;
+pub mod s3tags;
 pub mod side;
 
 use std::sync::Arc;
@@ -271,6 +272,8 @@ fn build_s3(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
     let st = s3_settings(loc)?;
     let s3 = st
         .builder
+        // keeps S3's `x-amz-tagging-count` for slate (stores/s3tags.rs)
+        .with_http_connector(s3tags::TagCountingConnector)
         .with_client_options(client_options(st.allow_http).with_default_headers(headers.clone()))
         .build()
         .map_err(|e| store_err(loc, e))?;

@@ -136,9 +136,20 @@ impl S3CrossBucket {
         &self,
         key: &str,
         attrs: &Attributes,
+        tags: Option<&std::collections::BTreeMap<String, String>>,
     ) -> std::result::Result<Replaced, String> {
         let mut headers: Vec<(String, String)> =
             vec![("x-amz-metadata-directive".into(), "REPLACE".into())];
+        if let Some(tags) = tags {
+            // the tags too: the source's now (none clears them); without, they stay
+            headers.push(("x-amz-tagging-directive".into(), "REPLACE".into()));
+            if !tags.is_empty() {
+                headers.push((
+                    "x-amz-tagging".into(),
+                    crate::stores::s3tags::encode_tags(tags),
+                ));
+            }
+        }
         for (k, v) in attrs.iter() {
             let name = match k {
                 Attribute::ContentType => "content-type".to_string(),
@@ -178,6 +189,62 @@ impl S3CrossBucket {
             )
             .await
             .map(Replaced::Done)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A client for one bucket (source and destination alike): its tags, its own objects.
+    pub fn for_bucket(loc: &Location) -> Result<Option<S3CrossBucket>> {
+        Self::with_placement(loc, loc, &Placement::default())
+    }
+
+    /// The tags of `key` in the destination bucket (GetObjectTagging).
+    pub async fn get_tagging(
+        &self,
+        key: &str,
+    ) -> std::result::Result<Vec<(String, String)>, String> {
+        Retry::default()
+            .for_store("s3")
+            .run(
+                key,
+                |e| matches!(e, ChunkError::Retry(_)),
+                |_| async {
+                    let cred = self
+                        .s3
+                        .credentials()
+                        .get_credential()
+                        .await
+                        .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
+                    let url = format!("{}/{}?tagging", self.dst_bucket_url, encode_key(key));
+                    let mut req: Request<HttpRequestBody> = Request::builder()
+                        .method("GET")
+                        .uri(&url)
+                        .body(HttpRequestBody::from(Vec::new()))
+                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+                    AwsAuthorizer::new(&cred, "s3", &self.region)
+                        .try_authorize(&mut req, None)
+                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+                    let resp = self
+                        .http
+                        .execute(req)
+                        .await
+                        .map_err(|e| ChunkError::Retry(e.to_string()))?;
+                    let status = resp.status();
+                    let body = resp
+                        .into_body()
+                        .bytes()
+                        .await
+                        .map_err(|e| ChunkError::Retry(e.to_string()))?;
+                    if status.is_server_error() || status.as_u16() == 429 {
+                        return Err(ChunkError::Retry(format!("tags: {status}")));
+                    }
+                    if !status.is_success() {
+                        return Err(ChunkError::Fatal(format!("reading tags answered {status}")));
+                    }
+                    crate::stores::s3tags::parse_tagging(&String::from_utf8_lossy(&body))
+                        .map_err(ChunkError::Fatal)
+                },
+            )
+            .await
             .map_err(|e| e.to_string())
     }
 
