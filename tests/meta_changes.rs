@@ -85,38 +85,19 @@ impl Counter {
 /// Replaces the metadata of `bucket/key` in place, as `aws s3 cp s3://b/k s3://b/k
 /// --metadata-directive REPLACE` does (moto publishes `ObjectCreated:Copy`).
 fn s3_replace_metadata(bucket: &str, key: &str, content_type: &str, meta: &[(&str, &str)]) {
-    use object_store::aws::{AwsAuthorizer, AwsCredential};
-    let cred = AwsCredential {
-        key_id: "testing".into(),
-        secret_key: "testing".into(),
-        token: None,
-    };
-    let mut b = http::Request::builder()
-        .method("PUT")
-        .uri(format!("{}/{bucket}/{key}", s3_endpoint()))
-        .header("x-amz-copy-source", format!("/{bucket}/{key}"))
-        .header("x-amz-metadata-directive", "REPLACE")
-        .header("content-type", content_type);
-    for (k, v) in meta {
-        b = b.header(format!("x-amz-meta-{k}"), *v);
-    }
-    let mut req = b.body(HttpRequestBody::from(Vec::new())).expect("request");
-    AwsAuthorizer::new(&cred, "s3", "us-east-1")
-        .try_authorize(&mut req, None)
-        .expect("sign");
-    let client = ReqwestConnector::default()
-        .connect(&ClientOptions::new().with_allow_http(true))
-        .expect("client");
-    rt().block_on(async move {
-        let resp = client.execute(req).await.expect("send");
-        let status = resp.status();
-        let body = resp.into_body().bytes().await.unwrap_or_default();
-        assert!(
-            status.is_success(),
-            "copy-in-place: {status} {}",
-            String::from_utf8_lossy(&body)
-        );
-    });
+    let source = format!("/{bucket}/{key}");
+    let names: Vec<String> = meta
+        .iter()
+        .map(|(k, _)| format!("x-amz-meta-{k}"))
+        .collect();
+    let mut headers = vec![
+        ("x-amz-copy-source", source.as_str()),
+        ("x-amz-metadata-directive", "REPLACE"),
+        ("content-type", content_type),
+    ];
+    headers.extend(names.iter().zip(meta).map(|(n, (_, v))| (n.as_str(), *v)));
+    let (status, _, body) = s3_signed("PUT", &format!("/{bucket}/{key}"), &headers, "");
+    assert!(status == 200, "copy-in-place: {status} {body}");
 }
 
 /// Content-Type and the user metadata of an object, read back with the store's own HEAD.
@@ -153,30 +134,8 @@ fn head(store: &Arc<dyn ObjectStore>, key: &str) -> (String, BTreeMap<String, St
 
 /// The storage class moto reports for an object (None: STANDARD).
 fn s3_class(bucket: &str, key: &str) -> Option<String> {
-    use object_store::aws::{AwsAuthorizer, AwsCredential};
-    let cred = AwsCredential {
-        key_id: "testing".into(),
-        secret_key: "testing".into(),
-        token: None,
-    };
-    let mut req = http::Request::builder()
-        .method("HEAD")
-        .uri(format!("{}/{bucket}/{key}", s3_endpoint()))
-        .body(HttpRequestBody::from(Vec::new()))
-        .expect("request");
-    AwsAuthorizer::new(&cred, "s3", "us-east-1")
-        .try_authorize(&mut req, None)
-        .expect("sign");
-    let client = ReqwestConnector::default()
-        .connect(&ClientOptions::new().with_allow_http(true))
-        .expect("client");
-    rt().block_on(async move {
-        let resp = client.execute(req).await.expect("send");
-        resp.headers()
-            .get("x-amz-storage-class")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    })
+    let (_, headers, _) = s3_signed("HEAD", &format!("/{bucket}/{key}"), &[], "");
+    headers.get("x-amz-storage-class").cloned()
 }
 
 /// Content-Type and `owner` of a GCS object, from fake-gcs-server's JSON API.
@@ -497,29 +456,7 @@ fn a_gcs_metadata_update_notification_reaches_an_s3_replica() {
 
 /// A signed request to moto for `bucket/key_and_query` with a body; status and body.
 fn s3_call(method: &str, bucket: &str, key_and_query: &str, body: &str) -> (u16, String) {
-    use object_store::aws::{AwsAuthorizer, AwsCredential};
-    let cred = AwsCredential {
-        key_id: "testing".into(),
-        secret_key: "testing".into(),
-        token: None,
-    };
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("{}/{bucket}/{key_and_query}", s3_endpoint()))
-        .body(HttpRequestBody::from(body.as_bytes().to_vec()))
-        .expect("request");
-    AwsAuthorizer::new(&cred, "s3", "us-east-1")
-        .try_authorize(&mut req, None)
-        .expect("sign");
-    let client = ReqwestConnector::default()
-        .connect(&ClientOptions::new().with_allow_http(true))
-        .expect("client");
-    rt().block_on(async move {
-        let resp = client.execute(req).await.expect("send");
-        let status = resp.status().as_u16();
-        let body = resp.into_body().bytes().await.unwrap_or_default();
-        (status, String::from_utf8_lossy(&body).to_string())
-    })
+    s3_raw(method, &format!("/{bucket}/{key_and_query}"), body)
 }
 
 /// The tags of an S3 object, `k=v` sorted.

@@ -56,22 +56,7 @@ fn s3_request(
     bucket: &str,
     key_and_query: &str,
 ) -> (u16, BTreeMap<String, String>, String) {
-    use object_store::aws::{AwsAuthorizer, AwsCredential};
-    let cred = AwsCredential {
-        key_id: "testing".into(),
-        secret_key: "testing".into(),
-        token: None,
-    };
-    let url = format!("{}/{bucket}/{key_and_query}", s3_endpoint());
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(&url)
-        .body(HttpRequestBody::from(Vec::new()))
-        .expect("request");
-    AwsAuthorizer::new(&cred, "s3", "us-east-1")
-        .try_authorize(&mut req, None)
-        .expect("sign");
-    send(req)
+    s3_signed(method, &format!("/{bucket}/{key_and_query}"), &[], "")
 }
 
 fn az_head(container: &str, key: &str) -> (u16, BTreeMap<String, String>) {

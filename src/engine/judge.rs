@@ -6,7 +6,7 @@
 //! (read and hashed with xxh3). The decision itself is the planner's ([`plan::by_times`]).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::GetOptions;
@@ -164,23 +164,19 @@ async fn times(side: &Side, row: &Row, is_src: bool) -> Result<Times, String> {
             recorded: listed_ms,
             modified: listed_ms,
         }),
-        Side::Cloud { store, loc, .. } => {
-            let key = loc.key_for(&row.key);
-            let path = store_path(&key).map_err(|e| e.to_string())?;
-            let opts = GetOptions {
-                head: true,
-                ..Default::default()
-            };
-            let res = Retry::default()
-                .for_store(loc.scheme.short())
-                .request(&key, |_| true, |_| store.get_opts(&path, opts.clone()))
-                .await
-                .map_err(|e| format!("HEAD {key}: {e}"))?;
-            let meta = Meta::from_attributes(loc.scheme, &res.attributes);
-            let modified: SystemTime = res.meta.last_modified.into();
-            Ok(Times {
-                recorded: millis(meta.mtime),
-                modified: millis(Some(modified)).or(listed_ms),
+        Side::Cloud { .. } => {
+            // the HEAD's time stands in where the object records none (`listed_time`)
+            let m = meta_now(side, &row.key, None, None).await?;
+            Ok(if m.listed_time {
+                Times {
+                    recorded: None,
+                    modified: millis(m.mtime).or(listed_ms),
+                }
+            } else {
+                Times {
+                    recorded: millis(m.mtime),
+                    modified: listed_ms,
+                }
             })
         }
     }

@@ -190,12 +190,7 @@ impl AzureBlob {
                     let resp = self.send("HEAD", key, None, &[], Vec::new()).await?;
                     let status = resp.status();
                     if !status.is_success() {
-                        let msg = format!("HEAD answered {status}");
-                        return Err(if status.is_server_error() || status.as_u16() == 429 {
-                            ChunkError::Retry(msg)
-                        } else {
-                            ChunkError::Fatal(msg)
-                        });
+                        return Err(ChunkError::of_status(status, "HEAD"));
                     }
                     let h = |n: &str| {
                         resp.headers()
@@ -294,11 +289,6 @@ impl AzureBlob {
             .nth(1)
             .and_then(|r| r.split("</Code>").next())
             .unwrap_or("");
-        let msg = format!("{comp} answered {status} {code}");
-        Err(if status.is_server_error() || status.as_u16() == 429 {
-            ChunkError::Retry(msg)
-        } else {
-            ChunkError::Fatal(msg)
-        })
+        Err(ChunkError::of_status(status, &format!("{comp} ({code})")))
     }
 }

@@ -156,11 +156,6 @@ impl GcsPatch {
             return serde_json::from_str(&text)
                 .map_err(|e| ChunkError::Fatal(format!("{method} answered no JSON: {e}")));
         }
-        let msg = format!("{method} answered {status}");
-        Err(if status.is_server_error() || status.as_u16() == 429 {
-            ChunkError::Retry(msg)
-        } else {
-            ChunkError::Fatal(msg)
-        })
+        Err(ChunkError::of_status(status, method))
     }
 }

@@ -25,6 +25,19 @@ pub enum ChunkError {
     Fatal(String),
 }
 
+impl ChunkError {
+    /// The error of a request that answered `status` (not a success): worth another attempt
+    /// for a 5xx or a 429, final otherwise; `what` names the request.
+    pub fn of_status(status: http::StatusCode, what: &str) -> ChunkError {
+        let msg = format!("{what} answered {status}");
+        if status.is_server_error() || status.as_u16() == 429 {
+            ChunkError::Retry(msg)
+        } else {
+            ChunkError::Fatal(msg)
+        }
+    }
+}
+
 impl std::fmt::Display for ChunkError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -202,121 +202,63 @@ impl S3CrossBucket {
         &self,
         key: &str,
     ) -> std::result::Result<Vec<(String, String)>, String> {
-        Retry::default()
-            .for_store("s3")
-            .run(
-                key,
-                |e| matches!(e, ChunkError::Retry(_)),
-                |_| async {
-                    let cred = self
-                        .s3
-                        .credentials()
-                        .get_credential()
-                        .await
-                        .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
-                    let url = format!("{}/{}?tagging", self.dst_bucket_url, encode_key(key));
-                    let mut req: Request<HttpRequestBody> = Request::builder()
-                        .method("GET")
-                        .uri(&url)
-                        .body(HttpRequestBody::from(Vec::new()))
-                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-                    AwsAuthorizer::new(&cred, "s3", &self.region)
-                        .try_authorize(&mut req, None)
-                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-                    let resp = self
-                        .http
-                        .execute(req)
-                        .await
-                        .map_err(|e| ChunkError::Retry(e.to_string()))?;
-                    let status = resp.status();
-                    let body = resp
-                        .into_body()
-                        .bytes()
-                        .await
-                        .map_err(|e| ChunkError::Retry(e.to_string()))?;
-                    if status.is_server_error() || status.as_u16() == 429 {
-                        return Err(ChunkError::Retry(format!("tags: {status}")));
-                    }
-                    if !status.is_success() {
-                        return Err(ChunkError::Fatal(format!("reading tags answered {status}")));
-                    }
-                    crate::stores::s3tags::parse_tagging(&String::from_utf8_lossy(&body))
-                        .map_err(ChunkError::Fatal)
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())
+        self.with_retry(key, || async {
+            let (status, _, body) = self.signed("GET", key, "?tagging", &[]).await?;
+            if !status.is_success() {
+                return Err(ChunkError::of_status(status, "reading tags"));
+            }
+            crate::stores::s3tags::parse_tagging(&String::from_utf8_lossy(&body))
+                .map_err(ChunkError::Fatal)
+        })
+        .await
     }
 
     /// The storage class of `key` in the destination bucket (None: STANDARD, which S3 does
     /// not name in a HEAD).
     async fn storage_class_of(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        self.with_retry(key, || async {
+            let (status, headers, _) = self.signed("HEAD", key, "", &[]).await?;
+            if !status.is_success() {
+                return Err(ChunkError::of_status(status, "HEAD"));
+            }
+            Ok(headers
+                .get("x-amz-storage-class")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string))
+        })
+        .await
+    }
+
+    /// `attempt` on the one retry budget, its error as text.
+    async fn with_retry<T, F, Fut>(&self, key: &str, attempt: F) -> std::result::Result<T, String>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, ChunkError>>,
+    {
         Retry::default()
             .for_store("s3")
-            .run(
-                key,
-                |e| matches!(e, ChunkError::Retry(_)),
-                |_| async {
-                    let cred = self
-                        .s3
-                        .credentials()
-                        .get_credential()
-                        .await
-                        .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
-                    let url = format!("{}/{}", self.dst_bucket_url, encode_key(key));
-                    let mut req: Request<HttpRequestBody> = Request::builder()
-                        .method("HEAD")
-                        .uri(&url)
-                        .body(HttpRequestBody::from(Vec::new()))
-                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-                    AwsAuthorizer::new(&cred, "s3", &self.region)
-                        .try_authorize(&mut req, None)
-                        .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-                    let resp = self
-                        .http
-                        .execute(req)
-                        .await
-                        .map_err(|e| ChunkError::Retry(e.to_string()))?;
-                    let status = resp.status();
-                    if status.is_server_error() || status.as_u16() == 429 {
-                        return Err(ChunkError::Retry(format!("HEAD answered {status}")));
-                    }
-                    if !status.is_success() {
-                        return Err(ChunkError::Fatal(format!("HEAD answered {status}")));
-                    }
-                    Ok(resp
-                        .headers()
-                        .get("x-amz-storage-class")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string))
-                },
-            )
+            .run(key, |e| matches!(e, ChunkError::Retry(_)), |_| attempt())
             .await
             .map_err(|e| e.to_string())
     }
 
-    /// One attempt; the error says whether another attempt may help.
-    async fn try_copy(
+    /// One signed request with no body for `key` of the destination bucket (`query` with its
+    /// `?`): the status, the headers and the body of the answer.
+    async fn signed(
         &self,
-        src_key: &str,
-        dst_key: &str,
+        method: &str,
+        key: &str,
+        query: &str,
         headers: &[(String, String)],
-    ) -> std::result::Result<Option<String>, ChunkError> {
+    ) -> std::result::Result<(http::StatusCode, http::HeaderMap, bytes::Bytes), ChunkError> {
         let cred = self
             .s3
             .credentials()
             .get_credential()
             .await
             .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
-        let url = format!("{}/{}", self.dst_bucket_url, encode_key(dst_key));
-        let source = format!("/{}/{}", self.src_bucket, encode_key(src_key));
-        let mut b = Request::builder()
-            .method("PUT")
-            .uri(&url)
-            .header("x-amz-copy-source", source);
-        for (k, v) in &self.extra {
-            b = b.header(*k, v.as_str());
-        }
+        let url = format!("{}/{}{query}", self.dst_bucket_url, encode_key(key));
+        let mut b = Request::builder().method(method).uri(&url);
         for (k, v) in headers {
             b = b.header(k.as_str(), v.as_str());
         }
@@ -331,12 +273,29 @@ impl S3CrossBucket {
             .execute(req)
             .await
             .map_err(|e| ChunkError::Retry(e.to_string()))?;
-        let status = resp.status();
+        let (status, hdrs) = (resp.status(), resp.headers().clone());
         let body = resp
             .into_body()
             .bytes()
             .await
             .map_err(|e| ChunkError::Retry(e.to_string()))?;
+        Ok((status, hdrs, body))
+    }
+
+    /// One attempt; the error says whether another attempt may help.
+    async fn try_copy(
+        &self,
+        src_key: &str,
+        dst_key: &str,
+        headers: &[(String, String)],
+    ) -> std::result::Result<Option<String>, ChunkError> {
+        let mut all = vec![(
+            "x-amz-copy-source".to_string(),
+            format!("/{}/{}", self.src_bucket, encode_key(src_key)),
+        )];
+        all.extend(self.extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        all.extend(headers.iter().cloned());
+        let (status, _, body) = self.signed("PUT", dst_key, "", &all).await?;
         let text = String::from_utf8_lossy(&body);
         // S3 may answer 200 and still report an error in the body of a copy.
         if status.is_success() && !text.contains("<Error>") {

@@ -415,6 +415,18 @@ pub fn slate_db(db: &std::path::Path) -> Command {
 /// A signed request to moto's S3 API (for what object_store cannot do: buckets, notification
 /// configuration). Returns the status and the body.
 pub fn s3_raw(method: &str, path_and_query: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = s3_signed(method, path_and_query, &[], body);
+    (status, body)
+}
+
+/// A signed request to moto's S3 API with `headers`: the status, the answer's headers (names
+/// lower-case) and its body.
+pub fn s3_signed(
+    method: &str,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, BTreeMap<String, String>, String) {
     use object_store::aws::{AwsAuthorizer, AwsCredential};
     use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
     let cred = AwsCredential {
@@ -423,9 +435,11 @@ pub fn s3_raw(method: &str, path_and_query: &str, body: &str) -> (u16, String) {
         token: None,
     };
     let url = format!("{}{path_and_query}", s3_endpoint());
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(&url)
+    let mut b = http::Request::builder().method(method).uri(&url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let mut req = b
         .body(HttpRequestBody::from(body.as_bytes().to_vec()))
         .expect("request");
     AwsAuthorizer::new(&cred, "s3", "us-east-1")
@@ -437,9 +451,18 @@ pub fn s3_raw(method: &str, path_and_query: &str, body: &str) -> (u16, String) {
     rt().block_on(async move {
         let resp = client.execute(req).await.expect("send");
         let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_ascii_lowercase(),
+                    v.to_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
         let bytes = resp.into_body().bytes().await.unwrap_or_default();
-        let text = String::from_utf8_lossy(&bytes).to_string();
-        (status, text)
+        (status, headers, String::from_utf8_lossy(&bytes).to_string())
     })
 }
 
