@@ -537,6 +537,22 @@ fn s3_tags_travel_and_a_tagging_change_reaches_s3_and_azure_replicas() {
         .await
         .expect("seed");
     });
+    // and a small one (one Put Blob's worth) with tags Azure must be told apart from
+    let small = format!("{prefix}/note.txt");
+    rt().block_on(async {
+        let mut tags = object_store::TagSet::default();
+        tags.push("owner@corp", "a b");
+        src.put_opts(
+            &Path::parse(&small).unwrap(),
+            b"note".to_vec().into(),
+            object_store::PutOptions {
+                tags,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("seed");
+    });
     let counter = Counter::start(vec![format!("/{bucket}/{key}")]);
     let dir = tempfile::tempdir().unwrap();
     let (db, log, conf) = (
@@ -579,6 +595,14 @@ fn s3_tags_travel_and_a_tagging_change_reaches_s3_and_azure_replicas() {
     });
     assert_eq!(s3_tags("slate-dst", &k_s3), before);
     assert_eq!(az_tags("slate-dst", &k_az), before);
+    // the small one: a space kept as a space, `@` (which Azure refuses) as `_`
+    wait_for("the small one at Azure", 60, || {
+        rt().block_on(az_has(&format!("{az_rep}/note.txt")))
+    });
+    assert_eq!(
+        az_tags("slate-dst", &format!("{az_rep}/note.txt")),
+        vec!["owner_corp=a b".to_string()]
+    );
     let gets = counter.gets.load(Relaxed);
 
     // new tags at the source (ObjectTagging:Put): both replicas follow, no byte moves

@@ -193,7 +193,7 @@ impl Ctx {
             _ => None,
         };
         let s3_self = S3CrossBucket::with_placement(&dst_loc, &dst_loc, &placement)?.map(Arc::new);
-        let src_tags = S3CrossBucket::for_bucket(plan.src.location())?.map(Arc::new);
+        let src_tags = crate::stores::s3tags::tag_reader(plan.src.location())?;
         let gcs_patch = match dst_loc.scheme {
             Scheme::Gcs => Some(Arc::new(GcsPatch::for_location(&dst_loc)?)),
             _ => None,
@@ -627,6 +627,23 @@ async fn to_cloud_single(
         tags: ctx.tag_set(&meta),
         ..Default::default()
     };
+    if let (Some(az), Side::Cloud { parts, .. }, true) = (
+        &ctx.azure,
+        &ctx.dst,
+        ctx.opts.metadata && !meta.tags.is_empty(),
+    ) {
+        // tags to Azure: one block and a block list, which carries them in slate's encoding
+        // (object_store's Put Blob would send them form-encoded, a space as `+`)
+        let dst_etag =
+            azure_one_block(ctx, parts, az, item, &dst, payload, &put_opts, &meta).await?;
+        return Ok(Outcome {
+            bytes: item.size,
+            hash: Some(hash),
+            server_side: false,
+            dst_etag,
+            meta: Some(meta.fingerprint()),
+        });
+    }
     let put = ctx
         .retry(End::Dst)
         .request(&item.dst, any, |_| {
@@ -641,6 +658,41 @@ async fn to_cloud_single(
         dst_etag: put.e_tag,
         meta: Some(meta.fingerprint()),
     })
+}
+
+/// Writes a small object to Azure as one block and a block list with `meta`'s tags: visible
+/// only when complete, with its properties, metadata and tags at once.
+#[allow(clippy::too_many_arguments)]
+async fn azure_one_block(
+    ctx: &Ctx,
+    parts_store: &Arc<dyn MultipartStore>,
+    az: &AzureBlob,
+    item: &Item,
+    dst: &StorePath,
+    payload: PutPayload,
+    put_opts: &PutOptions,
+    meta: &Meta,
+) -> Result<Option<String>, SlateError> {
+    let retry = ctx.retry(End::Dst);
+    let fail = |what: &str, e: String| obj_err(item, format!("{what} {}: {e}", item.dst));
+    let id = retry
+        .request(&item.dst, any, |_| parts_store.create_multipart(dst))
+        .await
+        .map_err(|e| fail("starting upload of", one_line(&e)))?;
+    let mut guard = AbortGuard(Some((parts_store.clone(), dst.clone(), id.clone())));
+    let part = retry
+        .request(&item.dst, any, |_| {
+            parts_store.put_part(dst, &id, 0, payload.clone())
+        })
+        .await
+        .map_err(|e| fail("uploading", one_line(&e)))?;
+    let etag = az
+        .put_block_list(&item.dst, &[part], &put_opts.attributes, &meta.tags)
+        .await
+        .map_err(|e| fail("completing", e))?;
+    // a block list commits the blocks: nothing is left to abort
+    guard.0 = None;
+    Ok(etag)
 }
 
 /// Aborts of multipart uploads cut short (error or interrupt), so that the CLI can wait for

@@ -246,6 +246,47 @@ impl Meta {
     }
 }
 
+/// Tags as Azure takes them (blob index tags): keys of 1 to 128 and values of up to 256
+/// characters from `A-Za-z0-9 +-./:=_`, at most 10. Any other character becomes `_` (noted);
+/// a key or value too long, or more than 10 tags, is an error naming it.
+pub fn azure_tags(
+    tags: &BTreeMap<String, String>,
+) -> Result<(BTreeMap<String, String>, Vec<Note>), String> {
+    if tags.len() > 10 {
+        return Err(format!("{} tags: Azure takes 10 at most", tags.len()));
+    }
+    let fit = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || " +-./:=_".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let mut out = BTreeMap::new();
+    let mut notes = Vec::new();
+    for (k, v) in tags {
+        let (k2, v2) = (fit(k), fit(v));
+        if k2.is_empty() || k2.len() > 128 || v2.len() > 256 {
+            return Err(format!(
+                "tag '{k}': Azure takes keys of 1 to 128 characters and values of up to 256"
+            ));
+        }
+        if k2 != *k || v2 != *v {
+            notes.push(Note(format!(
+                "tag '{k}' stored as '{k2}={v2}' (Azure takes A-Za-z0-9 +-./:=_)"
+            )));
+        }
+        if out.insert(k2.clone(), v2).is_some() {
+            return Err(format!("two tags become '{k2}' on Azure"));
+        }
+    }
+    Ok((out, notes))
+}
+
 /// The Content-Type rclone gives a local file: from its extension, `application/octet-stream`
 /// when the extension says nothing.
 pub fn content_type_for(path: &str) -> Option<String> {
@@ -703,6 +744,23 @@ mod tests {
         assert_eq!(decode_value("=?UTF-8?Q?K=C3=B6ln_Mitte?="), "Köln Mitte");
         assert_eq!(decode_value("plain"), "plain");
         assert_eq!(decode_value("=?UTF-8?B?!!?="), "=?UTF-8?B?!!?=");
+    }
+
+    #[test]
+    fn tags_are_made_to_fit_azure() {
+        let t = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let (out, notes) = azure_tags(&t(&[("team", "a b+c"), ("owner@corp", "Jörg")])).unwrap();
+        assert_eq!(out, t(&[("team", "a b+c"), ("owner_corp", "J_rg")]));
+        assert_eq!(notes.len(), 1);
+        assert!(azure_tags(&t(&[("a@", "1"), ("a_", "2")])).is_err());
+        let many: Vec<(String, String)> = (0..11).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(azure_tags(&many.into_iter().collect()).is_err());
+        assert!(azure_tags(&t(&[("k", &"v".repeat(257))])).is_err());
     }
 
     #[test]

@@ -30,7 +30,6 @@ use crate::core::object::Entry;
 use crate::state::blocking;
 use crate::state::manifest::{self, Manifest, PairInfo, Planned, Record, Spill, SpillFilter};
 use crate::stores::list;
-use crate::stores::s3copy::S3CrossBucket;
 use crate::stores::side::Side;
 
 /// Rows per manifest transaction / page.
@@ -356,7 +355,7 @@ async fn walk_pair(
     // destination, metadata carried): as `Ctx::wants_tags`
     let src_tags = match plan.dst.location().scheme {
         Scheme::S3 | Scheme::Azure if metadata => {
-            S3CrossBucket::for_bucket(plan.src.location())?.map(Arc::new)
+            crate::stores::s3tags::tag_reader(plan.src.location())?
         }
         _ => None,
     };

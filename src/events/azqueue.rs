@@ -389,7 +389,8 @@ impl AzQueueSource {
         let what = match (status.as_u16(), code.as_deref()) {
             (404, _) => "the queue does not exist".to_string(),
             (403, c) => format!(
-                "access denied ({}): check the account key or SAS token",
+                "access denied ({}): check the account key or SAS token (Entra ID: the \
+                 identity needs the Storage Queue Data Message Processor role)",
                 c.unwrap_or("403")
             ),
             (s, c) => format!("HTTP {s}{}", c.map(|c| format!(" {c}")).unwrap_or_default()),

@@ -138,9 +138,13 @@ fn parse_records(v: &Value, path: &str) -> Result<Parsed, ParseError> {
 
 /// One notification record: `None` for an event that changes nothing to copy.
 fn parse_record(record: &Value, rp: &str) -> Result<Option<ChangeEvent>, ParseError> {
-    let Some(kind) = record_kind(req_str(record, "eventName", rp)?) else {
+    let name = req_str(record, "eventName", rp)?;
+    let Some(kind) = record_kind(name) else {
         return Ok(None);
     };
+    // a tagging record may carry the sequencer of the object's last write: an ordering
+    // token equal to the one applied would skip it as stale, so it orders nothing
+    let tagging = name.trim_start_matches("s3:").starts_with("ObjectTagging:");
     let at = locate(child(record, "s3", rp)?, &join(rp, "s3"))?;
     let key_path = join(&at.object_path, "key");
     let key = check_key(&key_path, url_decode(&key_path, at.raw_key, true)?)?;
@@ -150,7 +154,11 @@ fn parse_record(record: &Value, rp: &str) -> Result<Option<ChangeEvent>, ParseEr
         kind,
         etag: etag(at.object, &at.object_path)?,
         size: opt_u64(at.object, "size", &at.object_path)?,
-        sequencer: sequencer(at.object, &at.object_path)?,
+        sequencer: if tagging {
+            None
+        } else {
+            sequencer(at.object, &at.object_path)?
+        },
         event_time: loose_str(record, "eventTime"),
         id: None,
     }))
@@ -162,11 +170,11 @@ fn parse_eventbridge(v: &Value, path: &str) -> Result<Parsed, ParseError> {
         return Ok(Parsed::Ignore("eventbridge: source is not aws.s3"));
     }
     let kind = match detail_type {
-        "Object Created" => EventKind::Upsert,
+        "Object Created" | "Object Tags Added" | "Object Tags Deleted" => EventKind::Upsert,
         "Object Deleted" => EventKind::Delete,
         _ => {
             return Ok(Parsed::Ignore(
-                "eventbridge: not an object create or delete",
+                "eventbridge: not an object create, delete or tag change",
             ))
         }
     };
@@ -178,7 +186,11 @@ fn parse_eventbridge(v: &Value, path: &str) -> Result<Parsed, ParseError> {
         kind,
         etag: etag(at.object, &at.object_path)?,
         size: opt_u64(at.object, "size", &at.object_path)?,
-        sequencer: sequencer(at.object, &at.object_path)?,
+        sequencer: if detail_type.starts_with("Object Tags") {
+            None
+        } else {
+            sequencer(at.object, &at.object_path)?
+        },
         event_time: loose_str(v, "time"),
         id: loose_str(v, "id"),
     }]))
@@ -298,6 +310,27 @@ mod tests {
             Ok(Parsed::Events(e)) => e,
             other => panic!("expected events, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn tagging_changes_are_upserts_that_order_nothing() {
+        let body = serde_json::json!({"Records": [{"eventName": "ObjectTagging:Put",
+            "s3": {"bucket": {"name": "b"}, "object": {"key": "k", "sequencer": "0055AED6DCD90281E5"}}}]})
+        .to_string();
+        let e = events(&body);
+        assert_eq!(
+            (e[0].kind.clone(), e[0].sequencer.clone()),
+            (EventKind::Upsert, None)
+        );
+        let body = serde_json::json!({"version": "0", "id": "t1", "detail-type": "Object Tags Added",
+            "source": "aws.s3", "time": "2024-05-01T12:00:00Z",
+            "detail": {"bucket": {"name": "b"}, "object": {"key": "k", "sequencer": "617f08299329d189"}}})
+        .to_string();
+        let e = events(&body);
+        assert_eq!(
+            (e[0].kind.clone(), e[0].sequencer.clone()),
+            (EventKind::Upsert, None)
+        );
     }
 
     #[test]
@@ -555,15 +588,11 @@ mod tests {
         let ignored = [
             (
                 eb("Object Restore Completed", "aws.s3", "k"),
-                "eventbridge: not an object create or delete",
-            ),
-            (
-                eb("Object Tags Added", "aws.s3", "k"),
-                "eventbridge: not an object create or delete",
+                "eventbridge: not an object create, delete or tag change",
             ),
             (
                 eb("Object Storage Class Changed", "aws.s3", "k"),
-                "eventbridge: not an object create or delete",
+                "eventbridge: not an object create, delete or tag change",
             ),
             (
                 eb("Object Created", "aws.ec2", "k"),

@@ -42,6 +42,18 @@ fn blob_header(attr: &Attribute) -> Option<String> {
     })
 }
 
+/// `tags` as Azure takes them, each change logged with the blob's key.
+fn fit_tags(
+    key: &str,
+    tags: &BTreeMap<String, String>,
+) -> std::result::Result<BTreeMap<String, String>, String> {
+    let (tags, notes) = crate::core::meta::azure_tags(tags)?;
+    for n in notes {
+        tracing::info!(key = %key, "{}", n.0);
+    }
+    Ok(tags)
+}
+
 /// Which headers one call sends.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Only {
@@ -124,7 +136,11 @@ impl AzureBlob {
         xml.push_str("</BlockList>");
         let mut h = headers(attrs, Only::All);
         if !tags.is_empty() {
-            h.push(("x-ms-tags".into(), crate::stores::s3tags::encode_tags(tags)));
+            let tags = fit_tags(key, tags)?;
+            h.push((
+                "x-ms-tags".into(),
+                crate::stores::s3tags::encode_tags(&tags),
+            ));
         }
         self.call(key, "blocklist", h, xml.into_bytes()).await
     }
@@ -140,7 +156,7 @@ impl AzureBlob {
     ) -> std::result::Result<Option<String>, String> {
         // Set Blob Properties clears what it is not sent: the Content-MD5 goes back as it
         // was; both calls apply only to the blob as read, so a writer in between is not undone
-        let (etag, md5) = self.head(key).await?;
+        let (etag, md5, tag_count) = self.head(key).await?;
         let mut props = headers(attrs, Only::Properties);
         if let Some(m) = md5 {
             props.push(("x-ms-blob-content-md5".into(), m));
@@ -161,8 +177,11 @@ impl AzureBlob {
             self.call(key, "tier", tier, Vec::new()).await?;
         }
         // blob index tags, replaced as a whole (none clears them; without, they stay); the
-        // ETag stays
-        let Some(tags) = tags else { return Ok(etag) };
+        // ETag stays. None on either side: nothing to send.
+        let Some(tags) = tags.filter(|t| !t.is_empty() || tag_count > 0) else {
+            return Ok(etag);
+        };
+        let tags = fit_tags(key, tags)?;
         let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><Tags><TagSet>");
         for (k, v) in tags {
             xml.push_str(&format!(
@@ -172,15 +191,25 @@ impl AzureBlob {
             ));
         }
         xml.push_str("</TagSet></Tags>");
-        self.call(key, "tags", Vec::new(), xml.into_bytes()).await?;
+        if let Err(e) = self.call(key, "tags", Vec::new(), xml.into_bytes()).await {
+            // no right to set tags (a SAS without `t`, no tags role): the properties and
+            // metadata stand; the tags are said not carried, once
+            if !e.contains("403") {
+                return Err(e);
+            }
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!("blob index tags are not carried: setting them answered {e}")
+            });
+        }
         Ok(etag)
     }
 
-    /// The blob's ETag and Content-MD5 (a signed HEAD).
+    /// The blob's ETag, Content-MD5 and tag count (a signed HEAD).
     async fn head(
         &self,
         key: &str,
-    ) -> std::result::Result<(Option<String>, Option<String>), String> {
+    ) -> std::result::Result<(Option<String>, Option<String>, u32), String> {
         Retry::default()
             .for_store("az")
             .run(
@@ -198,7 +227,10 @@ impl AzureBlob {
                             .and_then(|v| v.to_str().ok())
                             .map(str::to_string)
                     };
-                    Ok((h("etag"), h("content-md5")))
+                    let tags = h("x-ms-tag-count")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    Ok((h("etag"), h("content-md5"), tags))
                 },
             )
             .await

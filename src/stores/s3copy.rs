@@ -140,8 +140,10 @@ impl S3CrossBucket {
     ) -> std::result::Result<Replaced, String> {
         let mut headers: Vec<(String, String)> =
             vec![("x-amz-metadata-directive".into(), "REPLACE".into())];
-        if let Some(tags) = tags {
-            // the tags too: the source's now (none clears them); without, they stay
+        let (current, dst_tags) = self.class_and_tags_of(key).await?;
+        if let Some(tags) = tags.filter(|t| !t.is_empty() || dst_tags > 0) {
+            // the tags too: the source's now (none clears the replica's); without (or with
+            // none on either side), the copy leaves them as they are
             headers.push(("x-amz-tagging-directive".into(), "REPLACE".into()));
             if !tags.is_empty() {
                 headers.push((
@@ -170,7 +172,6 @@ impl S3CrossBucket {
         }
         let has_class = headers.iter().any(|(k, _)| k == "x-amz-storage-class")
             || self.extra.iter().any(|(k, _)| *k == "x-amz-storage-class");
-        let current = self.storage_class_of(key).await?;
         if matches!(current.as_deref(), Some("GLACIER" | "DEEP_ARCHIVE")) {
             // an archived object cannot be copied onto itself before it is restored
             return Ok(Replaced::Archived);
@@ -197,13 +198,26 @@ impl S3CrossBucket {
         Self::with_placement(loc, loc, &Placement::default())
     }
 
-    /// The tags of `key` in the destination bucket (GetObjectTagging).
+    /// The tags of `key` in this client's bucket (GetObjectTagging). A store that refuses the
+    /// call (403: no `s3:GetObjectTagging`; 405/501: an S3-compatible without it) gives no
+    /// tags, said once in the log: the copies go on as before tags were read, and every path
+    /// reads the same (none), so nothing is updated back and forth.
     pub async fn get_tagging(
         &self,
         key: &str,
     ) -> std::result::Result<Vec<(String, String)>, String> {
         self.with_retry(key, || async {
             let (status, _, body) = self.signed("GET", key, "?tagging", &[]).await?;
+            if matches!(status.as_u16(), 403 | 405 | 501) {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::warn!(
+                        "object tags are not carried: the source answered {status} to reading \
+                         them (GetObjectTagging)"
+                    )
+                });
+                return Ok(Vec::new());
+            }
             if !status.is_success() {
                 return Err(ChunkError::of_status(status, "reading tags"));
             }
@@ -214,17 +228,21 @@ impl S3CrossBucket {
     }
 
     /// The storage class of `key` in the destination bucket (None: STANDARD, which S3 does
-    /// not name in a HEAD).
-    async fn storage_class_of(&self, key: &str) -> std::result::Result<Option<String>, String> {
+    /// not name in a HEAD) and how many tags it has.
+    async fn class_and_tags_of(
+        &self,
+        key: &str,
+    ) -> std::result::Result<(Option<String>, u32), String> {
         self.with_retry(key, || async {
             let (status, headers, _) = self.signed("HEAD", key, "", &[]).await?;
             if !status.is_success() {
                 return Err(ChunkError::of_status(status, "HEAD"));
             }
-            Ok(headers
-                .get("x-amz-storage-class")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string))
+            let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+            let tags = h("x-amz-tagging-count")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            Ok((h("x-amz-storage-class").map(str::to_string), tags))
         })
         .await
     }

@@ -49,25 +49,44 @@ impl HttpService for TagCounting {
 
 /// The tags of a `GetObjectTagging` answer, in order; values unescaped.
 pub fn parse_tagging(xml: &str) -> Result<Vec<(String, String)>, String> {
-    let text = |block: &str, tag: &str| -> Option<String> {
+    let text = |block: &str, tag: &str| -> Result<Option<String>, String> {
         let open = format!("<{tag}>");
-        let start = block.find(&open)? + open.len();
-        let end = start + block[start..].find(&format!("</{tag}>"))?;
+        let Some(start) = block.find(&open).map(|i| i + open.len()) else {
+            return Ok(None);
+        };
+        let Some(end) = block[start..].find(&format!("</{tag}>")).map(|i| start + i) else {
+            return Ok(None);
+        };
         quick_xml::escape::unescape(&block[start..end])
-            .ok()
-            .map(|c| c.to_string())
+            .map(|c| Some(c.to_string()))
+            .map_err(|e| format!("<{tag}> of a tag: {e}"))
     };
     let mut out = Vec::new();
     for block in xml.split("<Tag>").skip(1) {
-        let k = text(block, "Key").ok_or("a <Tag> without <Key>")?;
+        let k = text(block, "Key")?.ok_or("a <Tag> without <Key>")?;
         // an empty value is written <Value></Value> or <Value/>
-        let v = text(block, "Value").unwrap_or_default();
+        let v = text(block, "Value")?.unwrap_or_default();
         out.push((k, v));
     }
     Ok(out)
 }
 
-/// `k=v&k2=v2`, URL-encoded: the form of `x-amz-tagging` and Azure's `x-ms-tags`.
+/// The reader of `loc`'s tags: an S3 source reached path style with credentials (anonymous
+/// access cannot read tags; a virtual-hosted endpoint has no such client: its tags are not
+/// carried). One rule for the copier and the compare, so that both read the same tags.
+pub fn tag_reader(
+    loc: &crate::core::location::Location,
+) -> crate::core::error::Result<Option<std::sync::Arc<crate::stores::s3copy::S3CrossBucket>>> {
+    let anonymous = std::env::var("AWS_SKIP_SIGNATURE")
+        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"));
+    if anonymous {
+        return Ok(None);
+    }
+    Ok(crate::stores::s3copy::S3CrossBucket::for_bucket(loc)?.map(std::sync::Arc::new))
+}
+
+/// `k=v&k2=v2`, percent-encoded (a space is `%20`): the form of `x-amz-tagging` and Azure's
+/// `x-ms-tags`. slate sends every tag header itself in this one form.
 pub fn encode_tags<'a>(tags: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
     use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
     // everything but unreserved characters, as object_store's TagSet encodes them
@@ -111,6 +130,7 @@ mod tests {
             vec![]
         );
         assert!(parse_tagging("<Tag><Value>x</Value></Tag>").is_err());
+        assert!(parse_tagging("<Tag><Key>a</Key><Value>&bogus;</Value></Tag>").is_err());
         let tags = [("a b".to_string(), "x&y".to_string())];
         assert_eq!(encode_tags(tags.iter().map(|(k, v)| (k, v))), "a%20b=x%26y");
     }
