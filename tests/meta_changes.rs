@@ -82,6 +82,25 @@ impl Counter {
     }
 }
 
+/// `slate sync --config CONF` on `db` through the counting proxy at `endpoint`, its log (every
+/// applied key) in `log`.
+fn daemon_cmd(
+    db: &std::path::Path,
+    conf: &std::path::Path,
+    log: &std::path::Path,
+    endpoint: &str,
+) -> std::process::Command {
+    let mut c = slate_db(db);
+    c.env("AWS_ENDPOINT_URL", endpoint)
+        .args(["sync", "--config"])
+        .arg(conf)
+        .args(["--drift-check-secs", "0", "--quiet"])
+        .env("RUST_LOG", "slate=debug,warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"));
+    c
+}
+
 /// Replaces the metadata of `bucket/key` in place, as `aws s3 cp s3://b/k s3://b/k
 /// --metadata-directive REPLACE` does (moto publishes `ObjectCreated:Copy`).
 fn s3_replace_metadata(bucket: &str, key: &str, content_type: &str, meta: &[(&str, &str)]) {
@@ -207,19 +226,7 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         ),
     )
     .unwrap();
-    let mut c = slate_db(&db);
-    c.env("AWS_ENDPOINT_URL", &counter.addr)
-        .args([
-            "sync",
-            "--config",
-            &conf.display().to_string(),
-            "--drift-check-secs",
-            "0",
-            "--quiet",
-        ])
-        .env("RUST_LOG", "slate=debug,warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    let c = daemon_cmd(&db, &conf, &log, &counter.addr);
     let su = format!("s3://{bucket}/{prefix}");
     let out = run({
         let mut c = slate_db(&db);
@@ -572,19 +579,7 @@ fn s3_tags_travel_and_a_tagging_change_reaches_s3_and_azure_replicas() {
         ),
     )
     .unwrap();
-    let mut c = slate_db(&db);
-    c.env("AWS_ENDPOINT_URL", &counter.addr)
-        .args([
-            "sync",
-            "--config",
-            &conf.display().to_string(),
-            "--drift-check-secs",
-            "0",
-            "--quiet",
-        ])
-        .env("RUST_LOG", "slate=debug,warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    let c = daemon_cmd(&db, &conf, &log, &counter.addr);
     let mut daemon = spawn_daemon(c, &log, 2);
     let (k_s3, k_az) = (format!("{s3_rep}/model.bin"), format!("{az_rep}/model.bin"));
     let before = vec!["stage=raw data".to_string(), "team=vision".to_string()];

@@ -829,6 +829,19 @@ struct Run<'a> {
     label: &'a str,
 }
 
+/// The source's entry of a spilled row, as the engine takes it (None: no source row).
+fn source_entry(r: Planned) -> Option<Entry> {
+    let s = r.src?;
+    Some(Entry {
+        rel: r.key,
+        size: s.size,
+        etag: s.etag,
+        mtime: s
+            .mtime_ms
+            .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
+    })
+}
+
 /// The act step: records keys found equal without a manifest row, copies, then deletes.
 async fn act(
     run: &Run<'_>,
@@ -879,22 +892,12 @@ async fn act(
     for action in [Action::CopyMissing, Action::CopyChanged] {
         let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
         while let Some(rows) = pages.next().await? {
-            let mut results = futures::stream::iter(rows.into_iter().filter_map(|r| {
-                let s = r.src?;
-                Some(Entry {
-                    rel: r.key,
-                    size: s.size,
-                    etag: s.etag,
-                    mtime: s
-                        .mtime_ms
-                        .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
+            let mut results = futures::stream::iter(rows.into_iter().filter_map(source_entry))
+                .map(|e| async move {
+                    let r = engine.copy(&e).await;
+                    (e.rel, r)
                 })
-            }))
-            .map(|e| async move {
-                let r = engine.copy(&e).await;
-                (e.rel, r)
-            })
-            .buffer_unordered(transfers);
+                .buffer_unordered(transfers);
             let mut recs = Vec::new();
             let mut last_flush = Instant::now();
             while let Some((key, r)) = results.next().await {
@@ -928,22 +931,12 @@ async fn act(
     // 3. metadata-only changes: the destination's metadata updated, its bytes left in place
     let mut pages = Pages::new(run, SpillFilter::Action(Action::MetaChanged as u8));
     while let Some(rows) = pages.next().await? {
-        let mut results = futures::stream::iter(rows.into_iter().filter_map(|r| {
-            let s = r.src?;
-            Some(Entry {
-                rel: r.key,
-                size: s.size,
-                etag: s.etag,
-                mtime: s
-                    .mtime_ms
-                    .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
+        let mut results = futures::stream::iter(rows.into_iter().filter_map(source_entry))
+            .map(|e| async move {
+                let r = engine.update_meta(&e, None).await;
+                (e.rel, r)
             })
-        }))
-        .map(|e| async move {
-            let r = engine.update_meta(&e, None).await;
-            (e.rel, r)
-        })
-        .buffer_unordered(transfers);
+            .buffer_unordered(transfers);
         let mut recs = Vec::new();
         while let Some((key, r)) = results.next().await {
             match r {
