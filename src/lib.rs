@@ -23,6 +23,8 @@ pub mod core;
 pub mod engine;
 pub mod events;
 pub mod jobs;
+#[cfg(feature = "lab")]
+pub mod lab;
 pub mod server;
 pub mod state;
 pub mod stores;

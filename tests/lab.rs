@@ -1,0 +1,55 @@
+//! The latency lab in front of a real emulator: a copy through it at 40 ms RTT reads what it
+//! must, lands equal, and the lab counts the bytes (what resume tests will weigh).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use common::*;
+use slate::lab::{Lab, Link};
+
+#[test]
+fn a_copy_through_the_lab_is_slowed_by_its_rtt_and_counted() {
+    let runtime = rt();
+    let moto: std::net::SocketAddr = s3_endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("moto address");
+    let lab = runtime
+        .block_on(Lab::start(
+            moto,
+            Link::rtt(Duration::from_millis(40), None),
+            0,
+        ))
+        .expect("lab");
+    let src = Place::new(End::S3("slate-src"), "lab-src");
+    let data: BTreeMap<String, Vec<u8>> = [
+        ("big.bin".to_string(), bytes(1, 3 * MIB)),
+        ("small.txt".to_string(), bytes(2, 1000)),
+    ]
+    .into_iter()
+    .collect();
+    src.seed(&data);
+    let dst = Place::new(End::Local, "lab-dst");
+    let t = Instant::now();
+    let out = run({
+        let mut c = slate();
+        c.env("AWS_ENDPOINT_URL", lab.url())
+            .args(["copy", &src.url(), &dst.url(), "-q"]);
+        c
+    });
+    let took = t.elapsed();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_same(&dst.read(), &data);
+    // a listing, then two objects' requests: several round trips of 40 ms at the least
+    assert!(took >= Duration::from_millis(120), "took {took:?}");
+    let down = lab.counters.down.load(Relaxed);
+    let total: u64 = data.values().map(|v| v.len() as u64).sum();
+    assert!(
+        down >= total && down < total + 256 * 1024,
+        "the lab carried {down} bytes down for {total} bytes of objects"
+    );
+    assert!(lab.counters.connections.load(Relaxed) >= 1);
+}
