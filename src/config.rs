@@ -115,6 +115,10 @@ impl Config {
                     .map_err(|e| bad(format!("{which}.max_delete: {e}")))?;
             }
         }
+        if let Some(b) = &self.copy.bwlimit {
+            crate::copy::bwlimit::Schedule::parse(b)
+                .map_err(|e| bad(format!("copy.bwlimit: {e}")))?;
+        }
         if let Some(d) = &self.daemon.drift_check_interval {
             if d.trim() != "0" {
                 crate::core::filter::parse_age(d)
@@ -143,6 +147,9 @@ pub struct CopyConfig {
     pub storage_class: Option<String>,
     /// Canned ACL of what is written (S3, GCS).
     pub acl: Option<String>,
+    /// Bandwidth limit of the reads, all transfers together: `8M`, or a timetable
+    /// (`"08:00,10M 19:00,off"`).
+    pub bwlimit: Option<String>,
 }
 
 fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {

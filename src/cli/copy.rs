@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::Config;
+use crate::copy::bwlimit::{BwLimit, Schedule};
 use crate::copy::{self, CopyOptions, ProgressMode};
 use crate::core::error::SlateError;
 use crate::core::location::Location;
@@ -90,6 +91,11 @@ pub struct TuningArgs {
     /// source's listed time).
     #[arg(long)]
     pub no_metadata: bool,
+    /// Read at most RATE a second from the source, all transfers together (`8M`, `512k`,
+    /// `off`), or a timetable as rclone's: `"08:00,10M 19:00,off"` (local time; `HH:MM:SS`
+    /// and `Mon-08:00,…` too).
+    #[arg(long, value_name = "RATE|TIMETABLE", value_parser = Schedule::parse)]
+    pub bwlimit: Option<Schedule>,
     /// Config file (default: ~/.config/slate/slate.toml when it exists).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -130,6 +136,17 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
             acl: args.acl.clone().or_else(|| cfg.copy.acl.clone()),
         },
         metadata: !args.no_metadata,
+        bwlimit: args
+            .bwlimit
+            .clone()
+            .or_else(|| {
+                // checked when the config was loaded
+                cfg.copy
+                    .bwlimit
+                    .as_deref()
+                    .and_then(|s| Schedule::parse(s).ok())
+            })
+            .map(|s| std::sync::Arc::new(BwLimit::new(s))),
     }
 }
 

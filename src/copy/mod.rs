@@ -3,6 +3,7 @@
 //! now, and by `sync` (reconcile) later. Listing runs ahead of the transfers through a bounded
 //! channel, so pages are pipelined with copies and memory does not grow with the object count.
 
+pub mod bwlimit;
 pub mod estimate;
 pub mod hash;
 pub mod local;
@@ -58,6 +59,9 @@ pub struct CopyOptions {
     /// Carry Content-* headers, user metadata and the modification time (default); false
     /// writes the bytes alone (`--no-metadata`), as slate did before it carried them.
     pub metadata: bool,
+    /// `--bwlimit`: what every read of the source waits for (one bucket for all the copies
+    /// of the process that share these options; a job brings its own).
+    pub bwlimit: Option<Arc<bwlimit::BwLimit>>,
 }
 
 impl Default for CopyOptions {
@@ -74,6 +78,7 @@ impl Default for CopyOptions {
             copy_links: false,
             placement: Placement::default(),
             metadata: true,
+            bwlimit: None,
         }
     }
 }

@@ -18,6 +18,21 @@ pub struct Counters {
     pub bytes_done: AtomicU64,
     pub objects_failed: AtomicU64,
     pub objects_server_side: AtomicU64,
+    /// The bandwidth limit the copy reads under (`--bwlimit`), shown with the progress.
+    pub limit: std::sync::OnceLock<Arc<super::bwlimit::BwLimit>>,
+}
+
+impl Counters {
+    /// `, limit 8.00 MiB/s` (the rate in force), `, limit off (timetable …)`, or nothing.
+    pub fn limit_text(&self) -> String {
+        match self.limit.get() {
+            None => String::new(),
+            Some(l) => match l.schedule().rate_now() {
+                Some(r) => format!(", limit {}/s", human_bytes(r)),
+                None => format!(", limit off ({})", l.schedule().text()),
+            },
+        }
+    }
 }
 
 /// How progress is shown.
@@ -97,8 +112,9 @@ async fn run_bar(c: Arc<Counters>, stop: Arc<tokio::sync::Notify>) {
             "+"
         };
         bar.set_message(format!(
-            "{}/{listed}{more} objects",
-            c.objects_done.load(Relaxed)
+            "{}/{listed}{more} objects{}",
+            c.objects_done.load(Relaxed),
+            c.limit_text()
         ));
         tokio::select! {
             _ = stop.notified() => break,
@@ -127,12 +143,13 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
         };
         // a last line at the end, so that a log always shows where the copy got to
         eprintln!(
-            "progress: {}/{} objects, {}/{}, {}/s, ETA {eta}, {:.0}s elapsed",
+            "progress: {}/{} objects, {}/{}, {}/s{}, ETA {eta}, {:.0}s elapsed",
             c.objects_done.load(Relaxed),
             c.objects_listed.load(Relaxed),
             human_bytes(done),
             human_bytes(total),
             human_bytes(rate as u64),
+            c.limit_text(),
             start.elapsed().as_secs_f64()
         );
         if stopping {

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{Attributes, GetOptions, GetRange, ObjectStore};
 
+use super::bwlimit::BwLimit;
 use super::hash::{BlockHasher, BLOCK};
 use super::local::TempFile;
 use crate::stores::local::open_source;
@@ -76,11 +77,16 @@ pub async fn read_chunk(
     range: Range<u64>,
     whole: bool,
     sink: ChunkSink,
+    limit: Option<&BwLimit>,
 ) -> Result<ChunkOut, ChunkError> {
     debug_assert!(range.start % BLOCK == 0);
     match side {
-        Side::Cloud { store, .. } => read_cloud(store, key, etag, range, whole, sink).await,
+        Side::Cloud { store, .. } => read_cloud(store, key, etag, range, whole, sink, limit).await,
         Side::Local { loc } => {
+            // a file is read in one go on the blocking pool: its share of the limit first
+            if let Some(l) = limit {
+                l.take(range.end - range.start).await;
+            }
             let (root, path, follow) = (loc.local_path(), PathBuf::from(key), loc.copy_links);
             tokio::task::spawn_blocking(move || read_local(&root, &path, follow, range, sink))
                 .await
@@ -96,6 +102,7 @@ async fn read_cloud(
     range: Range<u64>,
     whole: bool,
     sink: ChunkSink,
+    limit: Option<&BwLimit>,
 ) -> Result<ChunkOut, ChunkError> {
     let path = StorePath::parse(key).map_err(|e| ChunkError::Fatal(e.to_string()))?;
     let want = range.end - range.start;
@@ -119,6 +126,10 @@ async fn read_cloud(
     let mut parts: Vec<Bytes> = Vec::new();
     while let Some(item) = stream.next().await {
         let b = item.map_err(classify)?;
+        if let Some(l) = limit {
+            // the stream waits, and so does the connection under it
+            l.take(b.len() as u64).await;
+        }
         if got + b.len() as u64 > want {
             return Err(ChunkError::Fatal(format!(
                 "store sent more than the {want} bytes asked for"

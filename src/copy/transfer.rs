@@ -199,6 +199,10 @@ impl Ctx {
             _ => None,
         };
         let budget_units = (opts.memory_limit / BUDGET_UNIT).min(u32::MAX as u64 / 2) as usize;
+        if let Some(l) = &opts.bwlimit {
+            // the progress says which limit the copy reads under
+            let _ = counters.limit.set(l.clone());
+        }
         Ok(Ctx {
             src: plan.src.clone(),
             limits: Limits::new(&plan.src, &dst, opts.transfers, plan.server_side),
@@ -389,7 +393,9 @@ async fn chunk_with_retry(
             let sink = sink.clone();
             let range = range.clone();
             async move {
-                let out = read_chunk(side, item_key, etag, range.clone(), whole, sink).await?;
+                let limit = ctx.opts.bwlimit.as_deref();
+                let out =
+                    read_chunk(side, item_key, etag, range.clone(), whole, sink, limit).await?;
                 Ok(out)
             }
         })
@@ -900,7 +906,16 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
         .map(|(i, r)| async move {
             ctx.retry(end)
                 .run(key_ref, retryable, |_| {
-                    read_chunk(side, key_ref, None, r.clone(), whole, ChunkSink::Discard)
+                    let limit = ctx.opts.bwlimit.as_deref();
+                    read_chunk(
+                        side,
+                        key_ref,
+                        None,
+                        r.clone(),
+                        whole,
+                        ChunkSink::Discard,
+                        limit,
+                    )
                 })
                 .await
                 .map(|o| (i, o))

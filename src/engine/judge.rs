@@ -201,7 +201,7 @@ async fn content(side: &Side, rel: &str, size: u64) -> Result<ContentHash, Strin
                     .run(
                         key,
                         |e| matches!(e, ChunkError::Retry(_)),
-                        |_| read_chunk(side, key, None, r.clone(), whole, ChunkSink::Discard),
+                        |_| read_chunk(side, key, None, r.clone(), whole, ChunkSink::Discard, None),
                     )
                     .await
             }

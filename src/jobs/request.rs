@@ -107,6 +107,7 @@ const OPTION_FIELDS: &[&str] = &[
     "acl",
     "checksum",
     "size_only",
+    "bwlimit",
 ];
 
 /// Checks a `POST /jobs` body; every refusal names the field.
@@ -190,6 +191,12 @@ impl JobRequest {
         let empty = Map::new();
         let o = Opts(self.options.as_object().unwrap_or(&empty));
         let mut copy = o.copy(base)?;
+        // a job's own bandwidth limit: its own bucket
+        if let Some(b) = o.string("bwlimit")? {
+            let s =
+                crate::copy::bwlimit::Schedule::parse(&b).map_err(|e| Opts::bad("bwlimit", e))?;
+            copy.bwlimit = Some(std::sync::Arc::new(crate::copy::bwlimit::BwLimit::new(s)));
+        }
         // the storage class and ACL, checked for the destination's store
         copy.placement = Placement {
             storage_class: o.string("storage_class")?.or(copy.placement.storage_class),
@@ -471,6 +478,10 @@ mod tests {
             (
                 r#"{"kind":"copy","src":"/a","dst":"/b","options":{"exclude":["x"]}}"#,
                 "options.include",
+            ),
+            (
+                r#"{"src":"/a","dst":"/b","options":{"bwlimit":"25:00,1M"}}"#,
+                "options.bwlimit",
             ),
             (
                 r#"{"kind":null,"src":"/a","dst":"/b","options":{"acl":"x"}}"#,
