@@ -113,18 +113,25 @@ impl Lab {
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let counters = Arc::new(Counters::default());
+        // a rate of 0 is no cap (as `--bwlimit 0`), never a link that stands still
+        let rate = link.rate.filter(|r| *r > 0);
         let buckets = (
-            link.rate.map(|r| Arc::new(Bucket::new(r))),
-            link.rate.map(|r| Arc::new(Bucket::new(r))),
+            rate.map(|r| Arc::new(Bucket::new(r))),
+            rate.map(|r| Arc::new(Bucket::new(r))),
         );
         let c = counters.clone();
         let task = tokio::spawn(async move {
+            // the connections belong to this task: dropping the lab (aborting it) cuts them
+            let mut conns = tokio::task::JoinSet::new();
             loop {
                 let Ok((client, _)) = listener.accept().await else {
+                    // out of file descriptors or the like: not a busy loop
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
+                while conns.try_join_next().is_some() {}
                 let (c, up_b, down_b) = (c.clone(), buckets.0.clone(), buckets.1.clone());
-                tokio::spawn(async move {
+                conns.spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
                     };
@@ -171,6 +178,11 @@ async fn pump(
                 Ok(0) | Err(_) => 0,
                 Ok(n) => n,
             };
+            // the cap is taken here, as it is read: the sender is held back as on a slow
+            // link, instead of its bytes piling up in the lab
+            if let (Some(b), true) = (&bucket, n > 0) {
+                b.take(n).await;
+            }
             let due = Instant::now() + delay;
             let data = (n > 0).then(|| buf[..n].to_vec());
             if tx.send((due, data)).await.is_err() || n == 0 {
@@ -185,14 +197,11 @@ async fn pump(
                 let _ = to.shutdown().await;
                 return;
             };
-            if let Some(b) = &bucket {
-                b.take(data.len()).await;
-            }
+            let c = if up { &counters.up } else { &counters.down };
+            c.fetch_add(data.len() as u64, Relaxed);
             if to.write_all(&data).await.is_err() {
                 return;
             }
-            let c = if up { &counters.up } else { &counters.down };
-            c.fetch_add(data.len() as u64, Relaxed);
         }
     };
     tokio::join!(reader, writer);

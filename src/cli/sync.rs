@@ -276,7 +276,11 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                 running: running.clone(),
                 token: api_token(&args.token_file)?,
                 addr: listen.unwrap_or_else(|| "127.0.0.1:3030".to_string()),
-                copy: options(&args.tuning, &cfg),
+                // the pairs' options, and so their bandwidth bucket: one per process
+                copy: jobs
+                    .first()
+                    .map(|j| j.opts.copy.clone())
+                    .unwrap_or_else(|| options(&args.tuning, &cfg)),
                 max_jobs: 2,
             })
             .await?;

@@ -30,11 +30,14 @@ pub struct Schedule {
 const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
 fn rate(s: &str, whole: &str) -> Result<Option<u64>, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "off" | "0" => Ok(None),
-        _ => parse_size(s)
-            .map(Some)
-            .map_err(|e| format!("'{whole}': {e}")),
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    match parse_size(s).map_err(|e| format!("'{whole}': {e}"))? {
+        // no rate at all is no limit (as rclone's `0`), never a copy that stands still
+        0 => Ok(None),
+        r if r < 1024 => Err(format!("'{whole}': {r} B/s is below 1 KiB/s")),
+        r => Ok(Some(r)),
     }
 }
 
@@ -95,6 +98,7 @@ impl Schedule {
                 rate: rate(r, entry)?,
             });
         }
+        slots.sort_by_key(|s| s.day.map(|d| d * 86_400).unwrap_or(0) + s.at);
         let daily = slots.iter().all(|s| s.day.is_none());
         let weekly = slots.iter().all(|s| s.day.is_some());
         if !(daily || weekly) {
@@ -113,13 +117,12 @@ impl Schedule {
             Some(_) => weekday * 86_400 + secs,
             None => secs,
         };
-        let mut sorted = self.slots.clone();
-        sorted.sort_by_key(key);
-        sorted
+        // sorted when parsed
+        self.slots
             .iter()
             .rev()
             .find(|s| key(s) <= now)
-            .or(sorted.last())
+            .or(self.slots.last())
             .and_then(|s| s.rate)
     }
 
@@ -158,31 +161,38 @@ impl BwLimit {
     }
 
     /// Waits until `n` bytes may be read. Bursts up to a tenth of a second's worth (at least
-    /// 64 KiB) ; with no limit in force, at once.
+    /// 64 KiB); with no limit in force, at once.
     pub async fn take(&self, n: u64) {
         let mut need = n as f64;
-        while need > 0.0 {
-            let Some(rate) = self.schedule.rate_now() else {
-                return;
-            };
-            let rate = rate.max(1) as f64;
-            let burst = (rate / 10.0).max(64.0 * 1024.0);
-            let wait = match self.state.lock() {
-                Ok(mut st) => {
-                    let now = Instant::now();
-                    let tokens = (st.0 + now.duration_since(st.1).as_secs_f64() * rate).min(burst);
-                    let grant = tokens.min(need).max(0.0);
-                    need -= grant;
-                    *st = (tokens - grant, now);
-                    // at most a quarter second at a time: a timetable may lift the limit
-                    (need > 0.0).then(|| (need.min(burst) / rate).min(0.25))
-                }
-                Err(_) => return,
-            };
-            if let Some(w) = wait {
-                tokio::time::sleep(Duration::from_secs_f64(w)).await;
-            }
+        while let Some(w) = self.step(&mut need) {
+            tokio::time::sleep(w).await;
         }
+    }
+
+    /// [`BwLimit::take`] for a thread of the blocking pool (local files).
+    pub fn take_blocking(&self, n: u64) {
+        let mut need = n as f64;
+        while let Some(w) = self.step(&mut need) {
+            std::thread::sleep(w);
+        }
+    }
+
+    /// Grants what the bucket holds towards `need`; the pause before the next look, or None
+    /// when all is granted (or no limit is in force).
+    fn step(&self, need: &mut f64) -> Option<Duration> {
+        if *need <= 0.0 {
+            return None;
+        }
+        let rate = self.schedule.rate_now()? as f64;
+        let burst = (rate / 10.0).max(64.0 * 1024.0);
+        let mut st = self.state.lock().ok()?;
+        let now = Instant::now();
+        let tokens = (st.0 + now.duration_since(st.1).as_secs_f64() * rate).min(burst);
+        let grant = tokens.min(*need).max(0.0);
+        *need -= grant;
+        *st = (tokens - grant, now);
+        // at most a quarter second at a time: a timetable may lift the limit
+        (*need > 0.0).then(|| Duration::from_secs_f64((need.min(burst) / rate).min(0.25)))
     }
 }
 
@@ -195,6 +205,13 @@ mod tests {
         let s = Schedule::parse("8M").unwrap();
         assert_eq!(s.rate_at(0, 0), Some(8 << 20));
         assert_eq!(Schedule::parse("off").unwrap().rate_at(3, 100), None);
+        assert_eq!(Schedule::parse("0M").unwrap().rate_at(3, 100), None);
+        assert!(Schedule::parse("0.5k")
+            .unwrap_err()
+            .contains("below 1 KiB/s"));
+        // entries in any order
+        let u = Schedule::parse("19:00,off 08:00,10M").unwrap();
+        assert_eq!(u.rate_at(0, 9 * 3600), Some(10 << 20));
         let t = Schedule::parse("08:00,10M 19:00,off").unwrap();
         let h = |x: u32| x * 3600;
         // (weekday, seconds into the day, rate)

@@ -77,20 +77,21 @@ pub async fn read_chunk(
     range: Range<u64>,
     whole: bool,
     sink: ChunkSink,
-    limit: Option<&BwLimit>,
+    limit: Option<&Arc<BwLimit>>,
 ) -> Result<ChunkOut, ChunkError> {
     debug_assert!(range.start % BLOCK == 0);
     match side {
-        Side::Cloud { store, .. } => read_cloud(store, key, etag, range, whole, sink, limit).await,
+        Side::Cloud { store, .. } => {
+            read_cloud(store, key, etag, range, whole, sink, limit.map(|l| &**l)).await
+        }
         Side::Local { loc } => {
-            // a file is read in one go on the blocking pool: its share of the limit first
-            if let Some(l) = limit {
-                l.take(range.end - range.start).await;
-            }
             let (root, path, follow) = (loc.local_path(), PathBuf::from(key), loc.copy_links);
-            tokio::task::spawn_blocking(move || read_local(&root, &path, follow, range, sink))
-                .await
-                .map_err(|e| ChunkError::Fatal(e.to_string()))?
+            let limit = limit.cloned();
+            tokio::task::spawn_blocking(move || {
+                read_local(&root, &path, follow, range, sink, limit.as_deref())
+            })
+            .await
+            .map_err(|e| ChunkError::Fatal(e.to_string()))?
         }
     }
 }
@@ -175,6 +176,7 @@ fn read_local(
     follow: bool,
     range: Range<u64>,
     sink: ChunkSink,
+    limit: Option<&BwLimit>,
 ) -> Result<ChunkOut, ChunkError> {
     // never through a symlink that leads out of the root, even one swapped in just now
     let file = open_source(root, path, follow).map_err(|e| match e.kind() {
@@ -183,7 +185,7 @@ fn read_local(
         }
         _ => ChunkError::Fatal(format!("opening source: {e}")),
     })?;
-    if let ChunkSink::File(dst) = &sink {
+    if let (ChunkSink::File(dst), None) = (&sink, limit) {
         // Local to local: the kernel copies (copy_file_range: no trip through user space, a
         // reflink where the file system has them); the source range is then read back from the
         // page cache to be hashed. Falls back to read + write where the kernel cannot.
@@ -204,12 +206,20 @@ fn read_local(
     let mut done = 0usize;
     while done < want {
         let buf: &mut [u8] = match sink {
+            // under a limit, a block at a time, each after its share of the bucket
+            ChunkSink::Buffer if limit.is_some() => {
+                let end = (done + BLOCK as usize).min(want);
+                &mut out[done..end]
+            }
             ChunkSink::Buffer => &mut out[done..],
             _ => {
                 let n = scratch.len().min(want - done);
                 &mut scratch[..n]
             }
         };
+        if let Some(l) = limit {
+            l.take_blocking(buf.len() as u64);
+        }
         let n = file
             .read_at(buf, range.start + done as u64)
             .map_err(|e| ChunkError::Fatal(format!("reading source: {e}")))?;

@@ -393,7 +393,7 @@ async fn chunk_with_retry(
             let sink = sink.clone();
             let range = range.clone();
             async move {
-                let limit = ctx.opts.bwlimit.as_deref();
+                let limit = ctx.opts.bwlimit.as_ref();
                 let out =
                     read_chunk(side, item_key, etag, range.clone(), whole, sink, limit).await?;
                 Ok(out)
@@ -906,7 +906,7 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
         .map(|(i, r)| async move {
             ctx.retry(end)
                 .run(key_ref, retryable, |_| {
-                    let limit = ctx.opts.bwlimit.as_deref();
+                    let limit = ctx.opts.bwlimit.as_ref();
                     read_chunk(
                         side,
                         key_ref,

@@ -12,6 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::GetOptions;
 
 use super::plan::{self, Action, Row, Rule};
+use crate::copy::bwlimit::BwLimit;
 use crate::copy::hash::ContentHash;
 use crate::copy::read::{read_chunk, ChunkSink};
 use crate::copy::transfer::chunks;
@@ -42,6 +43,8 @@ pub struct Judge {
     pub metadata: bool,
     /// S3 source whose tags travel (see `Ctx::wants_tags`): their reader.
     pub src_tags: Option<Arc<S3CrossBucket>>,
+    /// `--bwlimit`: what the `--checksum` reads wait for.
+    pub limit: Option<Arc<BwLimit>>,
 }
 
 /// A side's view of one object's time: the one it records, and its last-modified.
@@ -99,8 +102,9 @@ impl Judge {
 
     async fn by_content(&self, row: &Row) -> Result<Action, String> {
         let size = row.src.as_ref().map(|s| s.size).unwrap_or(0);
-        let a = content(&self.src, &row.key, size).await?;
-        let b = content(&self.dst, &row.key, size).await?;
+        let limit = self.limit.as_ref();
+        let a = content(&self.src, &row.key, size, limit).await?;
+        let b = content(&self.dst, &row.key, size, limit).await?;
         Ok(if a == b {
             Action::EqualContent
         } else {
@@ -183,7 +187,12 @@ async fn times(side: &Side, row: &Row, is_src: bool) -> Result<Times, String> {
 }
 
 /// The content hash of `rel` on `side`, read in chunks.
-async fn content(side: &Side, rel: &str, size: u64) -> Result<ContentHash, String> {
+async fn content(
+    side: &Side,
+    rel: &str,
+    size: u64,
+    limit: Option<&Arc<BwLimit>>,
+) -> Result<ContentHash, String> {
     let key = full_key(side, rel);
     if size == 0 {
         return Ok(ContentHash::from_blocks(&[], 0));
@@ -201,7 +210,9 @@ async fn content(side: &Side, rel: &str, size: u64) -> Result<ContentHash, Strin
                     .run(
                         key,
                         |e| matches!(e, ChunkError::Retry(_)),
-                        |_| read_chunk(side, key, None, r.clone(), whole, ChunkSink::Discard, None),
+                        |_| {
+                            read_chunk(side, key, None, r.clone(), whole, ChunkSink::Discard, limit)
+                        },
                     )
                     .await
             }

@@ -347,6 +347,7 @@ async fn walk_pair(
     deletes: bool,
     rule: Rule,
     metadata: bool,
+    limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
     spill: Option<&Spill>,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
@@ -367,6 +368,7 @@ async fn walk_pair(
         pair_id: pair.id,
         metadata,
         src_tags,
+        limit,
     };
     let (src_in, src_task) = listing(&plan.src, filter);
     let (dst_in, dst_task) = if list_dst {
@@ -538,6 +540,7 @@ pub async fn compare(
         rule,
         true,
         None,
+        None,
         &mut only_diffs,
     )
     .await
@@ -673,6 +676,7 @@ async fn sync_held(
         deletes,
         opts.rule,
         opts.copy.metadata,
+        opts.copy.bwlimit.clone(),
         Some(spill),
         &mut each,
     )
