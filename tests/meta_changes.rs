@@ -246,7 +246,7 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         owner_is(&dst_s3, &k_s3, "team-a", "text/plain")
             && owner_is(&dst_az, &k_az, "team-a", "text/plain")
     };
-    // (the log says "following changes" twice per pair: wait for both pairs' backfills)
+    // the replicas themselves say when both backfills are done
     wait_for("both backfills", 60, backfilled);
     // the backfill read the body: one GET per replica (or per chunk), no more from now on
     let before = counter.gets.load(Relaxed);

@@ -690,9 +690,16 @@ pub fn spawn_ready(
 /// Spawns `c` (a daemon whose stderr goes to `log`) and waits until `pairs` pairs follow
 /// their changes; a daemon that does not start within a minute fails the test.
 pub fn spawn_daemon(c: Command, log: &std::path::Path, pairs: usize) -> Child {
-    spawn_ready(c, log, 60, |text| {
-        text.matches("following changes").count() >= pairs
-    })
+    spawn_ready(c, log, 60, |text| following(text) >= pairs)
+}
+
+/// How many distinct pairs a daemon's log says it follows (`slate: following changes of …`;
+/// the debug log says it too, and a restarted pair says it again: neither counts twice).
+pub fn following(text: &str) -> usize {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("slate: following changes of "))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
 }
 
 /// Waits until `slate diff SRC DST` (without faults) says equal (exit 0), at most `secs`
