@@ -227,16 +227,10 @@ impl Ctx {
     fn src_meta(&self, item: &Item, attrs: Option<&Attributes>) -> Meta {
         match &self.src {
             Side::Local { .. } => Meta::of_local_file(&item.src, item.mtime),
-            Side::Cloud { loc, .. } => {
-                let mut m = attrs
-                    .map(|a| Meta::from_attributes(loc.scheme, a))
-                    .unwrap_or_default();
-                if m.mtime.is_none() {
-                    m.mtime = item.mtime;
-                    m.listed_time = true;
-                }
-                m
-            }
+            Side::Cloud { loc, .. } => attrs
+                .map(|a| Meta::from_attributes(loc.scheme, a))
+                .unwrap_or_default()
+                .or_listed_time(item.mtime),
         }
     }
 

@@ -213,6 +213,16 @@ impl Meta {
         Ok((out, notes))
     }
 
+    /// The same, with `listed` (the store's last-modified) standing in for a modification
+    /// time the object does not record ([`Meta::listed_time`]).
+    pub fn or_listed_time(mut self, listed: Option<SystemTime>) -> Meta {
+        if self.mtime.is_none() {
+            self.mtime = listed;
+            self.listed_time = true;
+        }
+        self
+    }
+
     /// A digest of everything here, to see a metadata-only change (`xxh3`, hex).
     pub fn fingerprint(&self) -> String {
         let mut s = String::new();

@@ -137,11 +137,8 @@ pub async fn meta_now(
                 .request(&key, |_| true, |_| store.get_opts(&path, opts.clone()))
                 .await
                 .map_err(|e| format!("HEAD {key}: {e}"))?;
-            let mut m = Meta::from_attributes(loc.scheme, &res.attributes);
-            if m.mtime.is_none() {
-                m.mtime = Some(res.meta.last_modified.into());
-                m.listed_time = true;
-            }
+            let mut m = Meta::from_attributes(loc.scheme, &res.attributes)
+                .or_listed_time(Some(res.meta.last_modified.into()));
             if let (Some(t), true) = (tags, tag_count(&res) > 0) {
                 m.tags = t.get_tagging(&key).await?.into_iter().collect();
             }

@@ -117,12 +117,9 @@ impl Engine {
                     .await;
                 match head {
                     Ok(res) => {
-                        let mut meta = Meta::from_attributes(loc.scheme, &res.attributes);
                         let mtime: SystemTime = res.meta.last_modified.into();
-                        if meta.mtime.is_none() {
-                            meta.mtime = Some(mtime);
-                            meta.listed_time = true;
-                        }
+                        let mut meta = Meta::from_attributes(loc.scheme, &res.attributes)
+                            .or_listed_time(Some(mtime));
                         if let (Some(t), true) = (self.ctx.wants_tags(), tag_count(&res) > 0) {
                             let k = loc.key_for(key);
                             meta.tags = t
@@ -383,10 +380,11 @@ impl Engine {
             }
         }
         let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
-        let (m_src, m_dst) = blocking(move || {
+        let (m_src, m_dst, recorded) = blocking(move || {
             Ok((
                 db.get(id, manifest::Side::Src, &k)?,
                 db.get(id, manifest::Side::Dst, &k)?,
+                db.meta_of(id, manifest::Side::Src, &k)?,
             ))
         })
         .await?;
@@ -410,8 +408,6 @@ impl Engine {
                 // it: compared with the fingerprint recorded at the copy (no request more);
                 // a row without one (an older slate, a server-side copy) is looked at when
                 // the last-modified moved.
-                let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
-                let recorded = blocking(move || db.meta_of(id, manifest::Side::Src, &k)).await?;
                 let differs = match (&recorded, &meta_now) {
                     // --no-metadata: only the bytes are kept equal
                     _ if !self.ctx.opts.metadata => false,

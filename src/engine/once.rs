@@ -213,6 +213,13 @@ pub struct SyncReport {
 }
 
 impl SyncReport {
+    /// Counts an object that failed, tells the caller's hook, and keeps the first error.
+    fn fail(&mut self, hook: Option<&FailedHook>, key: &str, msg: String) {
+        self.failed += 1;
+        tell(hook, key, &msg);
+        self.first_error.get_or_insert(msg);
+    }
+
     pub fn line(&self) -> String {
         let c = &self.counts;
         let dst = match self.listed_dst {
@@ -690,14 +697,11 @@ async fn sync_held(
         ..Default::default()
     };
     for e in &c.unreadable {
-        report.failed += 1;
-        let msg = e.to_string();
         let key = match e {
             SlateError::Object { key, .. } => key.as_str(),
             _ => "",
         };
-        tell(failed, key, &msg);
-        report.first_error.get_or_insert(msg);
+        report.fail(failed, key, e.to_string());
     }
     // Deletes are deliberate: an empty source never empties a destination by default, and
     // --max-delete is checked before anything at all is changed.
@@ -913,11 +917,8 @@ async fn act(
                         recs.extend(two);
                     }
                     Err(e) => {
-                        report.failed += 1;
-                        let msg = e.to_string();
-                        tracing::debug!(key = %key, error = %msg, "copy failed");
-                        tell(failed, &key, &msg);
-                        report.first_error.get_or_insert(msg);
+                        tracing::debug!(key = %key, error = %e, "copy failed");
+                        report.fail(failed, &key, e.to_string());
                     }
                 }
                 // Flush often enough that a killed run loses little: every 1,000 objects or second.
@@ -948,12 +949,7 @@ async fn act(
                     report.meta_updated += changed as u64;
                     recs.extend(two);
                 }
-                Err(e) => {
-                    report.failed += 1;
-                    let msg = e.to_string();
-                    tell(failed, &key, &msg);
-                    report.first_error.get_or_insert(msg);
-                }
+                Err(e) => report.fail(failed, &key, e.to_string()),
             }
         }
         let d = db.clone();
@@ -980,12 +976,7 @@ async fn act(
                     gone.push(key);
                 }
                 Ok(false) => report.delete_skipped += 1,
-                Err(e) => {
-                    report.failed += 1;
-                    let msg = e.to_string();
-                    tell(failed, &key, &msg);
-                    report.first_error.get_or_insert(msg);
-                }
+                Err(e) => report.fail(failed, &key, e.to_string()),
             }
         }
         let d = db.clone();

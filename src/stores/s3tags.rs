@@ -77,9 +77,7 @@ pub fn parse_tagging(xml: &str) -> Result<Vec<(String, String)>, String> {
 pub fn tag_reader(
     loc: &crate::core::location::Location,
 ) -> crate::core::error::Result<Option<std::sync::Arc<crate::stores::s3copy::S3CrossBucket>>> {
-    let anonymous = std::env::var("AWS_SKIP_SIGNATURE")
-        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"));
-    if anonymous {
+    if super::env_true("AWS_SKIP_SIGNATURE") {
         return Ok(None);
     }
     Ok(crate::stores::s3copy::S3CrossBucket::for_bucket(loc)?.map(std::sync::Arc::new))
