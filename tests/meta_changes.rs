@@ -452,11 +452,16 @@ fn a_gcs_metadata_update_notification_reaches_an_s3_replica() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(
-        daemon.log_text().contains("MetaUpdated"),
-        "{}",
-        log_tail(&daemon.log_text())
-    );
+    // the replica changes before the daemon logs the key as applied: wait for the line
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !daemon.log_text().contains("MetaUpdated") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            log_tail(&daemon.log_text())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert_eq!(daemon.stop(), Some(0));
     let _ = http.delete(ps(&format!("subscriptions/{sub}"))).send();
 }
