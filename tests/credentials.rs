@@ -131,14 +131,14 @@ fn sqs_events_take_the_aws_cli_files() {
     wait_for("the queued change applied", 60, || {
         std::fs::read(dst.join("late.txt")).ok().as_deref() == Some(b"late".as_slice())
     });
-    // applied from the event (the backfill ended before the write; no drift check runs)
+    // applied from the event (the backfill ended before the write; no drift check runs); the
+    // file lands before the daemon logs the key as applied
+    wait_for("the daemon's 'applied' line for late.txt", 10, || {
+        read_log(&log)
+            .lines()
+            .any(|l| l.contains("late.txt") && l.contains("applied"))
+    });
     let text = read_log(&log);
-    assert!(
-        text.lines()
-            .any(|l| l.contains("late.txt") && l.contains("applied")),
-        "{}",
-        log_tail(&text)
-    );
     assert!(daemon.try_wait().ok().flatten().is_none(), "{text}");
     let _ = daemon.stop(libc::SIGTERM);
 }
@@ -286,14 +286,14 @@ fn an_azure_container_sas_url_serves_copy_and_a_queue_sas_url_the_events() {
             .map(|m| m.is_empty())
             .unwrap_or(false)
     });
-    // applied from the event (the backfill ended before the write; no drift check runs)
+    // applied from the event (the backfill ended before the write; no drift check runs); the
+    // file lands before the daemon logs the key as applied
+    wait_for("the daemon's 'applied' line for late.txt", 10, || {
+        read_log(&log)
+            .lines()
+            .any(|l| l.contains("late.txt") && l.contains("applied"))
+    });
     let text = read_log(&log);
-    assert!(
-        text.lines()
-            .any(|l| l.contains("late.txt") && l.contains("applied")),
-        "{}",
-        log_tail(&text)
-    );
     assert!(daemon.try_wait().ok().flatten().is_none(), "{text}");
     let _ = daemon.stop(libc::SIGTERM);
 }
