@@ -44,6 +44,11 @@ pub struct CopyArgs {
     /// List the source and print objects, bytes, requests and cost; copy nothing.
     #[arg(long)]
     pub estimate: bool,
+    /// The database where uploads under way are recorded, so that a copy cut short (killed,
+    /// interrupted) continues from its last chunk when run again [default: the one `sync`
+    /// uses, ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB")]
+    pub db: Option<PathBuf>,
 }
 
 /// How the copier runs: shared by `copy` and `sync`.
@@ -147,6 +152,7 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
                     .and_then(|s| Schedule::parse(s).ok())
             })
             .map(|s| std::sync::Arc::new(BwLimit::new(s))),
+        resume: None,
     }
 }
 
@@ -196,6 +202,15 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         return Ok(());
     }
     let quiet = args.tuning.quiet;
+    let mut opts = opts;
+    // a copy without its database still copies; it only cannot resume
+    opts.resume = match super::open_db(&args.db) {
+        Ok(db) => Some(copy::resume::UploadsDb(db)),
+        Err(e) => {
+            tracing::warn!("copies cut short will start again from the beginning: {e}");
+            None
+        }
+    };
     let finished = tokio::select! {
         r = copy::run(&src, &dst, opts, &|msg| eprintln!("error: {msg}")) => Some(r),
         _ = tokio::signal::ctrl_c() => None,
@@ -204,6 +219,14 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         // The copy future is dropped: its temp files are removed; give the uploads it cut short
         // a moment to abort, so no orphaned parts stay billed at the store.
         copy::transfer::wait_for_aborts(Duration::from_secs(5)).await;
+        let kept = copy::resume::KEPT.load(std::sync::atomic::Ordering::Relaxed);
+        if kept > 0 {
+            eprintln!(
+                "slate: {kept} object(s) cut short keep what they wrote: the same command \
+                 continues them, `slate cleanup {}` removes them",
+                args.dst
+            );
+        }
         return Err(SlateError::Interrupted);
     };
     let summary = summary?;

@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand. `main.rs` parses, starts logging and calls
 //! [`run`]; the exit code comes from the result.
 
+pub mod cleanup;
 pub mod copy;
 pub mod diff;
 pub mod jobs;
@@ -41,6 +42,9 @@ pub enum Command {
     /// Serve the API and the dashboard (127.0.0.1:3030 by default) and run the jobs started
     /// through them.
     Serve(serve::ServeArgs),
+    /// Abort the unfinished uploads that stopped slate processes left (multipart uploads,
+    /// temporary files), as recorded in the database; never another tool's.
+    Cleanup(cleanup::CleanupArgs),
     /// The jobs in the database: id, kind, state, progress, rate, age.
     Jobs(jobs::JobsArgs),
     /// One job in detail; exit 0 succeeded, 1 failed, 3 cancelled or interrupted, 4 not finished.
@@ -55,6 +59,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Diff(args) => diff::run(args).await,
         Command::Pairs(args) => pairs::run(args).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Cleanup(args) => cleanup::run(args).await,
         Command::Jobs(args) => jobs::run_jobs(args).await,
         Command::Status(args) => jobs::run_status(args).await,
     }

@@ -94,12 +94,15 @@ impl DirMaker {
 }
 
 /// A destination file under construction: pre-allocated, written at offsets by any number of
-/// streams, renamed into place by [`TempFile::commit`]. Dropped uncommitted, it is removed.
+/// streams, renamed into place by [`TempFile::commit`]. Dropped uncommitted, it is removed,
+/// unless it is *kept*: a resumable file (`copy::resume`) that a copy cut short leaves to the
+/// next one, or that the copy's error path removes itself.
 pub struct TempFile {
     tmp: PathBuf,
     dest: PathBuf,
     file: File,
     committed: bool,
+    keep: bool,
 }
 
 impl TempFile {
@@ -110,6 +113,11 @@ impl TempFile {
             std::process::id(),
             fastrand::u64(..)
         ));
+        Self::create_at(dest, tmp, size, false)
+    }
+
+    /// A new temporary file at `tmp` for `dest`, kept when dropped if `keep`.
+    pub fn create_at(dest: &Path, tmp: PathBuf, size: u64, keep: bool) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -120,11 +128,32 @@ impl TempFile {
             dest: dest.to_path_buf(),
             file,
             committed: false,
+            keep,
         };
         if size > 0 {
             preallocate(&t.file, size)?;
         }
         Ok(t)
+    }
+
+    /// The temporary file `tmp` an earlier copy left for `dest`, when it has `size` bytes and
+    /// is a plain file (never through a symlink); kept when dropped.
+    pub fn reopen(dest: &Path, tmp: PathBuf, size: u64) -> io::Result<Self> {
+        let m = std::fs::symlink_metadata(&tmp)?;
+        if !m.file_type().is_file() || m.len() != size {
+            return Err(io::Error::other(format!(
+                "{} is not the {size}-byte file it was",
+                tmp.display()
+            )));
+        }
+        let file = OpenOptions::new().read(true).write(true).open(&tmp)?;
+        Ok(TempFile {
+            tmp,
+            dest: dest.to_path_buf(),
+            file,
+            committed: false,
+            keep: true,
+        })
     }
 
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -157,7 +186,7 @@ impl TempFile {
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if !self.committed {
+        if !self.committed && !self.keep {
             let _ = std::fs::remove_file(&self.tmp);
         }
     }

@@ -9,6 +9,7 @@ pub mod hash;
 pub mod local;
 pub mod progress;
 pub mod read;
+pub mod resume;
 pub mod transfer;
 
 use std::path::PathBuf;
@@ -62,6 +63,9 @@ pub struct CopyOptions {
     /// `--bwlimit`: what every read of the source waits for (one bucket for all the copies
     /// of the process that share these options; a job brings its own).
     pub bwlimit: Option<Arc<bwlimit::BwLimit>>,
+    /// Where uploads under way are recorded, so that a copy cut short continues from its last
+    /// chunk (`copy::resume`); None: every copy starts from the beginning.
+    pub resume: Option<resume::UploadsDb>,
 }
 
 impl Default for CopyOptions {
@@ -79,6 +83,7 @@ impl Default for CopyOptions {
             placement: Placement::default(),
             metadata: true,
             bwlimit: None,
+            resume: None,
         }
     }
 }
@@ -528,6 +533,10 @@ pub async fn run(
         }
     }
     counters.listing_done.store(true, Relaxed);
+    if let Some(l) = &ctx.ledger {
+        // what a stopped slate left and this copy did not continue
+        l.release_unused(&ctx.dst).await;
+    }
     if let Some(lister) = lister {
         let listed = lister.await.map_err(|e| SlateError::List {
             url: src_loc.to_string(),

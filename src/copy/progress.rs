@@ -20,6 +20,8 @@ pub struct Counters {
     pub objects_server_side: AtomicU64,
     /// The bandwidth limit the copy reads under (`--bwlimit`), shown with the progress.
     pub limit: std::sync::OnceLock<Arc<super::bwlimit::BwLimit>>,
+    /// Bytes a copy cut short had written already, which this one did not send again.
+    pub bytes_resumed: AtomicU64,
 }
 
 impl Counters {

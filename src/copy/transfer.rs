@@ -5,6 +5,7 @@
 //! complete. Copies in flight and failed store requests are counted for `/metrics`
 //! ([`crate::core::metrics`]).
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,6 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::hash::ContentHash;
 use super::local::{DirMaker, TempFile};
 use super::read::{read_chunk, ChunkOut, ChunkSink};
+use super::resume::{self, Ledger, Listed};
 use super::{CopyOptions, Counters};
 use crate::core::error::SlateError;
 use crate::core::location::Scheme;
@@ -89,6 +91,9 @@ pub struct Ctx {
     pub gcs_patch: Option<Arc<GcsPatch>>,
     /// S3 sources: GetObjectTagging, for objects S3 says have tags.
     pub src_tags: Option<Arc<S3CrossBucket>>,
+    /// Uploads under way at the destination, recorded so that a copy cut short resumes
+    /// (`copy::resume`); None without a database, or for server-side copies.
+    pub ledger: Option<Arc<Ledger>>,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -203,6 +208,16 @@ impl Ctx {
             // the progress says which limit the copy reads under
             let _ = counters.limit.set(l.clone());
         }
+        let ledger = match &opts.resume {
+            Some(db) if !server_side => match Ledger::open(db.0.clone(), &dst, &plan.dst_root) {
+                Ok(l) => Some(Arc::new(l)),
+                Err(e) => {
+                    tracing::warn!("copies cut short will start again from the beginning: {e}");
+                    None
+                }
+            },
+            _ => None,
+        };
         Ok(Ctx {
             src: plan.src.clone(),
             limits: Limits::new(&plan.src, &dst, opts.transfers, plan.server_side),
@@ -219,6 +234,7 @@ impl Ctx {
             s3_self,
             gcs_patch,
             src_tags,
+            ledger,
         })
     }
 
@@ -511,7 +527,92 @@ async fn local_dest(ctx: &Ctx, item: &Item) -> Result<(PathBuf, Option<TempFile>
 }
 
 async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
-    let (path, tmp) = local_dest(ctx, item).await?;
+    let mut rec = None;
+    let r = to_local_inner(ctx, item, &mut rec).await;
+    if let (Err(_), Some(id), Some(l)) = (&r, rec, &ctx.ledger) {
+        // a copy that failed leaves nothing: its resumable temporary file goes with its row
+        l.discard(id, &ctx.dst).await;
+    }
+    r
+}
+
+/// A local destination's temporary file for `item` and the chunks it holds already: the file
+/// a copy cut short left (adopted by the ledger, its chunks hashed again), or a new one,
+/// recorded when the object has more than one chunk. `rec` is the ledger row.
+async fn local_temp(
+    ctx: &Ctx,
+    item: &Item,
+    rec: &mut Option<i64>,
+) -> Result<(PathBuf, Option<TempFile>, u64, HashMap<usize, Vec<u128>>), SlateError> {
+    let chunk = ctx.opts.chunk_size;
+    let Some(l) = ctx.ledger.as_ref().filter(|_| item.size > chunk) else {
+        let (path, tmp) = local_dest(ctx, item).await?;
+        return Ok((path, tmp, chunk, HashMap::new()));
+    };
+    let path = safe_join(&ctx.dst_root, &item.dst)?;
+    // the temporary file is recorded in full, so that `slate cleanup` finds it from anywhere
+    let full = std::path::absolute(&path).unwrap_or(path.clone());
+    if let Some(u) = l.take(&item.dst) {
+        let temp = u.temp.as_ref().map(PathBuf::from);
+        let next_to = temp.as_ref().and_then(|t| t.parent()) == full.parent();
+        if resume::still_fits(&u, item) && next_to {
+            let parts = l.parts(u.id).await;
+            let (dest, t, size, c) = (path.clone(), temp.clone(), item.size, u.chunk_size);
+            let opened = tokio::task::spawn_blocking(move || {
+                let t = t?;
+                let ranges = chunks(size, c);
+                let tmp = TempFile::reopen(&dest, t.clone(), size).ok()?;
+                Some((tmp, resume::check_local_parts(&t, &parts, &ranges)))
+            })
+            .await
+            .ok()
+            .flatten();
+            if let Some((tmp, done)) = opened {
+                l.resumed();
+                *rec = Some(u.id);
+                let have: u64 = chunks(item.size, u.chunk_size)
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| done.contains_key(i))
+                    .map(|(_, r)| r.end - r.start)
+                    .sum();
+                tracing::info!(key = %item.dst, "resuming: {have} of {} bytes already written", item.size);
+                ctx.counters.bytes_resumed.fetch_add(have, Relaxed);
+                return Ok((path, Some(tmp), u.chunk_size, done));
+            }
+        }
+        // the source changed, or the file is gone: start again
+        l.abort(&u, &ctx.dst).await;
+    }
+    let tmp_path = resume::temp_name(&full);
+    *rec = l
+        .begin(l.new_upload(item, None, Some(tmp_path.display().to_string()), chunk))
+        .await;
+    let keep = rec.is_some();
+    let (dirs, root, size, p) = (
+        ctx.dirs.clone(),
+        ctx.dst_root.clone(),
+        item.size,
+        path.clone(),
+    );
+    let tmp = tokio::task::spawn_blocking(move || {
+        dirs.ensure_parent(&root, &p)
+            .map_err(|e| format!("creating folders for {}: {e}", p.display()))?;
+        TempFile::create_at(&p, tmp_path, size, keep)
+            .map_err(|e| format!("creating {}: {e}", p.display()))
+    })
+    .await
+    .map_err(|e| obj_err(item, e.to_string()))?
+    .map_err(|e| obj_err(item, e))?;
+    Ok((path, Some(tmp), chunk, HashMap::new()))
+}
+
+async fn to_local_inner(
+    ctx: &Ctx,
+    item: &Item,
+    rec: &mut Option<i64>,
+) -> Result<Outcome, SlateError> {
+    let (path, tmp, chunk, done) = local_temp(ctx, item, rec).await?;
     let Some(tmp) = tmp else {
         // A zero-byte "folder marker" (key ending in `/`, as consoles create them) whose folder
         // exists: nothing to write.
@@ -524,15 +625,23 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         });
     };
     let tmp = Arc::new(tmp);
-    let parts = chunks(item.size, ctx.opts.chunk_size);
+    let parts = chunks(item.size, chunk);
     let whole = parts.len() == 1;
-    let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
+    let (rec_id, ledger) = (*rec, ctx.ledger.as_ref());
+    let todo = parts
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !done.contains_key(i));
+    let mut results: Vec<(usize, ChunkOut)> = futures::stream::iter(todo)
         .map(|(i, r)| {
             let sink = ChunkSink::File(tmp.clone());
             async move {
-                chunk_with_retry(ctx, &item.src, item.etag.as_deref(), r, whole, sink)
-                    .await
-                    .map(|o| (i, o))
+                let out =
+                    chunk_with_retry(ctx, &item.src, item.etag.as_deref(), r, whole, sink).await?;
+                if let (Some(id), Some(l)) = (rec_id, ledger) {
+                    l.part_done(id, i, None, out.digests.clone()).await;
+                }
+                Ok::<_, ChunkError>((i, out))
             }
         })
         .buffer_unordered(ctx.opts.streams)
@@ -545,6 +654,17 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         Some((_, out)) => out.attrs.clone(),
         None => ctx.head_attrs(item).await?.0,
     };
+    results.extend(done.into_iter().map(|(i, digests)| {
+        (
+            i,
+            ChunkOut {
+                digests,
+                data: None,
+                attrs: None,
+                tag_count: 0,
+            },
+        )
+    }));
     let meta = ctx.src_meta(item, attrs.as_ref());
     let mtime = if ctx.opts.metadata {
         meta.mtime
@@ -572,6 +692,9 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     .await
     .map_err(|e| obj_err(item, e.to_string()))?;
     let dst_etag = committed.map_err(|e| obj_err(item, e))?;
+    if let (Some(id), Some(l)) = (rec.take(), &ctx.ledger) {
+        l.finish(id).await;
+    }
     Ok(Outcome {
         bytes: item.size,
         hash: Some(hash),
@@ -730,19 +853,103 @@ impl Drop for AbortGuard {
 
 /// Copies a large object through a multipart upload. Parts are numbered, so a part whose
 /// upload fails is sent again on its own (and so is the start and the completion); a part
-/// never takes the place of another.
+/// never takes the place of another. With a ledger, the upload and each part are recorded as
+/// they are made, and an upload a copy cut short left is continued (`copy::resume`); an upload
+/// that fails is aborted and forgotten.
 async fn to_cloud_multipart(
     ctx: &Ctx,
     parts_store: &Arc<dyn MultipartStore>,
     item: &Item,
 ) -> Result<Outcome, SlateError> {
+    let mut rec = None;
+    let r = multipart_inner(ctx, parts_store, item, &mut rec).await;
+    if let (Err(_), Some(id), Some(l)) = (&r, rec, &ctx.ledger) {
+        l.discard(id, &ctx.dst).await;
+    }
+    r
+}
+
+/// The upload a copy cut short left for `item`, with the parts the store confirms it holds;
+/// None (and that upload aborted) when it cannot be continued: the source changed, the store
+/// no longer has it, or the store cannot say what it holds (GCS).
+async fn adopted_upload(
+    ctx: &Ctx,
+    item: &Item,
+    n: usize,
+) -> Option<(
+    crate::state::uploads::Upload,
+    Vec<crate::state::uploads::Part>,
+)> {
+    let l = ctx.ledger.as_ref()?;
+    let u = l.take(&item.dst)?;
+    let id = u.upload_id.clone();
+    let listed = match (&ctx.azure, &ctx.s3_self, id) {
+        _ if !resume::still_fits(&u, item) => None,
+        (Some(az), _, Some(_)) => az
+            .uncommitted_blocks(&item.dst)
+            .await
+            .ok()
+            .map(Listed::Blocks),
+        (None, Some(s3), Some(id)) if ctx.dst.location().scheme == Scheme::S3 => s3
+            .list_parts(&item.dst, &id)
+            .await
+            .ok()
+            .flatten()
+            .map(Listed::Numbered),
+        _ => None,
+    };
+    let Some(listed) = listed else {
+        l.abort(&u, &ctx.dst).await;
+        return None;
+    };
+    let parts = resume::confirmed_parts(&l.parts(u.id).await, &listed, n);
+    l.resumed();
+    Some((u, parts))
+}
+
+async fn multipart_inner(
+    ctx: &Ctx,
+    parts_store: &Arc<dyn MultipartStore>,
+    item: &Item,
+    rec: &mut Option<i64>,
+) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let retry = ctx.retry(End::Dst);
-    let parts = chunks(item.size, ctx.opts.chunk_size);
-    let mut done: Vec<Option<PartId>> = vec![None; parts.len()];
-    // Chunks are read `streams` at a time, in order (the content hash is made of their blocks
-    // in order); each holds its share of the memory budget until its part is uploaded.
-    let mut reads = futures::stream::iter(parts.into_iter().enumerate())
+    let fresh = chunks(item.size, ctx.opts.chunk_size).len();
+    let adopted = adopted_upload(ctx, item, fresh).await;
+    let chunk = adopted
+        .as_ref()
+        .map(|(u, _)| u.chunk_size)
+        .unwrap_or(ctx.opts.chunk_size);
+    let ranges = chunks(item.size, chunk);
+    let n = ranges.len();
+    let mut done: Vec<Option<PartId>> = vec![None; n];
+    let mut digests: Vec<Option<Vec<u128>>> = vec![None; n];
+    if let Some((u, parts)) = &adopted {
+        *rec = Some(u.id);
+        let mut have = 0;
+        for p in parts {
+            let i = p.part as usize;
+            if let (Some(etag), Some(r)) = (&p.etag, ranges.get(i)) {
+                done[i] = Some(PartId {
+                    content_id: etag.clone(),
+                });
+                digests[i] = Some(p.digests.clone());
+                have += r.end - r.start;
+            }
+        }
+        tracing::info!(key = %item.dst, "resuming: {have} of {} bytes already uploaded", item.size);
+        ctx.counters.bytes_resumed.fetch_add(have, Relaxed);
+        ctx.counters.bytes_done.fetch_add(have, Relaxed);
+    }
+    let todo: Vec<(usize, Range<u64>)> = ranges
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| done[*i].is_none())
+        .collect();
+    // Chunks are read `streams` at a time, in order; each holds its share of the memory
+    // budget until its part is uploaded.
+    let mut reads = futures::stream::iter(todo)
         .map(|(i, r)| async move {
             let permit = ctx.reserve(r.end - r.start).await?;
             let out = chunk_with_retry(
@@ -758,45 +965,66 @@ async fn to_cloud_multipart(
             Ok::<_, SlateError>((i, out, permit))
         })
         .buffered(ctx.opts.streams);
-    // The first chunk brings the source's properties, which S3 and GCS take when the upload
-    // starts and Azure when its blocks are committed.
-    let mut first = match reads.next().await {
-        Some(r) => Some(r?),
-        None => return Err(obj_err(item, "internal: no chunk to upload")),
+    let mut first = None;
+    let (id, meta, attrs) = match &adopted {
+        Some((u, _)) => {
+            // the upload began with the properties; the block list (Azure) takes them again
+            let (a, count) = ctx.head_attrs(item).await?;
+            let meta = ctx.src_meta_tags(item, a.as_ref(), count).await?;
+            let attrs = ctx.dst_attributes(item, &meta)?;
+            (u.upload_id.clone().unwrap_or_default(), meta, attrs)
+        }
+        None => {
+            // The first chunk brings the source's properties, which S3 and GCS take when the
+            // upload starts and Azure when its blocks are committed.
+            first = match reads.next().await {
+                Some(r) => Some(r?),
+                None => return Err(obj_err(item, "internal: no chunk to upload")),
+            };
+            let meta = ctx
+                .src_meta_tags(
+                    item,
+                    first.as_ref().and_then(|f| f.1.attrs.as_ref()),
+                    first.as_ref().map(|f| f.1.tag_count).unwrap_or(0),
+                )
+                .await?;
+            let attrs = ctx.dst_attributes(item, &meta)?;
+            let create = PutMultipartOptions {
+                attributes: if ctx.azure.is_some() {
+                    Attributes::new()
+                } else {
+                    attrs.clone()
+                },
+                tags: if ctx.azure.is_some() {
+                    Default::default()
+                } else {
+                    ctx.tag_set(&meta)
+                },
+                ..Default::default()
+            };
+            let id = retry
+                .request(&item.dst, any, |_| {
+                    parts_store.create_multipart_opts(&dst, create.clone())
+                })
+                .await
+                .map_err(|e| {
+                    obj_err(
+                        item,
+                        format!("starting upload of {}: {}", item.dst, one_line(&e)),
+                    )
+                })?;
+            if let Some(l) = &ctx.ledger {
+                *rec = l
+                    .begin(l.new_upload(item, Some(id.clone()), None, chunk))
+                    .await;
+            }
+            (id, meta, attrs)
+        }
     };
-    let meta = ctx
-        .src_meta_tags(
-            item,
-            first.as_ref().and_then(|f| f.1.attrs.as_ref()),
-            first.as_ref().map(|f| f.1.tag_count).unwrap_or(0),
-        )
-        .await?;
-    let attrs = ctx.dst_attributes(item, &meta)?;
-    let create = PutMultipartOptions {
-        attributes: if ctx.azure.is_some() {
-            Attributes::new()
-        } else {
-            attrs.clone()
-        },
-        tags: if ctx.azure.is_some() {
-            Default::default()
-        } else {
-            ctx.tag_set(&meta)
-        },
-        ..Default::default()
-    };
-    let id = retry
-        .request(&item.dst, any, |_| {
-            parts_store.create_multipart_opts(&dst, create.clone())
-        })
-        .await
-        .map_err(|e| {
-            obj_err(
-                item,
-                format!("starting upload of {}: {}", item.dst, one_line(&e)),
-            )
-        })?;
-    let mut guard = AbortGuard(Some((parts_store.clone(), dst.clone(), id.clone())));
+    // an upload the ledger holds is kept when the copy is cut short (the next one continues
+    // it) and aborted by this copy's error path; one it does not hold is aborted when dropped
+    let mut guard =
+        AbortGuard((rec.is_none()).then(|| (parts_store.clone(), dst.clone(), id.clone())));
     let part_err = |e: object_store::Error| {
         obj_err(
             item,
@@ -804,7 +1032,7 @@ async fn to_cloud_multipart(
         )
     };
     let mut uploads = FuturesUnordered::new();
-    let mut digests = Vec::new();
+    let rec_id = *rec;
     loop {
         let res = match first.take() {
             Some(f) => Ok(f),
@@ -814,7 +1042,7 @@ async fn to_cloud_multipart(
             },
         };
         let (i, out, permit) = res?;
-        digests.extend(out.digests);
+        let blocks = out.digests;
         let payload = PutPayload::from_bytes(out.data.unwrap_or_default());
         let (retry, dst, id) = (&retry, &dst, &id);
         uploads.push(async move {
@@ -824,23 +1052,35 @@ async fn to_cloud_multipart(
                 })
                 .await;
             drop(permit);
-            r.map(|part| (i, part))
+            let part = r?;
+            if let (Some(row), Some(l)) = (rec_id, &ctx.ledger) {
+                l.part_done(row, i, Some(part.content_id.clone()), blocks.clone())
+                    .await;
+            }
+            Ok::<_, object_store::Error>((i, part, blocks))
         });
         while uploads.len() >= ctx.opts.streams {
             if let Some(r) = uploads.next().await {
-                let (i, part) = r.map_err(part_err)?;
+                let (i, part, blocks) = r.map_err(part_err)?;
                 done[i] = Some(part);
+                digests[i] = Some(blocks);
             }
         }
     }
     while let Some(r) = uploads.next().await {
-        let (i, part) = r.map_err(part_err)?;
+        let (i, part, blocks) = r.map_err(part_err)?;
         done[i] = Some(part);
+        digests[i] = Some(blocks);
     }
     let done: Vec<PartId> = done
         .into_iter()
         .collect::<Option<_>>()
         .ok_or_else(|| obj_err(item, "internal: a part is missing"))?;
+    let digests: Vec<u128> = digests
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| obj_err(item, "internal: a part's digests are missing"))?
+        .concat();
     let put = match &ctx.azure {
         // Azure takes the properties with the block list (object_store's completion sends none)
         Some(az) => {
@@ -862,6 +1102,9 @@ async fn to_cloud_multipart(
     let dst_etag = match put {
         Ok(put) => {
             guard.0 = None;
+            if let (Some(row), Some(l)) = (rec.take(), &ctx.ledger) {
+                l.finish(row).await;
+            }
             put
         }
         Err(e) => {

@@ -406,6 +406,11 @@ const MAX_RETRIED_AFTER_BACKFILL: usize = 100_000;
 /// How often a local folder that inotify cannot watch whole is reconciled by a rescan.
 const RESCAN_EVERY: Duration = Duration::from_secs(60);
 
+/// How long uploads that a stopped slate left at a pair's destination wait for their keys to
+/// come up again (the inbox applies its pending keys first, a backfill lists them) before
+/// they are aborted.
+const RELEASE_ADOPTED_AFTER: Duration = Duration::from_secs(600);
+
 /// Starts following a local source: its watcher (a task storing its batches) — or, when the
 /// folder cannot be watched whole (a folder that cannot be read, the inotify watch limit), a
 /// rescan of the whole folder every [`RESCAN_EVERY`] instead, said loudly: slower, never blind.
@@ -550,7 +555,20 @@ async fn run_pair(
     handle.set_state(PairState::Following);
 
     let counters = Arc::new(Counters::default());
-    let ctx = Arc::new(Ctx::new(&plan, opts.sync.copy.clone(), counters)?);
+    let mut copy_opts = opts.sync.copy.clone();
+    copy_opts
+        .resume
+        .get_or_insert_with(|| crate::copy::resume::UploadsDb(db.clone()));
+    let ctx = Arc::new(Ctx::new(&plan, copy_opts, counters)?);
+    if let Some(l) = ctx.ledger.clone() {
+        // uploads a stopped daemon left are continued by the keys its inbox applies again
+        // first; what none of them took by then is aborted
+        let dst_side = ctx.dst.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RELEASE_ADOPTED_AFTER).await;
+            l.release_unused(&dst_side).await;
+        });
+    }
     let engine = Arc::new(
         Engine::new(db.clone(), pair_id, ctx, dst.clone()).with_filter(opts.sync.filter.clone()),
     );

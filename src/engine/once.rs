@@ -747,8 +747,17 @@ async fn sync_held(
         .store(counts.only_in_source + counts.changed, Relaxed);
     counters.bytes_listed.store(counts.bytes_to_copy, Relaxed);
     counters.listing_done.store(true, Relaxed);
-    let ctx = Arc::new(Ctx::new(&c.plan, opts.copy.clone(), counters.clone())?);
-    let engine = Engine::new(db.clone(), c.pair.id, ctx, c.plan.dst.location().clone());
+    let mut copy_opts = opts.copy.clone();
+    copy_opts
+        .resume
+        .get_or_insert_with(|| copy::resume::UploadsDb(db.clone()));
+    let ctx = Arc::new(Ctx::new(&c.plan, copy_opts, counters.clone())?);
+    let engine = Engine::new(
+        db.clone(),
+        c.pair.id,
+        ctx.clone(),
+        c.plan.dst.location().clone(),
+    );
     let show = if counts.only_in_source + counts.changed > 0 {
         opts.copy.progress
     } else {
@@ -756,6 +765,10 @@ async fn sync_held(
     };
     let reporter = progress::Reporter::start(counters.clone(), show);
     let result = act(run, &engine, &mut report, failed).await;
+    if let Some(l) = &ctx.ledger {
+        // what a stopped slate left and this run did not continue
+        l.release_unused(&ctx.dst).await;
+    }
     reporter.finish().await;
     result?;
 

@@ -314,6 +314,9 @@ async fn run_job(
     })?;
     settings.copy.counters = Some(counters.clone());
     settings.sync.copy.counters = Some(counters);
+    // a job cut short (cancelled, its server stopped) keeps its uploads; its resume, or the
+    // next copy to that destination, continues them
+    settings.copy.resume = Some(crate::copy::resume::UploadsDb(manifest.clone()));
     let src = crate::copy::source(&Location::parse(&req.src)?, &settings.copy);
     let dst = Location::parse(&req.dst)?;
     match req.kind {

@@ -26,6 +26,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/0005_expansions.sql"),
     include_str!("../../schema/0006_leases.sql"),
     include_str!("../../schema/0007_equality.sql"),
+    include_str!("../../schema/0008_uploads.sql"),
 ];
 
 /// Which side of a pair.

@@ -247,6 +247,47 @@ impl S3CrossBucket {
         .await
     }
 
+    /// The parts the store holds of multipart upload `upload_id` of `key` in this client's
+    /// bucket (ListParts, every page): part number → ETag. None when the store no longer has
+    /// the upload (`NoSuchUpload`: completed, aborted or expired).
+    pub async fn list_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> std::result::Result<Option<std::collections::HashMap<u32, String>>, String> {
+        let id = utf8_percent_encode(upload_id, NON_ALPHANUMERIC).to_string();
+        let mut parts = std::collections::HashMap::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let query = match &marker {
+                Some(m) => format!("?part-number-marker={m}&uploadId={id}"),
+                None => format!("?uploadId={id}"),
+            };
+            let page = self
+                .with_retry(key, || async {
+                    let (status, _, body) = self.signed("GET", key, &query, &[]).await?;
+                    let text = String::from_utf8_lossy(&body).to_string();
+                    if status.as_u16() == 404 {
+                        return Ok(None);
+                    }
+                    if !status.is_success() {
+                        return Err(ChunkError::of_status(status, "listing parts"));
+                    }
+                    Ok(Some(text))
+                })
+                .await?;
+            let Some(text) = page else {
+                return Ok(None);
+            };
+            let page = parse_parts(&text)?;
+            parts.extend(page.parts);
+            match page.next {
+                Some(n) if page.truncated => marker = Some(n),
+                _ => return Ok(Some(parts)),
+            }
+        }
+    }
+
     /// `attempt` on the one retry budget, its error as text.
     async fn with_retry<T, F, Fut>(&self, key: &str, attempt: F) -> std::result::Result<T, String>
     where
@@ -343,8 +384,69 @@ impl S3CrossBucket {
     }
 }
 
+/// One page of a ListParts answer.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PartsPage {
+    pub parts: Vec<(u32, String)>,
+    pub truncated: bool,
+    pub next: Option<String>,
+}
+
+/// Reads a ListParts answer: each `<Part>`'s number and ETag (as S3 writes it, quoted), and
+/// whether more pages follow.
+pub fn parse_parts(xml: &str) -> std::result::Result<PartsPage, String> {
+    fn field<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
+        let open = format!("<{tag}>");
+        let start = text.find(&open)? + open.len();
+        let end = start + text[start..].find(&format!("</{tag}>"))?;
+        Some(&text[start..end])
+    }
+    let mut page = PartsPage::default();
+    for part in xml.split("<Part>").skip(1) {
+        let part = part.split("</Part>").next().unwrap_or("");
+        let n = field(part, "PartNumber")
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .ok_or_else(|| format!("listing parts: a part without a number: {part}"))?;
+        let etag = field(part, "ETag")
+            .map(|e| e.replace("&quot;", "\"").replace("&#34;", "\""))
+            .ok_or_else(|| format!("listing parts: part {n} without an ETag"))?;
+        page.parts.push((n, etag));
+    }
+    // the page's own fields, after the parts are cut out
+    let head = xml.split("<Part>").next().unwrap_or("");
+    let tail = xml.rsplit("</Part>").next().unwrap_or("");
+    let pick = |t: &str| field(head, t).or_else(|| field(tail, t)).map(str::trim);
+    page.truncated = pick("IsTruncated") == Some("true");
+    page.next = pick("NextPartNumberMarker").map(str::to_string);
+    Ok(page)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn list_parts_answers_are_read() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListPartsResult><Bucket>b</Bucket><Key>k</Key><UploadId>u</UploadId>
+<PartNumberMarker>0</PartNumberMarker><NextPartNumberMarker>2</NextPartNumberMarker>
+<MaxParts>2</MaxParts><IsTruncated>true</IsTruncated>
+<Part><PartNumber>1</PartNumber><LastModified>x</LastModified><ETag>&quot;aa&quot;</ETag><Size>5</Size></Part>
+<Part><PartNumber>2</PartNumber><ETag>"bb"</ETag><Size>5</Size></Part>
+</ListPartsResult>"#;
+        let p = super::parse_parts(xml).unwrap();
+        assert_eq!(
+            p.parts,
+            vec![(1, "\"aa\"".to_string()), (2, "\"bb\"".to_string())]
+        );
+        assert!(p.truncated);
+        assert_eq!(p.next.as_deref(), Some("2"));
+        let last = super::parse_parts(
+            "<ListPartsResult><IsTruncated>false</IsTruncated></ListPartsResult>",
+        )
+        .unwrap();
+        assert_eq!(last, super::PartsPage::default());
+        assert!(super::parse_parts("<Part><ETag>x</ETag></Part>").is_err());
+    }
+
     use super::*;
 
     #[test]

@@ -284,6 +284,12 @@ pub fn slate() -> Command {
         .env("PUBSUB_EMULATOR_HOST", pubsub_host())
         .env("STORAGE_EMULATOR_HOST", gcs_write_endpoint())
         .env("XDG_CONFIG_HOME", "/nonexistent-slate-test-config")
+        // the default database (where `slate copy` records its uploads) of this test process,
+        // not the user's
+        .env(
+            "XDG_DATA_HOME",
+            std::env::temp_dir().join(format!("slate-test-data-{}", std::process::id())),
+        )
         .env("RUST_LOG", "warn");
     c
 }

@@ -1,0 +1,527 @@
+//! Copies that continue where they stopped, and no upload left behind (the `uploads` table,
+//! [`crate::state::uploads`]).
+//!
+//! An object cut into two chunks or more is recorded when its upload begins (the multipart
+//! upload id, Azure's block ids, or the local temporary file), and each chunk when it is
+//! written (with the digests of its blocks, so that the content hash needs no second read).
+//! The row goes when the object is complete, or when its copy fails (the upload is aborted,
+//! the temporary file removed: an object slate cannot complete leaves nothing).
+//!
+//! A copy that is *cut short* (killed with -9, interrupted, stopped, a job cancelled) keeps
+//! its row and what it wrote. The next copy to that destination, in whatever command (`copy`,
+//! `sync --once`, the daemon, a job), adopts the rows of processes that no longer run
+//! ([`Ledger::open`]). When it comes to one of those objects and the source is unchanged (same
+//! ETag, or size and mtime for a file), it confirms what the store holds (ListParts, Get Block
+//! List, or the temporary file's blocks hashed again) and sends only the missing chunks. Rows it
+//! adopted and did not use are aborted when it ends ([`Ledger::release_unused`]); `slate
+//! cleanup` aborts them on demand. Uploads that slate did not record are never touched.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use object_store::multipart::MultipartStore;
+
+use super::hash::BlockHasher;
+use super::transfer::Item;
+use crate::core::error::SlateError;
+use crate::state::blocking;
+use crate::state::manifest::Manifest;
+use crate::state::owner::{host_name, owner_tag};
+use crate::state::uploads::{Part, Upload, Uploads};
+use crate::stores::local::TMP_PREFIX;
+use crate::stores::side::{store_path, Side};
+
+/// Objects with a recorded upload under way in this process: what an interrupt leaves to
+/// resume (the CLI says so when interrupted).
+pub static KEPT: AtomicI64 = AtomicI64::new(0);
+
+/// The prefix of a local temporary file that a later copy may resume: `.slate-tmp-r-…`. The
+/// sweep of orphaned temporary files (`.slate-tmp-PID-…`) leaves these to the ledger.
+pub const RESUMABLE: &str = "r-";
+
+/// The database the uploads are recorded in, as the copy options carry it.
+#[derive(Clone)]
+pub struct UploadsDb(pub Arc<Manifest>);
+
+impl std::fmt::Debug for UploadsDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UploadsDb({})", self.0.path().display())
+    }
+}
+
+/// The uploads of one destination, as one copy run (or daemon pair) sees them.
+pub struct Ledger {
+    db: Arc<Manifest>,
+    /// `s3://BUCKET`, `az://CONTAINER`, `gs://BUCKET`, or the local root folder.
+    dst: String,
+    owner: String,
+    host: String,
+    /// Adopted rows not yet resumed or aborted, by key.
+    adopted: Mutex<HashMap<String, Upload>>,
+}
+
+/// What identifies the source's version: its ETag, or size and mtime for a local file.
+pub fn source_token(item: &Item) -> Option<String> {
+    if let Some(e) = &item.etag {
+        return Some(e.clone());
+    }
+    let t = item.mtime?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(format!("{}:{}", item.size, t.as_nanos()))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The name of a destination in the `uploads` table.
+pub fn dst_id(dst: &Side, root: &Path) -> String {
+    match dst {
+        Side::Cloud { loc, .. } => format!("{}://{}", loc.scheme.short(), loc.bucket),
+        Side::Local { .. } => std::path::absolute(root)
+            .unwrap_or_else(|_| root.to_path_buf())
+            .display()
+            .to_string(),
+    }
+}
+
+/// The part ETag as both S3 answers spell it (quoted or not).
+fn bare(etag: &str) -> &str {
+    etag.trim_matches('"')
+}
+
+impl Ledger {
+    /// The ledger of `dst` (its root folder `root` when local), adopting the uploads under
+    /// its prefix that processes which no longer run left behind.
+    pub fn open(db: Arc<Manifest>, dst: &Side, root: &Path) -> Result<Ledger, SlateError> {
+        let owner = owner_tag(std::process::id()).unwrap_or_else(|| std::process::id().to_string());
+        let host = host_name();
+        let id = dst_id(dst, root);
+        let prefix = match dst {
+            Side::Cloud { loc, .. } => loc.prefix.clone(),
+            Side::Local { .. } => String::new(),
+        };
+        let taken = Uploads::new(&db).adopt(Some(&id), &prefix, &owner, &host)?;
+        if !taken.is_empty() {
+            tracing::info!(
+                dst = %id,
+                "{} upload(s) left by a slate that stopped: resumed when their objects come up, \
+                 aborted at the end otherwise",
+                taken.len()
+            );
+        }
+        Ok(Ledger {
+            db,
+            dst: id,
+            owner,
+            host,
+            adopted: Mutex::new(taken.into_iter().map(|u| (u.key.clone(), u)).collect()),
+        })
+    }
+
+    /// The adopted upload of `key`, if any (taken: this copy resumes or aborts it).
+    pub fn take(&self, key: &str) -> Option<Upload> {
+        self.adopted.lock().ok()?.remove(key)
+    }
+
+    /// A row for an upload of `item` beginning now.
+    pub fn new_upload(
+        &self,
+        item: &Item,
+        upload_id: Option<String>,
+        temp: Option<String>,
+        chunk_size: u64,
+    ) -> Upload {
+        Upload {
+            id: 0,
+            dst: self.dst.clone(),
+            key: item.dst.clone(),
+            upload_id,
+            temp,
+            src: item.src.clone(),
+            src_token: source_token(item),
+            size: item.size,
+            chunk_size,
+            owner: self.owner.clone(),
+            host: self.host.clone(),
+            started_at: now_ms(),
+        }
+    }
+
+    /// Records an upload that begins; None when the database refuses (said once: the copy
+    /// goes on, without resume).
+    pub async fn begin(&self, u: Upload) -> Option<i64> {
+        let db = self.db.clone();
+        match blocking(move || Uploads::new(&db).begin(&u)).await {
+            Ok(id) => {
+                KEPT.fetch_add(1, Relaxed);
+                Some(id)
+            }
+            Err(e) => {
+                db_failed(&e);
+                None
+            }
+        }
+    }
+
+    /// An adopted row this copy continues: counted as kept again.
+    pub fn resumed(&self) {
+        KEPT.fetch_add(1, Relaxed);
+    }
+
+    /// Records chunk `part` of upload `id` as written.
+    pub async fn part_done(&self, id: i64, part: usize, etag: Option<String>, digests: Vec<u128>) {
+        let db = self.db.clone();
+        let part = part as u32;
+        let r = blocking(move || Uploads::new(&db).part_done(id, part, etag.as_deref(), &digests))
+            .await;
+        if let Err(e) = r {
+            db_failed(&e);
+        }
+    }
+
+    /// The chunks recorded for upload `id`.
+    pub async fn parts(&self, id: i64) -> Vec<Part> {
+        let db = self.db.clone();
+        blocking(move || Uploads::new(&db).parts(id))
+            .await
+            .unwrap_or_else(|e| {
+                db_failed(&e);
+                Vec::new()
+            })
+    }
+
+    /// Upload `id` is complete: forgotten.
+    pub async fn finish(&self, id: i64) {
+        KEPT.fetch_sub(1, Relaxed);
+        self.forget(id).await;
+    }
+
+    async fn forget(&self, id: i64) {
+        let db = self.db.clone();
+        if let Err(e) = blocking(move || Uploads::new(&db).forget(id)).await {
+            db_failed(&e);
+        }
+    }
+
+    /// Upload `id` cannot be completed (its copy failed): aborted at the store, or its
+    /// temporary file removed, and forgotten.
+    pub async fn discard(&self, id: i64, dst: &Side) {
+        KEPT.fetch_sub(1, Relaxed);
+        let db = self.db.clone();
+        if let Ok(Some(u)) = blocking(move || Uploads::new(&db).get(id)).await {
+            self.abort(&u, dst).await;
+        } else {
+            self.forget(id).await;
+        }
+    }
+
+    /// Aborts the upload of an adopted row that will not be resumed, and forgets it.
+    pub async fn abort(&self, u: &Upload, dst: &Side) {
+        abort_upload(u, dst).await;
+        self.forget(u.id).await;
+    }
+
+    /// Aborts what was adopted and not resumed: the end of a copy run.
+    pub async fn release_unused(&self, dst: &Side) {
+        let rest: Vec<Upload> = self
+            .adopted
+            .lock()
+            .map(|mut a| a.drain().map(|(_, u)| u).collect())
+            .unwrap_or_default();
+        for u in rest {
+            tracing::info!(key = %u.key, "aborting an upload a stopped slate left: its object was not copied again");
+            self.abort(&u, dst).await;
+        }
+    }
+}
+
+fn db_failed(e: &SlateError) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::warn!(
+            "recording uploads failed, copies cut short will start again from the beginning: {e}"
+        )
+    });
+}
+
+/// Aborts one recorded upload at `dst` (a multipart upload; Azure keeps uncommitted blocks
+/// for 7 days and has no abort) or removes its temporary file. What is not slate's (a
+/// temporary file without slate's name) is left alone.
+pub async fn abort_upload(u: &Upload, dst: &Side) {
+    match dst {
+        Side::Cloud { parts, .. } => {
+            let Some(id) = u.upload_id.as_deref().filter(|id| !id.is_empty()) else {
+                return;
+            };
+            if let Ok(path) = store_path(&u.key) {
+                if let Err(e) = abort_multipart(parts, &path, id).await {
+                    tracing::warn!(key = %u.key, "aborting an upload failed: {e}");
+                }
+            }
+        }
+        Side::Local { .. } => {
+            if let Some(t) = &u.temp {
+                remove_temp(Path::new(t));
+            }
+        }
+    }
+}
+
+async fn abort_multipart(
+    parts: &Arc<dyn MultipartStore>,
+    path: &object_store::path::Path,
+    id: &str,
+) -> Result<(), String> {
+    let id = id.to_string();
+    crate::stores::retry::Retry::default()
+        .request(
+            path.as_ref(),
+            |_| true,
+            |_| parts.abort_multipart(path, &id),
+        )
+        .await
+        .map_err(|e| crate::stores::side::one_line(&e))
+}
+
+/// Removes a resumable temporary file, only if its name is slate's.
+pub fn remove_temp(p: &Path) {
+    let ours = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(&format!("{TMP_PREFIX}{RESUMABLE}")));
+    if ours {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// A new name for a resumable temporary file next to `dest`.
+pub fn temp_name(dest: &Path) -> PathBuf {
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    dir.join(format!("{TMP_PREFIX}{RESUMABLE}{:016x}", fastrand::u64(..)))
+}
+
+/// Whether an adopted row still describes `item`: the same object, of the same size, from an
+/// unchanged source, cut the way it still can be.
+pub fn still_fits(u: &Upload, item: &Item) -> bool {
+    u.size == item.size
+        && u.src == item.src
+        && u.src_token.is_some()
+        && u.src_token == source_token(item)
+        && u.chunk_size >= 1 << 20
+        && u.chunk_size % super::hash::BLOCK == 0
+}
+
+/// The recorded chunks of a local temporary file that still hold what was recorded: each is
+/// read and hashed again (a machine that lost power may have lost what the kill did not).
+/// Returns chunk index → digests. Runs on the calling thread: call it on the blocking pool.
+pub fn check_local_parts(
+    temp: &Path,
+    parts: &[Part],
+    ranges: &[Range<u64>],
+) -> HashMap<usize, Vec<u128>> {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open(temp) else {
+        return HashMap::new();
+    };
+    let mut ok = HashMap::new();
+    let mut buf = vec![0u8; super::hash::BLOCK as usize];
+    for p in parts {
+        let Some(r) = ranges.get(p.part as usize) else {
+            continue;
+        };
+        let mut h = BlockHasher::new();
+        let mut off = r.start;
+        let mut good = true;
+        while off < r.end {
+            let n = ((r.end - off) as usize).min(buf.len());
+            if f.read_exact_at(&mut buf[..n], off).is_err() {
+                good = false;
+                break;
+            }
+            h.update(&buf[..n]);
+            off += n as u64;
+        }
+        if good {
+            let d = h.finish();
+            if d == p.digests {
+                ok.insert(p.part as usize, d);
+            }
+        }
+    }
+    ok
+}
+
+/// The recorded parts of a cloud upload that the store confirms it holds: `listed` is what
+/// it lists (S3: part number → ETag; Azure: block ids), `numbered` says which.
+pub fn confirmed_parts(parts: &[Part], listed: &Listed, n: usize) -> Vec<Part> {
+    parts
+        .iter()
+        .filter(|p| (p.part as usize) < n)
+        .filter(|p| match (&p.etag, listed) {
+            (Some(e), Listed::Numbered(m)) => {
+                m.get(&(p.part + 1)).is_some_and(|l| bare(l) == bare(e))
+            }
+            (Some(e), Listed::Blocks(s)) => s.contains(e),
+            (None, _) => false,
+        })
+        .cloned()
+        .collect()
+}
+
+/// What a store lists of an upload under way.
+#[derive(Debug)]
+pub enum Listed {
+    /// S3's ListParts: part number (from 1) → ETag.
+    Numbered(HashMap<u32, String>),
+    /// Azure's uncommitted block ids.
+    Blocks(HashSet<String>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(i: u32, etag: &str) -> Part {
+        Part {
+            part: i,
+            etag: Some(etag.into()),
+            digests: vec![i as u128],
+        }
+    }
+
+    #[test]
+    fn only_parts_the_store_holds_are_kept() {
+        let parts = vec![
+            part(0, "\"a\""),
+            part(1, "\"b\""),
+            part(2, "\"c\""),
+            part(9, "z"),
+        ];
+        // S3 numbers parts from 1 and may quote ETags or not; part 2 holds other bytes now
+        let listed = Listed::Numbered(
+            [
+                (1, "a".to_string()),
+                (2, "\"b\"".to_string()),
+                (3, "\"x\"".to_string()),
+            ]
+            .into(),
+        );
+        let got: Vec<u32> = confirmed_parts(&parts, &listed, 4)
+            .iter()
+            .map(|p| p.part)
+            .collect();
+        assert_eq!(got, vec![0, 1]);
+        let blocks = Listed::Blocks(["\"c\"".to_string(), "z".to_string()].into());
+        // part 9 is past the object's 4 chunks
+        let got: Vec<u32> = confirmed_parts(&parts, &blocks, 4)
+            .iter()
+            .map(|p| p.part)
+            .collect();
+        assert_eq!(got, vec![2]);
+    }
+
+    #[test]
+    fn a_changed_source_does_not_fit() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(5);
+        let item = Item {
+            src: "a/b".into(),
+            dst: "b".into(),
+            size: 10 << 20,
+            etag: Some("\"e1\"".into()),
+            mtime: Some(t),
+        };
+        let u = Upload {
+            id: 1,
+            dst: "s3://x".into(),
+            key: "b".into(),
+            upload_id: Some("u".into()),
+            temp: None,
+            src: "a/b".into(),
+            src_token: source_token(&item),
+            size: 10 << 20,
+            chunk_size: 8 << 20,
+            owner: "1:1".into(),
+            host: "h".into(),
+            started_at: 0,
+        };
+        assert!(still_fits(&u, &item));
+        let mut other = item.clone();
+        other.etag = Some("\"e2\"".into());
+        assert!(!still_fits(&u, &other));
+        let mut bigger = item.clone();
+        bigger.size += 1;
+        assert!(!still_fits(&u, &bigger));
+        // a local source: size and mtime
+        let mut file = item.clone();
+        file.etag = None;
+        let mut uf = u.clone();
+        uf.src_token = source_token(&file);
+        assert!(still_fits(&uf, &file));
+        file.mtime = Some(t + std::time::Duration::from_nanos(1));
+        assert!(!still_fits(&uf, &file));
+        file.mtime = None;
+        uf.src_token = None;
+        assert!(
+            !still_fits(&uf, &file),
+            "no token: nothing proves the source unchanged"
+        );
+    }
+
+    #[test]
+    fn local_parts_are_checked_against_their_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let ranges = super::super::transfer::chunks(data.len() as u64, 1 << 20);
+        let digest = |r: &Range<u64>| {
+            let mut h = BlockHasher::new();
+            h.update(&data[r.start as usize..r.end as usize]);
+            h.finish()
+        };
+        let parts = vec![
+            Part {
+                part: 0,
+                etag: None,
+                digests: digest(&ranges[0]),
+            },
+            Part {
+                part: 1,
+                etag: None,
+                digests: vec![42], // what was recorded is not what the file holds
+            },
+            Part {
+                part: 2,
+                etag: None,
+                digests: digest(&ranges[2]),
+            },
+        ];
+        let ok = check_local_parts(&p, &parts, &ranges);
+        let mut got: Vec<usize> = ok.keys().copied().collect();
+        got.sort();
+        assert_eq!(got, vec![0, 2]);
+        assert!(check_local_parts(&dir.path().join("gone"), &parts, &ranges).is_empty());
+    }
+
+    #[test]
+    fn only_slates_resumable_temp_files_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = temp_name(&dir.path().join("obj"));
+        let theirs = dir.path().join("obj");
+        std::fs::write(&ours, b"x").unwrap();
+        std::fs::write(&theirs, b"x").unwrap();
+        remove_temp(&ours);
+        remove_temp(&theirs);
+        assert!(!ours.exists());
+        assert!(theirs.exists());
+        assert!(!crate::stores::local::is_orphan_temp(
+            &ours.file_name().unwrap().to_string_lossy()
+        ));
+    }
+}

@@ -1,0 +1,298 @@
+//! Resume from the middle of an object, and no orphan uploads: a copy of a 512 MiB object
+//! killed with -9 at half continues from its last chunk when run again (the latency lab in
+//! front of moto counts what the rerun reads), the result is byte-equal, and no unfinished
+//! upload of slate's is left, while another client's upload in the same place is untouched.
+//! A source that changed since starts afresh; `slate cleanup` aborts what a killed copy left.
+
+mod common;
+
+use std::path::Path;
+use std::process::Child;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use common::*;
+use slate::lab::{Lab, Link};
+
+/// Blocks of 1 MiB the copies recorded in `db` as written (0 before the table exists).
+fn blocks_written(db: &Path) -> u64 {
+    let Ok(c) =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return 0;
+    };
+    c.query_row(
+        "SELECT COALESCE(SUM(length(digests)), 0) / 16 FROM upload_parts",
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n.max(0) as u64)
+    .unwrap_or(0)
+}
+
+fn uploads_recorded(db: &Path) -> i64 {
+    let c = rusqlite::Connection::open(db).expect("db");
+    c.query_row("SELECT COUNT(*) FROM uploads", [], |r| r.get(0))
+        .expect("count")
+}
+
+/// Waits until the running copy has recorded `mib` MiB, then kills it with -9, proving that
+/// the kill landed mid-copy (the process still ran).
+fn kill_at(child: &mut Child, db: &Path, mib: u64, ctx: &str) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            panic!("{ctx}: the copy ended ({st}) before {mib} MiB were written");
+        }
+        if blocks_written(db) >= mib {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ctx}: {mib} MiB not written in time"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+}
+
+/// Multipart uploads open under `prefix` in moto's `bucket`: their upload ids.
+fn open_uploads(bucket: &str, prefix: &str) -> Vec<String> {
+    let (st, body) = s3_raw("GET", &format!("/{bucket}?uploads&prefix={prefix}"), "");
+    assert_eq!(st, 200, "listing uploads: {body}");
+    body.split("<UploadId>")
+        .skip(1)
+        .filter_map(|r| r.split("</UploadId>").next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Another client's multipart upload of `key`: started, never completed.
+fn foreign_upload(bucket: &str, key: &str) -> String {
+    let (st, body) = s3_raw("POST", &format!("/{bucket}/{key}?uploads"), "");
+    assert_eq!(st, 200, "starting an upload: {body}");
+    body.split("<UploadId>")
+        .nth(1)
+        .and_then(|r| r.split("</UploadId>").next())
+        .expect("an upload id")
+        .to_string()
+}
+
+/// A source behind the lab: where it is, and the variable that sends slate through the lab.
+struct Source {
+    place: Place,
+    lab: Lab,
+    var: &'static str,
+}
+
+impl Source {
+    /// `end`'s emulator behind a lab capped at `rate` bytes/s each way, holding `data`.
+    fn new(
+        runtime: &tokio::runtime::Runtime,
+        end: End,
+        rate: u64,
+        key: &str,
+        data: &[u8],
+    ) -> Source {
+        let (upstream, var) = match end {
+            End::S3(_) => (s3_endpoint(), "AWS_ENDPOINT_URL"),
+            _ => (azurite_url(), "AZURITE_BLOB_STORAGE_URL"),
+        };
+        let addr: std::net::SocketAddr = upstream
+            .trim_start_matches("http://")
+            .parse()
+            .expect("emulator address");
+        let place = Place::new(end, "resume-src");
+        place.seed(&[(key.to_string(), data.to_vec())].into());
+        let lab = runtime
+            .block_on(Lab::start(
+                addr,
+                Link::rtt(Duration::from_millis(2), Some(rate)),
+                0,
+            ))
+            .expect("lab");
+        Source { place, lab, var }
+    }
+
+    fn read(&self) -> u64 {
+        self.lab.counters.down.load(Relaxed)
+    }
+}
+
+fn copy_cmd(db: &Path, src: &Source, dst: &str, chunk: &str) -> std::process::Command {
+    let mut c = slate_db(db);
+    let src_url = src.place.url();
+    c.env(src.var, src.lab.url()).args([
+        "copy",
+        &src_url,
+        dst,
+        "--chunk-size",
+        chunk,
+        "--streams",
+        "4",
+        "-q",
+    ]);
+    c
+}
+
+#[test]
+fn a_copy_killed_at_half_reads_at_most_60_percent_when_run_again() {
+    let runtime = rt();
+    const SIZE: usize = 512 * MIB;
+    let data = bytes(513, SIZE);
+    // capped, so that the copy takes seconds and the kill lands where it is asked to; the
+    // S3 destination reads from Azurite (S3 to S3 in one endpoint would copy server-side)
+    let rate = 96 << 20;
+    let from_s3 = Source::new(&runtime, End::S3("slate-src"), rate, "big.bin", &data);
+    let from_az = Source::new(&runtime, End::Az("slate-src"), rate, "big.bin", &data);
+    for (end, src) in [(End::Local, &from_s3), (End::S3("slate-dst"), &from_az)] {
+        let dst = Place::new(end, "resume-dst");
+        let ctx = format!("to {}", dst.url());
+        let dir = tempfile::tempdir().expect("tmp");
+        let db = dir.path().join("slate.db");
+        let other = match dst.end {
+            End::S3(b) => Some(foreign_upload(b, &format!("{}/other.bin", dst.prefix))),
+            _ => None,
+        };
+        let mut child = copy_cmd(&db, src, &dst.url(), "16MiB")
+            .spawn()
+            .expect("spawn");
+        kill_at(&mut child, &db, 256, &ctx);
+        assert!(
+            !dst.read().contains_key("big.bin"),
+            "{ctx}: a torn object is visible after the kill"
+        );
+        assert_eq!(uploads_recorded(&db), 1, "{ctx}: the killed copy's upload");
+
+        let before = src.read();
+        let out = copy_cmd(&db, src, &dst.url(), "16MiB")
+            .output()
+            .expect("rerun");
+        assert!(
+            out.status.success(),
+            "{ctx}: the rerun failed: {}",
+            stderr(&out)
+        );
+        let read = src.read() - before;
+        assert!(
+            read <= SIZE as u64 * 6 / 10,
+            "{ctx}: the rerun read {} MiB of {} MiB",
+            read >> 20,
+            SIZE >> 20
+        );
+        let got = dst.read();
+        assert!(
+            got.get("big.bin") == Some(&data),
+            "{ctx}: the result differs from the source"
+        );
+        assert_eq!(uploads_recorded(&db), 0, "{ctx}: a recorded upload is left");
+        match dst.end {
+            End::S3(b) => {
+                // slate's upload is gone; the other client's is still there
+                let open = open_uploads(b, &format!("{}/", dst.prefix));
+                assert_eq!(open, vec![other.clone().unwrap_or_default()], "{ctx}");
+            }
+            _ => {
+                let names: Vec<String> = std::fs::read_dir(&dst.root)
+                    .expect("dst")
+                    .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
+                    .collect();
+                assert_eq!(
+                    names,
+                    vec!["big.bin".to_string()],
+                    "{ctx}: temporary files left"
+                );
+            }
+        }
+        eprintln!(
+            "{ctx}: the rerun read {} MiB of {} MiB",
+            read >> 20,
+            SIZE >> 20
+        );
+    }
+}
+
+#[test]
+fn a_changed_source_starts_afresh_and_cleanup_aborts_only_slates_uploads() {
+    let runtime = rt();
+    const SIZE: usize = 96 * MIB;
+    let src = Source::new(
+        &runtime,
+        End::Az("slate-src"),
+        24 << 20,
+        "obj.bin",
+        &bytes(1, SIZE),
+    );
+    let dst = Place::new(End::S3("slate-dst"), "afresh-dst");
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let other = foreign_upload("slate-dst", &format!("{}/obj.bin", dst.prefix));
+
+    // killed, then `slate cleanup` for that destination aborts slate's upload alone
+    let mut child = copy_cmd(&db, &src, &dst.url(), "8MiB")
+        .spawn()
+        .expect("spawn");
+    kill_at(&mut child, &db, 16, "first copy");
+    assert_eq!(
+        open_uploads("slate-dst", &format!("{}/", dst.prefix)).len(),
+        2
+    );
+    let dry = run({
+        let mut c = slate_db(&db);
+        c.args(["cleanup", &dst.url(), "--dry-run"]);
+        c
+    });
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    assert!(
+        stdout(&dry).contains("1 upload(s) to abort"),
+        "{}",
+        stdout(&dry)
+    );
+    assert_eq!(
+        open_uploads("slate-dst", &format!("{}/", dst.prefix)).len(),
+        2
+    );
+    let out = run({
+        let mut c = slate_db(&db);
+        c.args(["cleanup", &dst.url()]);
+        c
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("1 upload(s) aborted"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        open_uploads("slate-dst", &format!("{}/", dst.prefix)),
+        vec![other.clone()]
+    );
+    assert_eq!(uploads_recorded(&db), 0);
+
+    // killed again; the source changes before the rerun: the rerun reads it all and the
+    // killed copy's upload is aborted, not completed with the old bytes
+    let mut child = copy_cmd(&db, &src, &dst.url(), "8MiB")
+        .spawn()
+        .expect("spawn");
+    kill_at(&mut child, &db, 48, "second copy");
+    let new = bytes(2, SIZE);
+    src.place
+        .seed(&[("obj.bin".to_string(), new.clone())].into());
+    let before = src.read();
+    let out = copy_cmd(&db, &src, &dst.url(), "8MiB")
+        .output()
+        .expect("rerun");
+    assert!(out.status.success(), "the rerun failed: {}", stderr(&out));
+    let read = src.read() - before;
+    assert!(
+        read >= SIZE as u64,
+        "the rerun read {read} bytes of a changed {SIZE}-byte source"
+    );
+    assert!(dst.read().get("obj.bin") == Some(&new), "not the new bytes");
+    assert_eq!(
+        open_uploads("slate-dst", &format!("{}/", dst.prefix)),
+        vec![other]
+    );
+    assert_eq!(uploads_recorded(&db), 0);
+}
