@@ -333,7 +333,7 @@ mod tests {
         assert_eq!(keys, vec!["data/a", "data/e"]);
         assert!(got.iter().all(|r| r.owner == "9:9"));
         let all = u.list(Some("s3://b")).unwrap();
-        assert_eq!(all.len(), 4);
+        assert_eq!(all.len(), 5);
         // every destination; "9:9" does not run either, so its two are taken again
         let again = u.adopt(None, "", &me, "h1").unwrap();
         let keys: Vec<_> = again.iter().map(|r| r.key.as_str()).collect();
