@@ -296,3 +296,118 @@ fn a_changed_source_starts_afresh_and_cleanup_aborts_only_slates_uploads() {
     );
     assert_eq!(uploads_recorded(&db), 0);
 }
+
+/// A job cancelled mid-object keeps its upload; `POST /jobs/{id}/resume` in the same server
+/// continues it, reading what was not uploaded yet and little more.
+#[test]
+fn a_cancelled_job_resumes_from_its_last_part() {
+    let runtime = rt();
+    const SIZE: usize = 160 * MIB;
+    let data = bytes(77, SIZE);
+    let src = Source::new(&runtime, End::Az("slate-src"), 48 << 20, "job.bin", &data);
+    let dst = Place::new(End::S3("slate-dst"), "job-dst");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("slate.db"), dir.path().join("serve.log"));
+    let mut c = slate_db(&db);
+    c.args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+        .env(src.var, src.lab.url())
+        .env("RUST_LOG", "slate=info,warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let mut server = spawn_ready(c, &log, 30, |text| listen_addr(text).is_some());
+    let base = format!(
+        "http://{}",
+        listen_addr(&read_log(&log)).expect("listening")
+    );
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let call = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
+        let mut r = client.request(method, format!("{base}{path}"));
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.json::<serde_json::Value>().expect("json"))
+    };
+    let (st, job) = call(
+        reqwest::Method::POST,
+        "/jobs",
+        Some(serde_json::json!({
+            "src": src.place.url(), "dst": dst.url(),
+            "options": { "chunk_size": "8MiB", "streams": 4 },
+        })),
+    );
+    assert_eq!(st, 201, "{job}");
+    let id = job["id"].as_i64().expect("id");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while blocks_written(&db) < 64 {
+        assert!(
+            Instant::now() < deadline,
+            "the job wrote too little in time"
+        );
+        let (_, j) = call(reqwest::Method::GET, &format!("/jobs/{id}"), None);
+        assert_eq!(
+            j["state"], "running",
+            "the job ended before it was cancelled: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (st, j) = call(reqwest::Method::DELETE, &format!("/jobs/{id}"), None);
+    assert_eq!(st, 200, "{j}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, j) = call(reqwest::Method::GET, &format!("/jobs/{id}"), None);
+        if j["state"] == "cancelled" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not cancelled: {j}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !dst.read().contains_key("job.bin"),
+        "a torn object is visible"
+    );
+    assert_eq!(
+        uploads_recorded(&db),
+        1,
+        "the cancelled job's upload is kept"
+    );
+
+    let before = src.read();
+    let (st, j) = call(reqwest::Method::POST, &format!("/jobs/{id}/resume"), None);
+    assert_eq!(st, 200, "{j}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, j) = call(reqwest::Method::GET, &format!("/jobs/{id}"), None);
+        if j["state"] == "succeeded" {
+            break;
+        }
+        assert!(
+            j["state"] == "running" || j["state"] == "queued",
+            "the resumed job: {j}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the resumed job did not end: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let read = src.read() - before;
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        read <= SIZE as u64 * 7 / 10,
+        "the resumed job read {} MiB of {} MiB",
+        read >> 20,
+        SIZE >> 20
+    );
+    assert!(
+        dst.read().get("job.bin") == Some(&data),
+        "the result differs"
+    );
+    assert_eq!(uploads_recorded(&db), 0);
+    assert!(open_uploads("slate-dst", &format!("{}/", dst.prefix)).is_empty());
+}

@@ -97,9 +97,10 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
         return Ok(true);
     }
     let (d, f, p) = (db.clone(), filter_dst, prefix);
-    let taken =
-        crate::state::blocking(move || Uploads::new(&d).adopt(f.as_deref(), &p, &me, &host))
-            .await?;
+    let taken = crate::state::blocking(move || {
+        Uploads::new(&d).adopt(f.as_deref(), &p, &me, &host, &|_| true)
+    })
+    .await?;
     let mut ok = true;
     let mut aborted = 0;
     for u in &taken {

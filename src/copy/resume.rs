@@ -38,6 +38,53 @@ use crate::stores::side::{store_path, Side};
 /// resume (the CLI says so when interrupted).
 pub static KEPT: AtomicI64 = AtomicI64::new(0);
 
+/// Rows a copy or ledger of this process holds now: the others of this process are free to
+/// adopt (a job cancelled mid-object, continued by its resume in the same server).
+static HELD: Mutex<Option<HashSet<i64>>> = Mutex::new(None);
+
+fn hold(id: i64) {
+    if let Ok(mut h) = HELD.lock() {
+        h.get_or_insert_with(HashSet::new).insert(id);
+    }
+}
+
+fn unhold(id: i64) {
+    if let Ok(mut h) = HELD.lock() {
+        if let Some(h) = h.as_mut() {
+            h.remove(&id);
+        }
+    }
+}
+
+/// The row one object's copy holds: let go when the copy ends, whichever way (done, failed,
+/// or dropped when cut short).
+#[derive(Debug, Default)]
+pub struct Slot(std::sync::atomic::AtomicI64);
+
+impl Slot {
+    /// The copy holds row `id` (already held: adopted or begun).
+    pub fn set(&self, id: i64) {
+        self.0.store(id, Relaxed);
+    }
+
+    pub fn get(&self) -> Option<i64> {
+        Some(self.0.load(Relaxed)).filter(|id| *id > 0)
+    }
+
+    /// The row, no longer the copy's to let go (finished or discarded).
+    pub fn take(&self) -> Option<i64> {
+        Some(self.0.swap(0, Relaxed)).filter(|id| *id > 0)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(id) = self.take() {
+            unhold(id);
+        }
+    }
+}
+
 /// The prefix of a local temporary file that a later copy may resume: `.slate-tmp-r-…`. The
 /// sweep of orphaned temporary files (`.slate-tmp-PID-…`) leaves these to the ledger.
 pub const RESUMABLE: &str = "r-";
@@ -106,7 +153,18 @@ impl Ledger {
             Side::Cloud { loc, .. } => loc.prefix.clone(),
             Side::Local { .. } => String::new(),
         };
-        let taken = Uploads::new(&db).adopt(Some(&id), &prefix, &owner, &host)?;
+        // checked and marked under one lock: two ledgers of this process never take one row
+        let taken = {
+            let mut h = HELD.lock().map_err(|_| SlateError::Manifest {
+                path: db.path().display().to_string(),
+                why: "internal: upload lock poisoned".into(),
+            })?;
+            let h = h.get_or_insert_with(HashSet::new);
+            let taken =
+                Uploads::new(&db).adopt(Some(&id), &prefix, &owner, &host, &|r| h.contains(&r))?;
+            h.extend(taken.iter().map(|u| u.id));
+            taken
+        };
         if !taken.is_empty() {
             tracing::info!(
                 dst = %id,
@@ -160,6 +218,7 @@ impl Ledger {
         match blocking(move || Uploads::new(&db).begin(&u)).await {
             Ok(id) => {
                 KEPT.fetch_add(1, Relaxed);
+                hold(id);
                 Some(id)
             }
             Err(e) => {
@@ -203,6 +262,7 @@ impl Ledger {
     }
 
     async fn forget(&self, id: i64) {
+        unhold(id);
         let db = self.db.clone();
         if let Err(e) = blocking(move || Uploads::new(&db).forget(id)).await {
             db_failed(&e);
@@ -237,6 +297,17 @@ impl Ledger {
         for u in rest {
             tracing::info!(key = %u.key, "aborting an upload a stopped slate left: its object was not copied again");
             self.abort(&u, dst).await;
+        }
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        // adopted and neither resumed nor aborted (the run was cut short): free again
+        if let Ok(a) = self.adopted.lock() {
+            for u in a.values() {
+                unhold(u.id);
+            }
         }
     }
 }

@@ -527,22 +527,24 @@ async fn local_dest(ctx: &Ctx, item: &Item) -> Result<(PathBuf, Option<TempFile>
 }
 
 async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
-    let mut rec = None;
-    let r = to_local_inner(ctx, item, &mut rec).await;
-    if let (Err(_), Some(id), Some(l)) = (&r, rec, &ctx.ledger) {
-        // a copy that failed leaves nothing: its resumable temporary file goes with its row
-        l.discard(id, &ctx.dst).await;
+    let slot = resume::Slot::default();
+    let r = to_local_inner(ctx, item, &slot).await;
+    if let (true, Some(l)) = (r.is_err(), &ctx.ledger) {
+        if let Some(id) = slot.take() {
+            // a copy that failed leaves nothing: its resumable temporary file goes with its row
+            l.discard(id, &ctx.dst).await;
+        }
     }
     r
 }
 
 /// A local destination's temporary file for `item` and the chunks it holds already: the file
 /// a copy cut short left (adopted by the ledger, its chunks hashed again), or a new one,
-/// recorded when the object has more than one chunk. `rec` is the ledger row.
+/// recorded when the object has more than one chunk. `slot` holds the ledger row.
 async fn local_temp(
     ctx: &Ctx,
     item: &Item,
-    rec: &mut Option<i64>,
+    slot: &resume::Slot,
 ) -> Result<(PathBuf, Option<TempFile>, u64, HashMap<usize, Vec<u128>>), SlateError> {
     let chunk = ctx.opts.chunk_size;
     let Some(l) = ctx.ledger.as_ref().filter(|_| item.size > chunk) else {
@@ -569,7 +571,7 @@ async fn local_temp(
             .flatten();
             if let Some((tmp, done)) = opened {
                 l.resumed();
-                *rec = Some(u.id);
+                slot.set(u.id);
                 let have: u64 = chunks(item.size, u.chunk_size)
                     .iter()
                     .enumerate()
@@ -585,10 +587,11 @@ async fn local_temp(
         l.abort(&u, &ctx.dst).await;
     }
     let tmp_path = resume::temp_name(&full);
-    *rec = l
-        .begin(l.new_upload(item, None, Some(tmp_path.display().to_string()), chunk))
-        .await;
-    let keep = rec.is_some();
+    let new = l.new_upload(item, None, Some(tmp_path.display().to_string()), chunk);
+    if let Some(id) = l.begin(new).await {
+        slot.set(id);
+    }
+    let keep = slot.get().is_some();
     let (dirs, root, size, p) = (
         ctx.dirs.clone(),
         ctx.dst_root.clone(),
@@ -610,9 +613,9 @@ async fn local_temp(
 async fn to_local_inner(
     ctx: &Ctx,
     item: &Item,
-    rec: &mut Option<i64>,
+    slot: &resume::Slot,
 ) -> Result<Outcome, SlateError> {
-    let (path, tmp, chunk, done) = local_temp(ctx, item, rec).await?;
+    let (path, tmp, chunk, done) = local_temp(ctx, item, slot).await?;
     let Some(tmp) = tmp else {
         // A zero-byte "folder marker" (key ending in `/`, as consoles create them) whose folder
         // exists: nothing to write.
@@ -627,7 +630,7 @@ async fn to_local_inner(
     let tmp = Arc::new(tmp);
     let parts = chunks(item.size, chunk);
     let whole = parts.len() == 1;
-    let (rec_id, ledger) = (*rec, ctx.ledger.as_ref());
+    let (rec_id, ledger) = (slot.get(), ctx.ledger.as_ref());
     let todo = parts
         .into_iter()
         .enumerate()
@@ -692,7 +695,7 @@ async fn to_local_inner(
     .await
     .map_err(|e| obj_err(item, e.to_string()))?;
     let dst_etag = committed.map_err(|e| obj_err(item, e))?;
-    if let (Some(id), Some(l)) = (rec.take(), &ctx.ledger) {
+    if let (Some(l), Some(id)) = (&ctx.ledger, slot.take()) {
         l.finish(id).await;
     }
     Ok(Outcome {
@@ -861,10 +864,12 @@ async fn to_cloud_multipart(
     parts_store: &Arc<dyn MultipartStore>,
     item: &Item,
 ) -> Result<Outcome, SlateError> {
-    let mut rec = None;
-    let r = multipart_inner(ctx, parts_store, item, &mut rec).await;
-    if let (Err(_), Some(id), Some(l)) = (&r, rec, &ctx.ledger) {
-        l.discard(id, &ctx.dst).await;
+    let slot = resume::Slot::default();
+    let r = multipart_inner(ctx, parts_store, item, &slot).await;
+    if let (true, Some(l)) = (r.is_err(), &ctx.ledger) {
+        if let Some(id) = slot.take() {
+            l.discard(id, &ctx.dst).await;
+        }
     }
     r
 }
@@ -911,7 +916,7 @@ async fn multipart_inner(
     ctx: &Ctx,
     parts_store: &Arc<dyn MultipartStore>,
     item: &Item,
-    rec: &mut Option<i64>,
+    slot: &resume::Slot,
 ) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let retry = ctx.retry(End::Dst);
@@ -926,7 +931,7 @@ async fn multipart_inner(
     let mut done: Vec<Option<PartId>> = vec![None; n];
     let mut digests: Vec<Option<Vec<u128>>> = vec![None; n];
     if let Some((u, parts)) = &adopted {
-        *rec = Some(u.id);
+        slot.set(u.id);
         let mut have = 0;
         for p in parts {
             let i = p.part as usize;
@@ -1014,9 +1019,10 @@ async fn multipart_inner(
                     )
                 })?;
             if let Some(l) = &ctx.ledger {
-                *rec = l
-                    .begin(l.new_upload(item, Some(id.clone()), None, chunk))
-                    .await;
+                let new = l.new_upload(item, Some(id.clone()), None, chunk);
+                if let Some(row) = l.begin(new).await {
+                    slot.set(row);
+                }
             }
             (id, meta, attrs)
         }
@@ -1024,7 +1030,7 @@ async fn multipart_inner(
     // an upload the ledger holds is kept when the copy is cut short (the next one continues
     // it) and aborted by this copy's error path; one it does not hold is aborted when dropped
     let mut guard =
-        AbortGuard((rec.is_none()).then(|| (parts_store.clone(), dst.clone(), id.clone())));
+        AbortGuard((slot.get().is_none()).then(|| (parts_store.clone(), dst.clone(), id.clone())));
     let part_err = |e: object_store::Error| {
         obj_err(
             item,
@@ -1032,7 +1038,7 @@ async fn multipart_inner(
         )
     };
     let mut uploads = FuturesUnordered::new();
-    let rec_id = *rec;
+    let rec_id = slot.get();
     loop {
         let res = match first.take() {
             Some(f) => Ok(f),
@@ -1102,7 +1108,7 @@ async fn multipart_inner(
     let dst_etag = match put {
         Ok(put) => {
             guard.0 = None;
-            if let (Some(row), Some(l)) = (rec.take(), &ctx.ledger) {
+            if let (Some(l), Some(row)) = (&ctx.ledger, slot.take()) {
                 l.finish(row).await;
             }
             put

@@ -199,28 +199,36 @@ impl<'a> Uploads<'a> {
 
     /// Takes over, for `owner`, the abandoned uploads of `dst` whose key starts with
     /// `key_prefix` (every destination when `dst` is None): those whose owner ran on this
-    /// `host` and no longer runs. Uploads of a live process, or of another host (whose process
-    /// cannot be asked), stay with their owner. Returns what was taken.
+    /// `host` and no longer runs, and this process's own that no copy of it holds now
+    /// (`held` says which do: a job cancelled mid-object left its upload to its resume).
+    /// Uploads of another live process, or of another host (whose process cannot be asked),
+    /// stay with their owner. Returns what was taken.
     pub fn adopt(
         &self,
         dst: Option<&str>,
         key_prefix: &str,
         owner: &str,
         host: &str,
+        held: &dyn Fn(i64) -> bool,
     ) -> Result<Vec<Upload>> {
         let candidates = self.m.with(|c| {
             let mut st = c.prepare(&format!(
                 "SELECT {COLUMNS} FROM uploads
                  WHERE (?1 IS NULL OR dst = ?1) AND substr(key, 1, length(?2)) = ?2
-                   AND host = ?3 AND owner <> ?4
+                   AND host = ?3
                  ORDER BY id"
             ))?;
-            let rows = st.query_map(params![dst, key_prefix, host, owner], upload_row)?;
+            let rows = st.query_map(params![dst, key_prefix, host], upload_row)?;
             rows.collect::<rusqlite::Result<Vec<Upload>>>()
         })?;
         let mut taken = Vec::new();
         for mut u in candidates {
-            if owner_alive(&u.owner) {
+            let free = if u.owner == owner {
+                !held(u.id)
+            } else {
+                !owner_alive(&u.owner)
+            };
+            if !free {
                 continue;
             }
             // only if no one else took it meanwhile
@@ -328,15 +336,22 @@ mod tests {
         for r in &rows {
             u.begin(r).unwrap();
         }
-        let got = u.adopt(Some("s3://b"), "data/", "9:9", "h1").unwrap();
+        let got = u
+            .adopt(Some("s3://b"), "data/", "9:9", "h1", &|_| false)
+            .unwrap();
         let keys: Vec<_> = got.iter().map(|r| r.key.as_str()).collect();
         assert_eq!(keys, vec!["data/a", "data/e"]);
         assert!(got.iter().all(|r| r.owner == "9:9"));
         let all = u.list(Some("s3://b")).unwrap();
         assert_eq!(all.len(), 5);
-        // every destination; "9:9" does not run either, so its two are taken again
-        let again = u.adopt(None, "", &me, "h1").unwrap();
+        // every destination; "9:9" does not run either, so its two are taken again; our own
+        // row is taken when no copy holds it
+        let again = u.adopt(None, "", &me, "h1", &|_| true).unwrap();
         let keys: Vec<_> = again.iter().map(|r| r.key.as_str()).collect();
         assert_eq!(keys, vec!["data/a", "logs/c", "data/d", "data/e"]);
+        let b = all.iter().find(|r| r.key == "data/b").unwrap().id;
+        let mine = u.adopt(None, "", &me, "h1", &|id| id != b).unwrap();
+        let keys: Vec<_> = mine.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys, vec!["data/b"]);
     }
 }
