@@ -28,6 +28,10 @@ Memory: chunk buffers are bounded by min(transfers x streams x chunk-size, --mem
 at the defaults 1 GiB at most. Local destinations stream chunks to disk and hold no chunk
 buffers. Listings stream, so memory does not grow with the number of objects.
 
+Resume: a copy cut short (killed, interrupted) keeps what it wrote of objects of two chunks
+or more, recorded in --db; the same command run again sends only the missing chunks (a source
+that changed since starts afresh). `slate cleanup DST` aborts what is kept instead.
+
 Exit codes: 0 all copied, 1 some objects failed (each named on stderr), 2 bad input or setup
 (location, option, credentials, missing bucket), 130 interrupted.
 ";
