@@ -504,7 +504,7 @@ cmd_start() {
     local azurite_bin=$AZURITE_DIR/node_modules/.bin
     start_service azurite-blob "$azurite_bin/azurite-blob" \
         --blobHost 127.0.0.1 --blobPort "$AZURITE_BLOB_PORT" \
-        --inMemoryPersistence --extentMemoryLimit 2048 --skipApiVersionCheck --loose \
+        --inMemoryPersistence --extentMemoryLimit 6144 --skipApiVersionCheck --loose \
         --disableTelemetry --silent
     start_service azurite-queue "$azurite_bin/azurite-queue" \
         --queueHost 127.0.0.1 --queuePort "$AZURITE_QUEUE_PORT" \

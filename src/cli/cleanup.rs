@@ -3,7 +3,7 @@
 //! slate did not record (another tool's) are never touched; those of a slate that still runs
 //! are left to it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 
@@ -79,7 +79,13 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
     let all = crate::state::blocking(move || Uploads::new(&d).list(f.as_deref())).await?;
     let all: Vec<Upload> = all
         .into_iter()
-        .filter(|u| u.key.starts_with(&prefix))
+        .filter(|u| {
+            prefix.is_empty()
+                || u.key == prefix
+                || u.key
+                    .strip_prefix(&prefix)
+                    .is_some_and(|r| r.starts_with('/'))
+        })
         .collect();
     let kept = all.iter().filter(|u| in_use(u)).count();
     let where_ = |u: &Upload| match &u.temp {
@@ -106,15 +112,12 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
     for u in &taken {
         match side_of(u) {
             Ok(side) => {
-                if let Side::Local { .. } = side {
-                    if !Path::new(u.temp.as_deref().unwrap_or("")).starts_with(&u.dst) {
-                        // a row naming a file outside its destination: not removed
-                        eprintln!("slate: not removing {}: outside {}", where_(u), u.dst);
-                        ok = false;
-                        continue;
-                    }
+                // a temporary file is removed only next to where its row's object goes
+                if !abort_upload(u, &side).await {
+                    eprintln!("slate: could not abort {} (kept)", where_(u));
+                    ok = false;
+                    continue;
                 }
-                abort_upload(u, &side).await;
                 let (d, id) = (db.clone(), u.id);
                 crate::state::blocking(move || Uploads::new(&d).forget(id)).await?;
                 println!("aborted {}", where_(u));

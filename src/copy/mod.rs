@@ -533,10 +533,6 @@ pub async fn run(
         }
     }
     counters.listing_done.store(true, Relaxed);
-    if let Some(l) = &ctx.ledger {
-        // what a stopped slate left and this copy did not continue
-        l.release_unused(&ctx.dst).await;
-    }
     if let Some(lister) = lister {
         let listed = lister.await.map_err(|e| SlateError::List {
             url: src_loc.to_string(),
@@ -555,6 +551,10 @@ pub async fn run(
                 return Err(e);
             }
         }
+    }
+    if let Some(l) = &ctx.ledger {
+        // what a stopped slate left and this copy, listed to its end, did not continue
+        l.release_unused(&ctx.dst).await;
     }
     reporter.finish().await;
     summary.elapsed = start.elapsed();

@@ -22,8 +22,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use object_store::multipart::MultipartStore;
-
 use super::hash::BlockHasher;
 use super::transfer::Item;
 use crate::core::error::SlateError;
@@ -41,12 +39,6 @@ pub static KEPT: AtomicI64 = AtomicI64::new(0);
 /// Rows a copy or ledger of this process holds now: the others of this process are free to
 /// adopt (a job cancelled mid-object, continued by its resume in the same server).
 static HELD: Mutex<Option<HashSet<i64>>> = Mutex::new(None);
-
-fn hold(id: i64) {
-    if let Ok(mut h) = HELD.lock() {
-        h.get_or_insert_with(HashSet::new).insert(id);
-    }
-}
 
 fn unhold(id: i64) {
     if let Ok(mut h) = HELD.lock() {
@@ -144,14 +136,25 @@ fn bare(etag: &str) -> &str {
 
 impl Ledger {
     /// The ledger of `dst` (its root folder `root` when local), adopting the uploads under
-    /// its prefix that processes which no longer run left behind.
-    pub fn open(db: Arc<Manifest>, dst: &Side, root: &Path) -> Result<Ledger, SlateError> {
-        let owner = owner_tag(std::process::id()).unwrap_or_else(|| std::process::id().to_string());
+    /// its prefix (of `only`, when the copy is of one object) that processes which no longer
+    /// run left behind.
+    pub fn open(
+        db: Arc<Manifest>,
+        dst: &Side,
+        root: &Path,
+        only: Option<&str>,
+    ) -> Result<Ledger, SlateError> {
+        // without a PID:START tag another process could take this one's uploads for a dead one's
+        let owner = owner_tag(std::process::id()).ok_or_else(|| SlateError::Manifest {
+            path: db.path().display().to_string(),
+            why: "cannot tell this process from a later one with its PID (/proc)".into(),
+        })?;
         let host = host_name();
         let id = dst_id(dst, root);
-        let prefix = match dst {
-            Side::Cloud { loc, .. } => loc.prefix.clone(),
-            Side::Local { .. } => String::new(),
+        let prefix = match (only, dst) {
+            (Some(key), _) => key.to_string(),
+            (None, Side::Cloud { loc, .. }) => loc.prefix.clone(),
+            (None, Side::Local { .. }) => String::new(),
         };
         // checked and marked under one lock: two ledgers of this process never take one row
         let taken = {
@@ -215,10 +218,20 @@ impl Ledger {
     /// goes on, without resume).
     pub async fn begin(&self, u: Upload) -> Option<i64> {
         let db = self.db.clone();
-        match blocking(move || Uploads::new(&db).begin(&u)).await {
+        // inserted and held under one lock: a ledger opening meanwhile never takes it
+        let r = blocking(move || {
+            let mut h = HELD.lock().map_err(|_| SlateError::Manifest {
+                path: db.path().display().to_string(),
+                why: "internal: upload lock poisoned".into(),
+            })?;
+            let id = Uploads::new(&db).begin(&u)?;
+            h.get_or_insert_with(HashSet::new).insert(id);
+            Ok(id)
+        })
+        .await;
+        match r {
             Ok(id) => {
                 KEPT.fetch_add(1, Relaxed);
-                hold(id);
                 Some(id)
             }
             Err(e) => {
@@ -283,8 +296,13 @@ impl Ledger {
 
     /// Aborts the upload of an adopted row that will not be resumed, and forgets it.
     pub async fn abort(&self, u: &Upload, dst: &Side) {
-        abort_upload(u, dst).await;
-        self.forget(u.id).await;
+        // one the store would not abort stays recorded; this process lets go of it, and the
+        // next run or `slate cleanup` tries again
+        if abort_upload(u, dst).await {
+            self.forget(u.id).await;
+        } else {
+            unhold(u.id);
+        }
     }
 
     /// Aborts what was adopted and not resumed: the end of a copy run.
@@ -322,42 +340,64 @@ fn db_failed(e: &SlateError) {
 }
 
 /// Aborts one recorded upload at `dst` (a multipart upload; Azure keeps uncommitted blocks
-/// for 7 days and has no abort) or removes its temporary file. What is not slate's (a
-/// temporary file without slate's name) is left alone.
-pub async fn abort_upload(u: &Upload, dst: &Side) {
+/// for 7 days and has no abort) or removes its temporary file; true when it is gone (or was
+/// already). A temporary file is removed only where its row says its object goes, and only
+/// with slate's name.
+pub async fn abort_upload(u: &Upload, dst: &Side) -> bool {
     match dst {
         Side::Cloud { parts, .. } => {
             let Some(id) = u.upload_id.as_deref().filter(|id| !id.is_empty()) else {
-                return;
+                return true;
             };
-            if let Ok(path) = store_path(&u.key) {
-                if let Err(e) = abort_multipart(parts, &path, id).await {
-                    tracing::warn!(key = %u.key, "aborting an upload failed: {e}");
+            let Ok(path) = store_path(&u.key) else {
+                return false;
+            };
+            let id = id.to_string();
+            let r = crate::stores::retry::Retry::default()
+                .request(&u.key, crate::stores::retry::transient, |_| {
+                    parts.abort_multipart(&path, &id)
+                })
+                .await;
+            match r {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => true,
+                Err(e) => {
+                    tracing::warn!(
+                        key = %u.key,
+                        "aborting an upload failed (kept for the next run or `slate cleanup`): {}",
+                        crate::stores::side::one_line(&e)
+                    );
+                    false
                 }
             }
         }
         Side::Local { .. } => {
-            if let Some(t) = &u.temp {
-                remove_temp(Path::new(t));
+            let Some(t) = u.temp.as_ref().map(PathBuf::from) else {
+                return true;
+            };
+            if !temp_belongs(u, &t) {
+                tracing::warn!(file = %t.display(), "not removing a recorded temporary file outside its destination");
+                return false;
             }
+            tokio::task::spawn_blocking(move || remove_temp(&t))
+                .await
+                .is_ok()
         }
     }
 }
 
-async fn abort_multipart(
-    parts: &Arc<dyn MultipartStore>,
-    path: &object_store::path::Path,
-    id: &str,
-) -> Result<(), String> {
-    let id = id.to_string();
-    crate::stores::retry::Retry::default()
-        .request(
-            path.as_ref(),
-            |_| true,
-            |_| parts.abort_multipart(path, &id),
-        )
-        .await
-        .map_err(|e| crate::stores::side::one_line(&e))
+/// Whether the temporary file `t` of row `u` is where that row's object goes: next to
+/// `DST/KEY`, both absolute with no `.` or `..` on the way.
+pub fn temp_belongs(u: &Upload, t: &Path) -> bool {
+    use std::path::Component;
+    let plain = |p: &Path| {
+        p.is_absolute()
+            && p.components()
+                .all(|c| !matches!(c, Component::ParentDir | Component::CurDir))
+    };
+    let Ok(dest) = crate::stores::local::safe_join(Path::new(&u.dst), &u.key) else {
+        return false;
+    };
+    plain(t) && plain(&dest) && t.parent() == dest.parent()
 }
 
 /// Removes a resumable temporary file, only if its name is slate's.
@@ -379,12 +419,15 @@ pub fn temp_name(dest: &Path) -> PathBuf {
 
 /// Whether an adopted row still describes `item`: the same object, of the same size, from an
 /// unchanged source, cut the way it still can be.
-pub fn still_fits(u: &Upload, item: &Item) -> bool {
+/// The chunk must also be one this copy can hold: from 5 MiB, within `memory_limit` (a
+/// budget smaller than one recorded chunk would wait for memory forever).
+pub fn still_fits(u: &Upload, item: &Item, memory_limit: u64) -> bool {
     u.size == item.size
         && u.src == item.src
         && u.src_token.is_some()
         && u.src_token == source_token(item)
-        && u.chunk_size >= 1 << 20
+        && u.chunk_size >= 5 << 20
+        && u.chunk_size <= memory_limit.min(4 << 30)
         && u.chunk_size % super::hash::BLOCK == 0
 }
 
@@ -497,6 +540,8 @@ mod tests {
         assert_eq!(got, vec![2]);
     }
 
+    const GIB: u64 = 1 << 30;
+
     #[test]
     fn a_changed_source_does_not_fit() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(5);
@@ -521,25 +566,25 @@ mod tests {
             host: "h".into(),
             started_at: 0,
         };
-        assert!(still_fits(&u, &item));
+        assert!(still_fits(&u, &item, GIB));
         let mut other = item.clone();
         other.etag = Some("\"e2\"".into());
-        assert!(!still_fits(&u, &other));
+        assert!(!still_fits(&u, &other, GIB));
         let mut bigger = item.clone();
         bigger.size += 1;
-        assert!(!still_fits(&u, &bigger));
+        assert!(!still_fits(&u, &bigger, GIB));
         // a local source: size and mtime
         let mut file = item.clone();
         file.etag = None;
         let mut uf = u.clone();
         uf.src_token = source_token(&file);
-        assert!(still_fits(&uf, &file));
+        assert!(still_fits(&uf, &file, GIB));
         file.mtime = Some(t + std::time::Duration::from_nanos(1));
-        assert!(!still_fits(&uf, &file));
+        assert!(!still_fits(&uf, &file, GIB));
         file.mtime = None;
         uf.src_token = None;
         assert!(
-            !still_fits(&uf, &file),
+            !still_fits(&uf, &file, GIB),
             "no token: nothing proves the source unchanged"
         );
     }

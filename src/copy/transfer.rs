@@ -209,7 +209,12 @@ impl Ctx {
             let _ = counters.limit.set(l.clone());
         }
         let ledger = match &opts.resume {
-            Some(db) if !server_side => match Ledger::open(db.0.clone(), &dst, &plan.dst_root) {
+            Some(db) if !server_side => match Ledger::open(
+                db.0.clone(),
+                &dst,
+                &plan.dst_root,
+                plan.single.as_ref().map(|i| i.dst.as_str()),
+            ) {
                 Ok(l) => Some(Arc::new(l)),
                 Err(e) => {
                     tracing::warn!("copies cut short will start again from the beginning: {e}");
@@ -555,9 +560,12 @@ async fn local_temp(
     // the temporary file is recorded in full, so that `slate cleanup` finds it from anywhere
     let full = std::path::absolute(&path).unwrap_or(path.clone());
     if let Some(u) = l.take(&item.dst) {
+        // the copy holds the row from now: cut short anywhere below, it is let go
+        slot.set(u.id);
         let temp = u.temp.as_ref().map(PathBuf::from);
         let next_to = temp.as_ref().and_then(|t| t.parent()) == full.parent();
-        if resume::still_fits(&u, item) && next_to {
+        // local chunks are written to disk, not held in memory: no budget to fit in
+        if resume::still_fits(&u, item, u64::MAX) && next_to {
             let parts = l.parts(u.id).await;
             let (dest, t, size, c) = (path.clone(), temp.clone(), item.size, u.chunk_size);
             let opened = tokio::task::spawn_blocking(move || {
@@ -571,7 +579,6 @@ async fn local_temp(
             .flatten();
             if let Some((tmp, done)) = opened {
                 l.resumed();
-                slot.set(u.id);
                 let have: u64 = chunks(item.size, u.chunk_size)
                     .iter()
                     .enumerate()
@@ -580,10 +587,13 @@ async fn local_temp(
                     .sum();
                 tracing::info!(key = %item.dst, "resuming: {have} of {} bytes already written", item.size);
                 ctx.counters.bytes_resumed.fetch_add(have, Relaxed);
+                ctx.counters.bytes_done.fetch_add(have, Relaxed);
                 return Ok((path, Some(tmp), u.chunk_size, done));
             }
+            tracing::info!(key = %item.dst, "the temporary file a stopped copy left is gone or changed: starting again");
         }
         // the source changed, or the file is gone: start again
+        slot.take();
         l.abort(&u, &ctx.dst).await;
     }
     let tmp_path = resume::temp_name(&full);
@@ -880,33 +890,45 @@ async fn to_cloud_multipart(
 async fn adopted_upload(
     ctx: &Ctx,
     item: &Item,
-    n: usize,
+    slot: &resume::Slot,
 ) -> Option<(
     crate::state::uploads::Upload,
     Vec<crate::state::uploads::Part>,
 )> {
     let l = ctx.ledger.as_ref()?;
     let u = l.take(&item.dst)?;
+    // the copy holds the row from now: cut short anywhere below, it is let go
+    slot.set(u.id);
     let id = u.upload_id.clone();
+    let said = |what: &str, e: String| {
+        tracing::warn!(key = %item.dst, "{what} failed, the upload a stopped copy left starts again: {e}");
+    };
     let listed = match (&ctx.azure, &ctx.s3_self, id) {
-        _ if !resume::still_fits(&u, item) => None,
-        (Some(az), _, Some(_)) => az
-            .uncommitted_blocks(&item.dst)
-            .await
-            .ok()
-            .map(Listed::Blocks),
-        (None, Some(s3), Some(id)) if ctx.dst.location().scheme == Scheme::S3 => s3
-            .list_parts(&item.dst, &id)
-            .await
-            .ok()
-            .flatten()
-            .map(Listed::Numbered),
+        _ if !resume::still_fits(&u, item, ctx.opts.memory_limit) => None,
+        (Some(az), _, Some(_)) => match az.uncommitted_blocks(&item.dst).await {
+            Ok(b) => Some(Listed::Blocks(b)),
+            Err(e) => {
+                said("listing its blocks", e);
+                None
+            }
+        },
+        (None, Some(s3), Some(id)) if ctx.dst.location().scheme == Scheme::S3 => {
+            match s3.list_parts(&item.dst, &id).await {
+                Ok(p) => p.map(Listed::Numbered),
+                Err(e) => {
+                    said("listing its parts", e);
+                    None
+                }
+            }
+        }
         _ => None,
     };
     let Some(listed) = listed else {
+        slot.take();
         l.abort(&u, &ctx.dst).await;
         return None;
     };
+    let n = chunks(item.size, u.chunk_size).len();
     let parts = resume::confirmed_parts(&l.parts(u.id).await, &listed, n);
     l.resumed();
     Some((u, parts))
@@ -920,8 +942,7 @@ async fn multipart_inner(
 ) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let retry = ctx.retry(End::Dst);
-    let fresh = chunks(item.size, ctx.opts.chunk_size).len();
-    let adopted = adopted_upload(ctx, item, fresh).await;
+    let adopted = adopted_upload(ctx, item, slot).await;
     let chunk = adopted
         .as_ref()
         .map(|(u, _)| u.chunk_size)
@@ -930,8 +951,7 @@ async fn multipart_inner(
     let n = ranges.len();
     let mut done: Vec<Option<PartId>> = vec![None; n];
     let mut digests: Vec<Option<Vec<u128>>> = vec![None; n];
-    if let Some((u, parts)) = &adopted {
-        slot.set(u.id);
+    if let Some((_, parts)) = &adopted {
         let mut have = 0;
         for p in parts {
             let i = p.part as usize;

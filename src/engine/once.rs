@@ -765,8 +765,8 @@ async fn sync_held(
     };
     let reporter = progress::Reporter::start(counters.clone(), show);
     let result = act(run, &engine, &mut report, failed).await;
-    if let Some(l) = &ctx.ledger {
-        // what a stopped slate left and this run did not continue
+    if let (true, Some(l)) = (result.is_ok(), &ctx.ledger) {
+        // what a stopped slate left and this run, to its end, did not continue
         l.release_unused(&ctx.dst).await;
     }
     reporter.finish().await;

@@ -197,8 +197,8 @@ impl<'a> Uploads<'a> {
         })
     }
 
-    /// Takes over, for `owner`, the abandoned uploads of `dst` whose key starts with
-    /// `key_prefix` (every destination when `dst` is None): those whose owner ran on this
+    /// Takes over, for `owner`, the abandoned uploads of `dst` whose key is `key_prefix` or
+    /// under it as a folder (every key when it is empty; every destination when `dst` is None): those whose owner ran on this
     /// `host` and no longer runs, and this process's own that no copy of it holds now
     /// (`held` says which do: a job cancelled mid-object left its upload to its resume).
     /// Uploads of another live process, or of another host (whose process cannot be asked),
@@ -211,10 +211,12 @@ impl<'a> Uploads<'a> {
         host: &str,
         held: &dyn Fn(i64) -> bool,
     ) -> Result<Vec<Upload>> {
+        let key_prefix = key_prefix.trim_end_matches('/');
         let candidates = self.m.with(|c| {
             let mut st = c.prepare(&format!(
                 "SELECT {COLUMNS} FROM uploads
-                 WHERE (?1 IS NULL OR dst = ?1) AND substr(key, 1, length(?2)) = ?2
+                 WHERE (?1 IS NULL OR dst = ?1)
+                   AND (?2 = '' OR key = ?2 OR substr(key, 1, length(?2) + 1) = ?2 || '/')
                    AND host = ?3
                  ORDER BY id"
             ))?;
@@ -329,6 +331,7 @@ mod tests {
             upload("s3://b", "data/a", &dead),     // adopted
             upload("s3://b", "data/b", &me),       // alive: kept
             upload("s3://b", "logs/c", &dead),     // outside the prefix
+            upload("s3://b", "database/f", &dead), // "data" is not a folder of it
             upload("s3://other", "data/d", &dead), // another destination
             other_host,                            // another host: cannot be asked
             upload("s3://b", "data/e", other),     // not PID:START: not running, adopted
@@ -343,12 +346,15 @@ mod tests {
         assert_eq!(keys, vec!["data/a", "data/e"]);
         assert!(got.iter().all(|r| r.owner == "9:9"));
         let all = u.list(Some("s3://b")).unwrap();
-        assert_eq!(all.len(), 5);
+        assert_eq!(all.len(), 6);
         // every destination; "9:9" does not run either, so its two are taken again; our own
         // row is taken when no copy holds it
         let again = u.adopt(None, "", &me, "h1", &|_| true).unwrap();
         let keys: Vec<_> = again.iter().map(|r| r.key.as_str()).collect();
-        assert_eq!(keys, vec!["data/a", "logs/c", "data/d", "data/e"]);
+        assert_eq!(
+            keys,
+            vec!["data/a", "logs/c", "database/f", "data/d", "data/e"]
+        );
         let b = all.iter().find(|r| r.key == "data/b").unwrap().id;
         let mine = u.adopt(None, "", &me, "h1", &|id| id != b).unwrap();
         let keys: Vec<_> = mine.iter().map(|r| r.key.as_str()).collect();
