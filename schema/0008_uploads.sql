@@ -14,6 +14,9 @@ CREATE TABLE uploads (
     temp        TEXT,                      -- local: the temporary file being written
     src         TEXT NOT NULL,             -- the source key or path
     src_token   TEXT,                      -- the source's ETag (cloud) or size and mtime (local)
+    meta        TEXT,                      -- what the upload began with: a fingerprint of the
+                                           -- metadata, tags and placement (S3 and GCS take them
+                                           -- at the start); a resume needs the same
     size        INTEGER NOT NULL,
     chunk_size  INTEGER NOT NULL,          -- the chunk size the parts were cut with
     owner       TEXT NOT NULL,             -- PID:START of the process writing it

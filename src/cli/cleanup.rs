@@ -36,6 +36,10 @@ pub struct CleanupArgs {
     /// List what would be aborted; abort nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also abort uploads recorded by slate processes of other hosts (a container whose host
+    /// name changed at every start): only when none of them runs any more.
+    #[arg(long)]
+    pub any_host: bool,
     /// The database the copies recorded their uploads in [default: ~/.local/share/slate/slate.db]
     #[arg(long, env = "SLATE_DB")]
     pub db: Option<PathBuf>,
@@ -74,7 +78,14 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
     };
     let me = owner_tag(std::process::id()).unwrap_or_else(|| std::process::id().to_string());
     let host = host_name();
-    let in_use = |u: &Upload| u.host != host || crate::state::owner::owner_alive(&u.owner);
+    let any_host = args.any_host;
+    let in_use = |u: &Upload| {
+        if u.host != host {
+            !any_host
+        } else {
+            crate::state::owner::owner_alive(&u.owner)
+        }
+    };
     let (d, f) = (db.clone(), filter_dst.clone());
     let all = crate::state::blocking(move || Uploads::new(&d).list(f.as_deref())).await?;
     let all: Vec<Upload> = all
@@ -104,7 +115,7 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
     }
     let (d, f, p) = (db.clone(), filter_dst, prefix);
     let taken = crate::state::blocking(move || {
-        Uploads::new(&d).adopt(f.as_deref(), &p, &me, &host, &|_| true)
+        Uploads::new(&d).adopt_from(f.as_deref(), &p, &me, &host, any_host, &|_| true)
     })
     .await?;
     let mut ok = true;

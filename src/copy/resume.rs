@@ -100,6 +100,8 @@ pub struct Ledger {
     host: String,
     /// Adopted rows not yet resumed or aborted, by key.
     adopted: Mutex<HashMap<String, Upload>>,
+    /// Adopted rows of a key adopted twice (the older ones): aborted at the end of the run.
+    extra: Mutex<Vec<Upload>>,
 }
 
 /// What identifies the source's version: its ETag, or size and mtime for a local file.
@@ -176,12 +178,21 @@ impl Ledger {
                 taken.len()
             );
         }
+        // one row per key resumes (the newest); older ones of the same key only wait to go
+        let mut adopted = HashMap::new();
+        let mut extra = Vec::new();
+        for u in taken {
+            if let Some(old) = adopted.insert(u.key.clone(), u) {
+                extra.push(old);
+            }
+        }
         Ok(Ledger {
             db,
             dst: id,
             owner,
             host,
-            adopted: Mutex::new(taken.into_iter().map(|u| (u.key.clone(), u)).collect()),
+            adopted: Mutex::new(adopted),
+            extra: Mutex::new(extra),
         })
     }
 
@@ -197,6 +208,7 @@ impl Ledger {
         upload_id: Option<String>,
         temp: Option<String>,
         chunk_size: u64,
+        meta: Option<String>,
     ) -> Upload {
         Upload {
             id: 0,
@@ -206,6 +218,7 @@ impl Ledger {
             temp,
             src: item.src.clone(),
             src_token: source_token(item),
+            meta,
             size: item.size,
             chunk_size,
             owner: self.owner.clone(),
@@ -307,11 +320,14 @@ impl Ledger {
 
     /// Aborts what was adopted and not resumed: the end of a copy run.
     pub async fn release_unused(&self, dst: &Side) {
-        let rest: Vec<Upload> = self
+        let mut rest: Vec<Upload> = self
             .adopted
             .lock()
             .map(|mut a| a.drain().map(|(_, u)| u).collect())
             .unwrap_or_default();
+        if let Ok(mut e) = self.extra.lock() {
+            rest.append(&mut e);
+        }
         for u in rest {
             tracing::info!(key = %u.key, "aborting an upload a stopped slate left: its object was not copied again");
             self.abort(&u, dst).await;
@@ -324,6 +340,11 @@ impl Drop for Ledger {
         // adopted and neither resumed nor aborted (the run was cut short): free again
         if let Ok(a) = self.adopted.lock() {
             for u in a.values() {
+                unhold(u.id);
+            }
+        }
+        if let Ok(e) = self.extra.lock() {
+            for u in e.iter() {
                 unhold(u.id);
             }
         }
@@ -473,10 +494,15 @@ pub fn check_local_parts(
 
 /// The recorded parts of a cloud upload that the store confirms it holds: `listed` is what
 /// it lists (S3: part number → ETag; Azure: block ids), `numbered` says which.
-pub fn confirmed_parts(parts: &[Part], listed: &Listed, n: usize) -> Vec<Part> {
+pub fn confirmed_parts(parts: &[Part], listed: &Listed, ranges: &[Range<u64>]) -> Vec<Part> {
     parts
         .iter()
-        .filter(|p| (p.part as usize) < n)
+        .filter(|p| {
+            // a chunk that exists, with one digest per block of it
+            ranges.get(p.part as usize).is_some_and(|r| {
+                p.digests.len() as u64 == (r.end - r.start).div_ceil(super::hash::BLOCK)
+            })
+        })
         .filter(|p| match (&p.etag, listed) {
             (Some(e), Listed::Numbered(m)) => {
                 m.get(&(p.part + 1)).is_some_and(|l| bare(l) == bare(e))
@@ -526,18 +552,26 @@ mod tests {
             ]
             .into(),
         );
-        let got: Vec<u32> = confirmed_parts(&parts, &listed, 4)
+        let ranges = super::super::transfer::chunks(4 << 20, 1 << 20);
+        let got: Vec<u32> = confirmed_parts(&parts, &listed, &ranges)
             .iter()
             .map(|p| p.part)
             .collect();
         assert_eq!(got, vec![0, 1]);
         let blocks = Listed::Blocks(["\"c\"".to_string(), "z".to_string()].into());
         // part 9 is past the object's 4 chunks
-        let got: Vec<u32> = confirmed_parts(&parts, &blocks, 4)
+        let got: Vec<u32> = confirmed_parts(&parts, &blocks, &ranges)
             .iter()
             .map(|p| p.part)
             .collect();
         assert_eq!(got, vec![2]);
+        // a row whose digests do not cover its chunk is not trusted
+        let torn = Part {
+            part: 0,
+            etag: Some("\"a\"".into()),
+            digests: vec![0, 0],
+        };
+        assert!(confirmed_parts(&[torn], &listed, &ranges).is_empty());
     }
 
     const GIB: u64 = 1 << 30;
@@ -560,6 +594,7 @@ mod tests {
             temp: None,
             src: "a/b".into(),
             src_token: source_token(&item),
+            meta: None,
             size: 10 << 20,
             chunk_size: 8 << 20,
             owner: "1:1".into(),

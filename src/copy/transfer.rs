@@ -597,7 +597,13 @@ async fn local_temp(
         l.abort(&u, &ctx.dst).await;
     }
     let tmp_path = resume::temp_name(&full);
-    let new = l.new_upload(item, None, Some(tmp_path.display().to_string()), chunk);
+    let new = l.new_upload(
+        item,
+        None,
+        Some(tmp_path.display().to_string()),
+        chunk,
+        None,
+    );
     if let Some(id) = l.begin(new).await {
         slot.set(id);
     }
@@ -884,19 +890,44 @@ async fn to_cloud_multipart(
     r
 }
 
+/// What an upload carries that S3 and GCS fix when it begins: a resume needs the same.
+fn begun_with(ctx: &Ctx, meta: &Meta) -> Option<String> {
+    if ctx.azure.is_some() {
+        return None; // Azure takes them with the block list, at the end
+    }
+    Some(format!(
+        "{}|{:?}|{:?}|{}",
+        meta.fingerprint(),
+        ctx.placement.storage_class,
+        ctx.placement.acl,
+        ctx.opts.metadata
+    ))
+}
+
+/// An upload a copy cut short left, as this copy continues it.
+struct Adopted {
+    upload: crate::state::uploads::Upload,
+    /// The parts the store confirms it holds.
+    parts: Vec<crate::state::uploads::Part>,
+    meta: Meta,
+    attrs: Attributes,
+}
+
 /// The upload a copy cut short left for `item`, with the parts the store confirms it holds;
-/// None (and that upload aborted) when it cannot be continued: the source changed, the store
-/// no longer has it, or the store cannot say what it holds (GCS).
+/// None (and that upload aborted) when it cannot be continued: the source changed (its ETag,
+/// or its metadata and tags, which the upload took when it began), the store no longer has it,
+/// or the store cannot say what it holds (GCS).
 async fn adopted_upload(
     ctx: &Ctx,
     item: &Item,
     slot: &resume::Slot,
-) -> Option<(
-    crate::state::uploads::Upload,
-    Vec<crate::state::uploads::Part>,
-)> {
-    let l = ctx.ledger.as_ref()?;
-    let u = l.take(&item.dst)?;
+) -> Result<Option<Adopted>, SlateError> {
+    let Some(l) = ctx.ledger.as_ref() else {
+        return Ok(None);
+    };
+    let Some(u) = l.take(&item.dst) else {
+        return Ok(None);
+    };
     // the copy holds the row from now: cut short anywhere below, it is let go
     slot.set(u.id);
     let id = u.upload_id.clone();
@@ -923,15 +954,31 @@ async fn adopted_upload(
         }
         _ => None,
     };
-    let Some(listed) = listed else {
+    // what the source carries now, against what the upload began with
+    let now = match listed {
+        Some(listed) => {
+            let (a, count) = ctx.head_attrs(item).await?;
+            let meta = ctx.src_meta_tags(item, a.as_ref(), count).await?;
+            let attrs = ctx.dst_attributes(item, &meta)?;
+            let same = u.meta.is_none() || u.meta == begun_with(ctx, &meta);
+            same.then_some((listed, meta, attrs))
+        }
+        None => None,
+    };
+    let Some((listed, meta, attrs)) = now else {
         slot.take();
         l.abort(&u, &ctx.dst).await;
-        return None;
+        return Ok(None);
     };
-    let n = chunks(item.size, u.chunk_size).len();
-    let parts = resume::confirmed_parts(&l.parts(u.id).await, &listed, n);
+    let ranges = chunks(item.size, u.chunk_size);
+    let parts = resume::confirmed_parts(&l.parts(u.id).await, &listed, &ranges);
     l.resumed();
-    Some((u, parts))
+    Ok(Some(Adopted {
+        upload: u,
+        parts,
+        meta,
+        attrs,
+    }))
 }
 
 async fn multipart_inner(
@@ -942,18 +989,18 @@ async fn multipart_inner(
 ) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let retry = ctx.retry(End::Dst);
-    let adopted = adopted_upload(ctx, item, slot).await;
+    let adopted = adopted_upload(ctx, item, slot).await?;
     let chunk = adopted
         .as_ref()
-        .map(|(u, _)| u.chunk_size)
+        .map(|a| a.upload.chunk_size)
         .unwrap_or(ctx.opts.chunk_size);
     let ranges = chunks(item.size, chunk);
     let n = ranges.len();
     let mut done: Vec<Option<PartId>> = vec![None; n];
     let mut digests: Vec<Option<Vec<u128>>> = vec![None; n];
-    if let Some((_, parts)) = &adopted {
+    if let Some(a) = &adopted {
         let mut have = 0;
-        for p in parts {
+        for p in &a.parts {
             let i = p.part as usize;
             if let (Some(etag), Some(r)) = (&p.etag, ranges.get(i)) {
                 done[i] = Some(PartId {
@@ -991,14 +1038,9 @@ async fn multipart_inner(
         })
         .buffered(ctx.opts.streams);
     let mut first = None;
-    let (id, meta, attrs) = match &adopted {
-        Some((u, _)) => {
-            // the upload began with the properties; the block list (Azure) takes them again
-            let (a, count) = ctx.head_attrs(item).await?;
-            let meta = ctx.src_meta_tags(item, a.as_ref(), count).await?;
-            let attrs = ctx.dst_attributes(item, &meta)?;
-            (u.upload_id.clone().unwrap_or_default(), meta, attrs)
-        }
+    let (id, meta, attrs) = match adopted {
+        // the upload began with the properties; the block list (Azure) takes them again
+        Some(a) => (a.upload.upload_id.unwrap_or_default(), a.meta, a.attrs),
         None => {
             // The first chunk brings the source's properties, which S3 and GCS take when the
             // upload starts and Azure when its blocks are committed.
@@ -1039,7 +1081,7 @@ async fn multipart_inner(
                     )
                 })?;
             if let Some(l) = &ctx.ledger {
-                let new = l.new_upload(item, Some(id.clone()), None, chunk);
+                let new = l.new_upload(item, Some(id.clone()), None, chunk, begun_with(ctx, &meta));
                 if let Some(row) = l.begin(new).await {
                     slot.set(row);
                 }

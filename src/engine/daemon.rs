@@ -560,13 +560,16 @@ async fn run_pair(
         .resume
         .get_or_insert_with(|| crate::copy::resume::UploadsDb(db.clone()));
     let ctx = Arc::new(Ctx::new(&plan, copy_opts, counters)?);
-    if let Some(l) = ctx.ledger.clone() {
+    if let Some(l) = ctx.ledger.as_ref().map(Arc::downgrade) {
         // uploads a stopped daemon left are continued by the keys its inbox applies again
-        // first; what none of them took by then is aborted
+        // first; what none of them took by then is aborted (unless the pair stopped first:
+        // its ledger is gone then, and what it held is free for the pair's next start)
         let dst_side = ctx.dst.clone();
         tokio::spawn(async move {
             tokio::time::sleep(RELEASE_ADOPTED_AFTER).await;
-            l.release_unused(&dst_side).await;
+            if let Some(l) = l.upgrade() {
+                l.release_unused(&dst_side).await;
+            }
         });
     }
     let engine = Arc::new(

@@ -26,6 +26,9 @@ pub struct Upload {
     pub src: String,
     /// The source's ETag (cloud) or size and mtime (local) when the upload began.
     pub src_token: Option<String>,
+    /// What the upload began with (metadata, tags, placement), for uploads that take them at
+    /// the start; None where nothing is fixed then (local files, Azure).
+    pub meta: Option<String>,
     pub size: u64,
     pub chunk_size: u64,
     pub owner: String,
@@ -64,7 +67,7 @@ pub fn decode_digests(b: &[u8]) -> Option<Vec<u128>> {
 }
 
 const COLUMNS: &str = "id, dst, key, upload_id, temp, src, src_token, size, chunk_size, owner, \
-                       host, started_at";
+                       host, started_at, meta";
 
 fn upload_row(r: &rusqlite::Row) -> rusqlite::Result<Upload> {
     Ok(Upload {
@@ -80,6 +83,7 @@ fn upload_row(r: &rusqlite::Row) -> rusqlite::Result<Upload> {
         owner: r.get(9)?,
         host: r.get(10)?,
         started_at: r.get(11)?,
+        meta: r.get(12)?,
     })
 }
 
@@ -98,8 +102,8 @@ impl<'a> Uploads<'a> {
         self.m.with(|c| {
             c.execute(
                 "INSERT INTO uploads (dst, key, upload_id, temp, src, src_token, size, \
-                 chunk_size, owner, host, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 chunk_size, owner, host, started_at, meta)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     u.dst,
                     u.key,
@@ -111,7 +115,8 @@ impl<'a> Uploads<'a> {
                     u.chunk_size as i64,
                     u.owner,
                     u.host,
-                    u.started_at
+                    u.started_at,
+                    u.meta
                 ],
             )?;
             Ok(c.last_insert_rowid())
@@ -211,22 +216,38 @@ impl<'a> Uploads<'a> {
         host: &str,
         held: &dyn Fn(i64) -> bool,
     ) -> Result<Vec<Upload>> {
+        self.adopt_from(dst, key_prefix, owner, host, false, held)
+    }
+
+    /// [`Uploads::adopt`], and with `any_host` also the uploads of other hosts, whose
+    /// processes the caller says no longer run (`slate cleanup --any-host`).
+    pub fn adopt_from(
+        &self,
+        dst: Option<&str>,
+        key_prefix: &str,
+        owner: &str,
+        host: &str,
+        any_host: bool,
+        held: &dyn Fn(i64) -> bool,
+    ) -> Result<Vec<Upload>> {
         let key_prefix = key_prefix.trim_end_matches('/');
         let candidates = self.m.with(|c| {
             let mut st = c.prepare(&format!(
                 "SELECT {COLUMNS} FROM uploads
                  WHERE (?1 IS NULL OR dst = ?1)
                    AND (?2 = '' OR key = ?2 OR substr(key, 1, length(?2) + 1) = ?2 || '/')
-                   AND host = ?3
+                   AND (?4 OR host = ?3)
                  ORDER BY id"
             ))?;
-            let rows = st.query_map(params![dst, key_prefix, host], upload_row)?;
+            let rows = st.query_map(params![dst, key_prefix, host, any_host], upload_row)?;
             rows.collect::<rusqlite::Result<Vec<Upload>>>()
         })?;
         let mut taken = Vec::new();
         for mut u in candidates {
             let free = if u.owner == owner {
                 !held(u.id)
+            } else if u.host != host {
+                any_host
             } else {
                 !owner_alive(&u.owner)
             };
@@ -263,6 +284,7 @@ mod tests {
             temp: None,
             src: format!("src/{key}"),
             src_token: Some("\"etag\"".into()),
+            meta: None,
             size: 100 << 20,
             chunk_size: 8 << 20,
             owner: owner.into(),
@@ -359,5 +381,16 @@ mod tests {
         let mine = u.adopt(None, "", &me, "h1", &|id| id != b).unwrap();
         let keys: Vec<_> = mine.iter().map(|r| r.key.as_str()).collect();
         assert_eq!(keys, vec!["data/b"]);
+        // another host's, only when asked for
+        assert!(u
+            .adopt(None, "", "7:7", "h1", &|_| false)
+            .unwrap()
+            .iter()
+            .all(|r| r.host == "h1"));
+        let far = u
+            .adopt_from(Some("s3://b"), "data/x", "8:8", "h1", true, &|_| false)
+            .unwrap();
+        assert_eq!(far.len(), 1);
+        assert_eq!(far[0].host, "h2");
     }
 }
