@@ -417,3 +417,37 @@ fn a_cancelled_job_resumes_from_its_last_part() {
     src.place.remove(&["job.bin"]);
     dst.remove(&["job.bin"]);
 }
+
+/// An Azure destination keeps no upload id: its uncommitted blocks are what a rerun finds
+/// (Get Block List) and continues from.
+#[test]
+fn an_azure_upload_resumes_from_its_uncommitted_blocks() {
+    let runtime = rt();
+    const SIZE: usize = 96 * MIB;
+    let data = bytes(96, SIZE);
+    let src = Source::new(&runtime, End::S3("slate-src"), 24 << 20, "blob.bin", &data);
+    let dst = Place::new(End::Az("slate-dst"), "resume-az");
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let mut child = copy_cmd(&db, &src, &dst.url(), "8MiB")
+        .spawn()
+        .expect("spawn");
+    kill_at(&mut child, &db, 48, "to Azure");
+    assert!(!dst.read().contains_key("blob.bin"), "a torn blob is visible");
+    let before = src.read();
+    let out = copy_cmd(&db, &src, &dst.url(), "8MiB")
+        .output()
+        .expect("rerun");
+    assert!(out.status.success(), "the rerun failed: {}", stderr(&out));
+    let read = src.read() - before;
+    assert!(
+        read <= SIZE as u64 * 6 / 10,
+        "the rerun read {} MiB of {} MiB",
+        read >> 20,
+        SIZE >> 20
+    );
+    assert!(dst.read().get("blob.bin") == Some(&data), "the blob differs");
+    assert_eq!(uploads_recorded(&db), 0);
+    src.place.remove(&["blob.bin"]);
+    dst.remove(&["blob.bin"]);
+}
