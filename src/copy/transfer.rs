@@ -8,8 +8,9 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use object_store::multipart::{MultipartStore, PartId};
@@ -89,6 +90,10 @@ pub struct Ctx {
     pub gcs_patch: Option<Arc<GcsPatch>>,
     /// S3 sources: GetObjectTagging, for objects S3 says have tags.
     pub src_tags: Option<Arc<S3CrossBucket>>,
+    /// Objects of more than one chunk being copied now (their streams share the budget).
+    large: Arc<AtomicUsize>,
+    /// Objects being copied now.
+    active: Arc<AtomicU64>,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -107,10 +112,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Limits starting (and ending) at `transfers` for the cloud sides of `src` → `dst`.
-    pub fn new(src: &Side, dst: &Side, transfers: usize, same_bucket: bool) -> Limits {
+    /// Limits for the cloud sides of `src` → `dst`: fixed at `--transfers` when asked for,
+    /// else adaptive up to the options' ceiling.
+    pub fn new(src: &Side, dst: &Side, opts: &CopyOptions, same_bucket: bool) -> Limits {
         let limit = |side: &Side, name: &'static str| match side {
-            Side::Cloud { loc, .. } => Some(Limiter::new(transfers, loc.scheme.short(), name)),
+            Side::Cloud { loc, .. } => Some(match opts.transfers {
+                Some(n) => Limiter::new(n, loc.scheme.short(), name),
+                None => Limiter::adaptive(opts.ceiling(), loc.scheme.short(), name),
+            }),
             Side::Local { .. } => None,
         };
         let dst = limit(dst, "dst");
@@ -143,10 +152,93 @@ impl Limits {
             End::Dst => self.dst.clone(),
         }
     }
+
+    fn each(&self) -> impl Iterator<Item = &Arc<Limiter>> {
+        let dst = self
+            .dst
+            .as_ref()
+            .filter(|d| !self.src.as_ref().is_some_and(|s| Arc::ptr_eq(s, d)));
+        self.src.iter().chain(dst)
+    }
 }
 
 /// Granularity of the memory budget.
 pub const BUDGET_UNIT: u64 = 64 * 1024;
+
+const MIB: u64 = 1 << 20;
+/// The smallest multipart part the stores take (S3: 5 MiB, but for the last).
+pub const MIN_PART: u64 = 5 * MIB;
+/// The chunk size before anything is measured (and the estimate's): the finding of the
+/// original Slate post at 80 ms RTT.
+pub const DEFAULT_CHUNK: u64 = 64 * MIB;
+/// The bounds of an adaptive chunk.
+pub const MIN_CHUNK: u64 = 8 * MIB;
+pub const MAX_CHUNK: u64 = 256 * MIB;
+/// Parts of one multipart upload at most (S3's limit).
+pub const MAX_PARTS: u64 = 10_000;
+/// A chunk should take this many round trips to move, so that the request's own round trip
+/// costs at most a ninth of its time.
+const RTTS_PER_CHUNK: f64 = 8.0;
+/// Streams per object at most when they adapt.
+pub const MAX_STREAMS: usize = 16;
+
+fn round_up_mib(n: u64) -> u64 {
+    n.div_ceil(MIB).max(1) * MIB
+}
+
+/// The chunk size of an object of `size` bytes: `fixed` when asked for, else from the
+/// measured round trip and bytes a second of one stream (a chunk lasts [`RTTS_PER_CHUNK`]
+/// round trips), within [`MIN_CHUNK`]..=[`MAX_CHUNK`] and the memory budget, [`DEFAULT_CHUNK`]
+/// until both are measured. Either way a multiple of 1 MiB, at least [`MIN_PART`], and large
+/// enough that the object has at most [`MAX_PARTS`] parts.
+pub fn choose_chunk(
+    size: u64,
+    fixed: Option<u64>,
+    rtt: Option<Duration>,
+    stream_rate: Option<f64>,
+    memory_limit: u64,
+) -> u64 {
+    let chunk = match (fixed, rtt, stream_rate) {
+        (Some(c), _, _) => c,
+        (None, Some(rtt), Some(rate)) => {
+            let want = (rate * rtt.as_secs_f64() * RTTS_PER_CHUNK) as u64;
+            round_up_mib(want.clamp(MIN_CHUNK, MAX_CHUNK))
+                .min(memory_limit / MIB * MIB)
+                .max(MIN_PART)
+        }
+        (None, _, _) => DEFAULT_CHUNK.min(memory_limit / MIB * MIB).max(MIN_PART),
+    };
+    chunk.max(round_up_mib(size.div_ceil(MAX_PARTS)))
+}
+
+/// Chunks in flight for one object of `chunks` chunks while `large` objects of more than one
+/// chunk are copied: the memory budget's chunks shared among them, within 1..=[`MAX_STREAMS`]
+/// (and never more than the object has).
+pub fn choose_streams(chunks: usize, large: usize, memory_limit: u64, chunk: u64) -> usize {
+    let budget = (memory_limit / chunk.max(1)) as usize;
+    (budget / large.max(1))
+        .clamp(1, MAX_STREAMS)
+        .min(chunks.max(1))
+}
+
+/// Counts an object of more than one chunk as being copied until dropped.
+pub struct Large(Arc<AtomicUsize>);
+
+impl Drop for Large {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Counts an object as being copied until dropped, and shows the tuning when it ends.
+struct Active<'a>(&'a Ctx);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Relaxed);
+        self.0.publish();
+    }
+}
 
 impl Ctx {
     /// The shared state of one copy run over `plan`. Fails (exit 2) on a storage class or
@@ -205,7 +297,7 @@ impl Ctx {
         }
         Ok(Ctx {
             src: plan.src.clone(),
-            limits: Limits::new(&plan.src, &dst, opts.transfers, plan.server_side),
+            limits: Limits::new(&plan.src, &dst, &opts, plan.server_side),
             dst,
             dst_root: plan.dst_root.clone(),
             opts,
@@ -219,7 +311,97 @@ impl Ctx {
             s3_self,
             gcs_patch,
             src_tags,
+            large: Default::default(),
+            active: Default::default(),
         })
+    }
+
+    /// The most objects in flight: `--transfers`, or the adaptive ceiling when a side is a
+    /// cloud store (its limit moves below it), or [`super::limit::START`] between local
+    /// folders (nothing to measure there).
+    pub fn ceiling(&self) -> usize {
+        match (self.opts.transfers, self.limits.each().next()) {
+            (Some(n), _) => n,
+            (None, Some(_)) => self.opts.ceiling(),
+            (None, None) => crate::stores::limit::START,
+        }
+    }
+
+    /// The round-trip estimate of the copy: the longer of its cloud sides'.
+    pub fn rtt(&self) -> Option<Duration> {
+        self.limits.each().filter_map(|l| l.rtt()).max()
+    }
+
+    /// The chunk size of an object of `size` bytes (see [`choose_chunk`]): `--chunk-size`, or
+    /// chosen from the measured round trip and stream throughput (of the source when it is a
+    /// cloud store, else of the destination). An object of at most this size is read whole
+    /// and written with one PUT.
+    pub fn chunk_size_for(&self, size: u64) -> u64 {
+        let measured = self.limits.src.as_ref().or(self.limits.dst.as_ref());
+        let rate = measured.and_then(|l| l.stream_rate());
+        let c = choose_chunk(
+            size,
+            self.opts.chunk_size,
+            self.rtt(),
+            rate,
+            self.opts.memory_limit,
+        );
+        self.counters.tuning.chunk_size.store(c, Relaxed);
+        c
+    }
+
+    /// Chunks in flight for an object of `chunks` chunks: `--streams`, or [`choose_streams`];
+    /// hold the returned guard while the object is copied.
+    pub fn streams_for(&self, chunks: usize, chunk: u64) -> (usize, Option<Large>) {
+        let large = (chunks > 1).then(|| {
+            self.large.fetch_add(1, Relaxed);
+            Large(self.large.clone())
+        });
+        let n = match self.opts.streams {
+            Some(n) => n,
+            None => choose_streams(
+                chunks,
+                self.large.load(Relaxed),
+                self.opts.memory_limit,
+                chunk,
+            ),
+        };
+        if chunks > 1 {
+            self.counters.tuning.streams.store(n as u64, Relaxed);
+        }
+        (n, large)
+    }
+
+    /// Shows the tuning of the copy now in its counters (progress, job progress).
+    fn publish(&self) {
+        let t = &self.counters.tuning;
+        t.in_flight.store(self.active.load(Relaxed), Relaxed);
+        let limit = self.limits.each().map(|l| l.limit()).min();
+        t.limit
+            .store(limit.unwrap_or(self.ceiling()) as u64, Relaxed);
+        let rtt = self.rtt().map_or(0, |d| d.as_micros() as u64);
+        t.rtt_micros.store(rtt, Relaxed);
+    }
+
+    /// A chunk of `bytes` was read, its headers after `first_byte`, whole after `took`: the
+    /// limits count the bytes, the source's takes a round-trip and a throughput sample.
+    fn moved(&self, bytes: u64, first_byte: Option<Duration>, took: Duration) {
+        match (&self.limits.src, first_byte) {
+            (Some(src), Some(fb)) => {
+                src.rtt_sample(fb);
+                src.chunk_sample(bytes, took.saturating_sub(fb));
+            }
+            (Some(src), None) => src.add_bytes(bytes),
+            (None, _) => {}
+        }
+        if let Some(dst) = self
+            .limits
+            .dst
+            .as_ref()
+            .filter(|d| !self.limits.src.as_ref().is_some_and(|s| Arc::ptr_eq(s, d)))
+        {
+            dst.add_bytes(bytes);
+        }
     }
 
     /// What the source object carries: from a response of the store (`attrs`; the object's
@@ -382,6 +564,7 @@ async fn chunk_with_retry(
     sink: ChunkSink,
 ) -> Result<ChunkOut, ChunkError> {
     let side = &ctx.src;
+    let started = tokio::time::Instant::now();
     ctx.retry(End::Src)
         .run(item_key, retryable, |_| {
             let sink = sink.clone();
@@ -394,10 +577,11 @@ async fn chunk_with_retry(
             }
         })
         .await
-        .inspect(|_| {
+        .inspect(|out| {
             ctx.counters
                 .bytes_done
                 .fetch_add(range.end - range.start, Relaxed);
+            ctx.moved(range.end - range.start, out.first_byte, started.elapsed());
         })
 }
 
@@ -407,13 +591,24 @@ pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     // out: done, failed, or cancelled mid-copy
     let _slots = ctx.limits.acquire().await;
     let _in_flight = crate::core::metrics::InFlight::start();
+    ctx.active.fetch_add(1, Relaxed);
+    let _active = Active(ctx);
+    let out = copy_inner(ctx, item).await?;
+    // the limits measure what completes
+    for l in ctx.limits.each() {
+        l.object_done();
+    }
+    Ok(out)
+}
+
+async fn copy_inner(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     if ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT) {
         return server_side(ctx, item).await;
     }
     let out = match &ctx.dst {
         Side::Local { .. } => to_local(ctx, item).await?,
         Side::Cloud { store, parts, .. } => {
-            if item.size <= ctx.opts.chunk_size {
+            if item.size <= ctx.chunk_size_for(item.size) {
                 to_cloud_single(ctx, store, item).await?
             } else {
                 to_cloud_multipart(ctx, parts, item).await?
@@ -524,7 +719,9 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
         });
     };
     let tmp = Arc::new(tmp);
-    let parts = chunks(item.size, ctx.opts.chunk_size);
+    let chunk = ctx.chunk_size_for(item.size);
+    let parts = chunks(item.size, chunk);
+    let (streams, _large) = ctx.streams_for(parts.len(), chunk);
     let whole = parts.len() == 1;
     let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
         .map(|(i, r)| {
@@ -535,7 +732,7 @@ async fn to_local(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
                     .map(|o| (i, o))
             }
         })
-        .buffer_unordered(ctx.opts.streams)
+        .buffer_unordered(streams)
         .try_collect()
         .await
         .map_err(|e| obj_err(item, e.to_string()))?;
@@ -738,7 +935,9 @@ async fn to_cloud_multipart(
 ) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let retry = ctx.retry(End::Dst);
-    let parts = chunks(item.size, ctx.opts.chunk_size);
+    let chunk = ctx.chunk_size_for(item.size);
+    let parts = chunks(item.size, chunk);
+    let (streams, _large) = ctx.streams_for(parts.len(), chunk);
     let mut done: Vec<Option<PartId>> = vec![None; parts.len()];
     // Chunks are read `streams` at a time, in order (the content hash is made of their blocks
     // in order); each holds its share of the memory budget until its part is uploaded.
@@ -757,7 +956,7 @@ async fn to_cloud_multipart(
             .map_err(|e| obj_err(item, e.to_string()))?;
             Ok::<_, SlateError>((i, out, permit))
         })
-        .buffered(ctx.opts.streams);
+        .buffered(streams);
     // The first chunk brings the source's properties, which S3 and GCS take when the upload
     // starts and Azure when its blocks are committed.
     let mut first = match reads.next().await {
@@ -826,7 +1025,7 @@ async fn to_cloud_multipart(
             drop(permit);
             r.map(|part| (i, part))
         });
-        while uploads.len() >= ctx.opts.streams {
+        while uploads.len() >= streams {
             if let Some(r) = uploads.next().await {
                 let (i, part) = r.map_err(part_err)?;
                 done[i] = Some(part);
@@ -893,7 +1092,9 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
     if size == 0 {
         return Ok(ContentHash::from_blocks(&[], 0));
     }
-    let parts = chunks(size, ctx.opts.chunk_size);
+    let chunk = ctx.chunk_size_for(size);
+    let parts = chunks(size, chunk);
+    let (streams, _large) = ctx.streams_for(parts.len(), chunk);
     let whole = parts.len() == 1;
     let key_ref = key.as_str();
     let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
@@ -914,7 +1115,7 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
                 .await
                 .map(|o| (i, o))
         })
-        .buffer_unordered(ctx.opts.streams)
+        .buffer_unordered(streams)
         .try_collect()
         .await
         .map_err(|e| SlateError::Object {
@@ -953,6 +1154,70 @@ async fn verify(ctx: &Ctx, item: &Item, hash: Option<ContentHash>) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chunk_follows_the_round_trip_and_throughput() {
+        const GIB: u64 = 1 << 30;
+        let ms = Duration::from_millis;
+        // (size, fixed, rtt, bytes a second of a stream, memory limit, chunk)
+        type Case = (u64, Option<u64>, Option<Duration>, Option<f64>, u64, u64);
+        let table: &[Case] = &[
+            // nothing measured yet: 64 MiB
+            (GIB, None, None, None, GIB, 64 * MIB),
+            (GIB, None, Some(ms(80)), None, GIB, 64 * MIB),
+            // 80 ms at 100 MB/s a stream: 8 round trips' worth, 64e6 bytes → 62 MiB
+            (GIB, None, Some(ms(80)), Some(100e6), GIB, 62 * MIB),
+            // loopback: small chunks, down to 8 MiB
+            (
+                GIB,
+                None,
+                Some(Duration::from_micros(500)),
+                Some(1e9),
+                GIB,
+                8 * MIB,
+            ),
+            // far and fast: up to 256 MiB
+            (GIB, None, Some(ms(200)), Some(1e9), GIB, 256 * MIB),
+            // within the memory budget
+            (GIB, None, Some(ms(80)), Some(100e6), 32 * MIB, 32 * MIB),
+            (GIB, None, None, None, 6 * MIB, 6 * MIB),
+            // asked for: fixed
+            (GIB, Some(16 * MIB), Some(ms(200)), Some(1e9), GIB, 16 * MIB),
+            // at most 10,000 parts: 100 GiB in 5 MiB parts would be 20,480
+            (100 * GIB, Some(5 * MIB), None, None, GIB, 11 * MIB),
+            (5 << 40, None, Some(ms(1)), Some(1e9), GIB, 525 * MIB),
+        ];
+        for &(size, fixed, rtt, rate, memory, want) in table {
+            let got = choose_chunk(size, fixed, rtt, rate, memory);
+            assert_eq!(
+                got / MIB,
+                want / MIB,
+                "size {size}, fixed {fixed:?}, rtt {rtt:?}, rate {rate:?}, memory {memory}"
+            );
+            assert_eq!(got % MIB, 0);
+            assert!(size.div_ceil(got) <= MAX_PARTS);
+        }
+    }
+
+    #[test]
+    fn streams_share_the_memory_budget_among_the_large_objects() {
+        // (chunks of the object, large objects in flight, memory limit, chunk, streams)
+        let table: &[(usize, usize, u64, u64, usize)] = &[
+            (100, 1, 1 << 30, 64 * MIB, 16),
+            (100, 4, 1 << 30, 64 * MIB, 4),
+            (100, 32, 1 << 30, 64 * MIB, 1),
+            (3, 1, 1 << 30, 64 * MIB, 3),
+            (100, 1, 1 << 30, 8 * MIB, MAX_STREAMS),
+            (100, 0, 64 * MIB, 64 * MIB, 1),
+        ];
+        for &(chunks, large, memory, chunk, want) in table {
+            assert_eq!(
+                choose_streams(chunks, large, memory, chunk),
+                want,
+                "{chunks} chunks, {large} large, memory {memory}, chunk {chunk}"
+            );
+        }
+    }
 
     #[test]
     fn chunks_cover_the_object_exactly() {

@@ -896,7 +896,7 @@ async fn act(
     }
 
     // 2. copies, `transfers` at once; results recorded in batches as they complete
-    let transfers = engine.ctx.opts.transfers;
+    let transfers = engine.ctx.ceiling();
     for action in [Action::CopyMissing, Action::CopyChanged] {
         let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
         while let Some(rows) = pages.next().await? {

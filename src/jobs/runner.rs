@@ -34,6 +34,22 @@ impl Live {
     }
 }
 
+/// How the job's copy is tuned now; None before its first object started.
+fn tuning(c: &Counters) -> Option<crate::state::jobs::Tuning> {
+    let t = &c.tuning;
+    let limit = t.limit.load(Relaxed);
+    (limit > 0).then(|| crate::state::jobs::Tuning {
+        in_flight: t.in_flight.load(Relaxed),
+        limit,
+        streams: t.streams.load(Relaxed),
+        chunk_size: t.chunk_size.load(Relaxed),
+        rtt_ms: match t.rtt_micros.load(Relaxed) {
+            0 => None,
+            us => Some(us as f64 / 1000.0),
+        },
+    })
+}
+
 /// The copier's counters as a job's progress.
 fn snapshot(c: &Counters, rate: f64, version: u64) -> Progress {
     let done = c.objects_done.load(Relaxed);
@@ -47,6 +63,7 @@ fn snapshot(c: &Counters, rate: f64, version: u64) -> Progress {
         bytes_total: c.bytes_listed.load(Relaxed).max(bytes),
         total_known: c.listing_done.load(Relaxed),
         rate,
+        tuning: tuning(c),
         version,
     }
 }
