@@ -124,9 +124,10 @@ pub struct Window {
 /// with the window before it (a gradient: what the last change of the limit brought).
 ///
 /// - **Slow start**: the limit doubles every window while each doubling brings at least half
-///   of its share in objects or bytes a second (2× the limit, ≥ 1.5× the throughput). When a
-///   raise stops paying, slow start ends: back to the limit before when the latency rose by a
-///   quarter or more (the raise only queued), else the limit stays.
+///   of its share in objects or bytes a second (2× the limit, ≥ 1.5× the throughput). A raise
+///   that did not pay and made the latency rise by a quarter or more only queued: back to the
+///   limit before, and slow start ends. One that did not pay without a queue is measured again
+///   (held a window, then doubled); the second such miss ends slow start there.
 /// - **Then** a probe every other window: +max(1, limit/16). A probe that paid (half of its
 ///   share) is followed by another; one that did not, and made the latency rise by half its
 ///   share or more, is taken back; a lowered limit is left to settle for a window.
@@ -140,6 +141,8 @@ pub struct Window {
 pub struct Gradient {
     max: usize,
     slow_start: bool,
+    /// Raises in slow start that brought nothing (and no queue).
+    misses: u32,
     prev: Option<Window>,
     /// The lowest mean latency seen (drifting up slowly so that a slower path is learnt).
     base: Option<f64>,
@@ -153,6 +156,7 @@ impl Gradient {
         Gradient {
             max: max.max(1),
             slow_start: true,
+            misses: 0,
             prev: None,
             base: None,
         }
@@ -194,15 +198,24 @@ impl Gradient {
                 // a raise pays when the throughput grew by half of it or more
                 let pays = gain >= 1.0 + (raised - 1.0) / 2.0;
                 if self.slow_start {
-                    if (raised > 1.0 && pays) || (raised <= 1.0 && !congested) {
+                    if raised > 1.0 && pays {
+                        self.misses = 0;
+                        w.limit * 2
+                    } else if raised > 1.0 && slower > 1.25 {
+                        // the raise only queued: back, and slow start is over
+                        self.slow_start = false;
+                        p.limit
+                    } else if raised > 1.0 {
+                        // no gain, and no queue either: one window's measure is noisy, so
+                        // hold and measure again; the second miss ends slow start
+                        self.misses += 1;
+                        self.slow_start = self.misses < 2;
+                        w.limit
+                    } else if !congested {
                         w.limit * 2
                     } else {
                         self.slow_start = false;
-                        if raised > 1.0 && slower > 1.25 {
-                            p.limit
-                        } else {
-                            w.limit
-                        }
+                        w.limit
                     }
                 } else if raised > 1.0 {
                     // the last window probed upwards
@@ -511,8 +524,15 @@ impl Limiter {
         self.pacing.lock().succeeded(key);
         self.succeeded();
         let mut st = self.lock();
-        st.meter.latency += latency.as_secs_f64();
-        st.meter.requests += 1;
+        // a round-trip sample too: the lowest of the window wins, and small requests (HEAD,
+        // small PUTs, multipart steps, first bytes) come near the RTT
+        st.rtt.sample(latency.as_secs_f64());
+        let rtt = st.rtt.get().unwrap_or(0.0);
+        self.gauge.rtt_micros.store((rtt * 1e6) as u64, Relaxed);
+        if Instant::now() >= st.meter.start {
+            st.meter.latency += latency.as_secs_f64();
+            st.meter.requests += 1;
+        }
         self.tick(st);
     }
 
@@ -541,14 +561,18 @@ impl Limiter {
     /// Bytes moved (a chunk read or written).
     pub fn add_bytes(&self, bytes: u64) {
         let mut st = self.lock();
-        st.meter.bytes += bytes;
+        if Instant::now() >= st.meter.start {
+            st.meter.bytes += bytes;
+        }
         self.tick(st);
     }
 
     /// An object was copied.
     pub fn object_done(&self) {
         let mut st = self.lock();
-        st.meter.objects += 1;
+        if Instant::now() >= st.meter.start {
+            st.meter.objects += 1;
+        }
         self.tick(st);
     }
 
@@ -593,6 +617,9 @@ impl Limiter {
             return;
         };
         st.aimd.set(next);
+        // the next window starts a round trip later: the copies started for the new limit
+        // complete only then, and a window that began at once would credit it with less
+        st.meter = Meter::new(now + Duration::from_secs_f64(rtt));
         let (next, in_flight) = (st.aimd.limit(), st.in_flight);
         let how = if next > limit { "raised" } else { "lowered" };
         self.changed(next, in_flight, how);
@@ -744,28 +771,20 @@ mod tests {
                 ],
                 &[32, 64, 128, 64, 64, 68, 64],
             ),
-            // a raise that brings less than half its share ends slow start without going back
-            // when the latency did not rise (the bound is elsewhere: the source, the link);
-            // then a probe
+            // a raise that brings less than half its share, without a queue, is measured
+            // again (held, then doubled); the second miss ends slow start where it is; then
+            // probes, and a probe that pays is followed by another
             (
                 1024,
                 &[
                     (320.0, 0.05, true),
                     (400.0, 0.05, true),
                     (400.0, 0.05, true),
-                ],
-                &[32, 32, 34],
-            ),
-            // a probe that pays is followed by another
-            (
-                1024,
-                &[
-                    (320.0, 0.05, true),
                     (400.0, 0.05, true),
                     (400.0, 0.05, true),
                     (425.0, 0.05, true),
                 ],
-                &[32, 32, 34, 36],
+                &[32, 32, 64, 64, 68, 72],
             ),
             // windows that did not use the limit change nothing
             (
@@ -775,17 +794,19 @@ mod tests {
             ),
             // never above max
             (20, &[(320.0, 0.05, true), (640.0, 0.05, true)], &[20, 20]),
-            // latency rising far above the lowest, throughput flat → ×0.9, a window to settle
+            // latency rising far above the lowest (slow start ends), throughput flat → ×0.9,
+            // a window to settle, ×0.9
             (
                 1024,
                 &[
                     (320.0, 0.05, true),
                     (330.0, 0.05, true),
                     (330.0, 0.2, true),
-                    (330.0, 0.2, true),
                     (330.0, 0.25, true),
+                    (330.0, 0.25, true),
+                    (330.0, 0.3, true),
                 ],
-                &[32, 32, 28, 28, 25],
+                &[32, 32, 32, 28, 28, 25],
             ),
         ];
         for (max, windows, want) in table {
