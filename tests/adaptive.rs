@@ -5,8 +5,8 @@
 //!   than the same copy with `--transfers 16` (the old default, fixed): at 40 ms a round trip, 16 in flight can do
 //!   at most ~400 objects a second whatever the store, and the adaptive limit grows past that;
 //! - a store that throttles one prefix (`a/`: 503 SlowDown for every request, for 4 s) slows
-//!   down that prefix only: the other prefix (`b/`) is copied in full while `a/` is still
-//!   throttled, and the side's transfer limit is never lowered.
+//!   down that prefix only: the other prefixes (`a/0/` … `a/4/`) are copied in full while
+//!   `a/` is still throttled, and the side's transfer limit is never lowered.
 
 mod common;
 
@@ -175,13 +175,19 @@ fn a_throttled_prefix_does_not_slow_down_another() {
     let (_lab, url) = lab_for(&runtime, &s3_endpoint());
     let src = Place::new(End::Local, "prefix-src");
     let dst = Place::new(End::S3("slate-dst"), "prefix-dst");
-    let mut data: BTreeMap<String, Vec<u8>> = (0..4)
-        .map(|i| (format!("a/hot-{i}.bin"), bytes(i, 300)))
+    // the hot prefix a/ holds a/1.bin … a/4.bin; the cool objects are in a/0/ … a/4/ (their
+    // own prefixes), and the listing's order puts them between the hot ones (`.` < `/`), so
+    // that hot and cool copies run at the same time: a/0/…, a/1.bin, a/1/…, a/2.bin, …
+    let mut data: BTreeMap<String, Vec<u8>> = (1..=4)
+        .map(|i| (format!("a/{i}.bin"), bytes(i, 300)))
         .collect();
-    data.extend((0..300).map(|i| (format!("b/cool-{i:03}.bin"), bytes(100 + i, 300))));
+    data.extend((0..300).map(|i| (format!("a/{}/cool-{i:03}.bin", i / 60), bytes(10 + i, 300))));
     src.seed(&data);
+    let hot = |l: &str| l.contains("/a/") && l.contains(".bin") && !l.contains("cool-");
+    let cool = |l: &str| l.contains("/cool-");
     let mut c = slate();
-    // every request for a key under the destination's a/ answers 503 SlowDown for 4 s
+    // every request for a key directly under the destination's a/ answers 503 SlowDown for
+    // 4 s; the keys of a/0/ … a/4/ never
     c.env("AWS_ENDPOINT_URL", &url)
         .env(
             "SLATE_FAULTS",
@@ -204,31 +210,39 @@ fn a_throttled_prefix_does_not_slow_down_another() {
     let lines: Vec<&str> = log.lines().collect();
     let last = |what: &dyn Fn(&str) -> bool| lines.iter().rposition(|l| what(l));
     let last_fault = last(&|l| l.contains("injected fault")).expect("faults were injected");
-    let last_b = last(&|l| l.contains("copied") && l.contains("/b/cool-")).expect("b/ copied");
-    let b_copied = lines
+    let last_cool = last(&|l| l.contains("copied") && cool(l)).expect("cool objects copied");
+    let cool_copied = lines
         .iter()
-        .filter(|l| l.contains("copied") && l.contains("/b/cool-"))
+        .filter(|l| l.contains("copied") && cool(l))
         .count();
-    let a_faults = lines
+    let hot_faults = lines
         .iter()
-        .filter(|l| l.contains("injected fault") && l.contains("/a/hot-"))
+        .filter(|l| l.contains("injected fault") && hot(l))
+        .count();
+    let faults = lines
+        .iter()
+        .filter(|l| l.contains("injected fault"))
         .count();
     eprintln!(
-        "took {took:?}; {a_faults} faults on a/; the last b/ object was line {last_b}, the last \
-         fault line {last_fault}"
+        "took {took:?}; {hot_faults} faults on a/; the last cool object was line {last_cool}, \
+         the last fault line {last_fault}"
     );
-    assert_eq!(b_copied, 300, "every b/ object said copied");
-    assert!(a_faults >= 4, "a/ was throttled: {a_faults} faults");
-    // b/ was done while a/ was still being throttled
+    assert_eq!(cool_copied, 300, "every cool object said copied");
+    assert!(hot_faults >= 4, "a/ was throttled: {hot_faults} faults");
+    assert_eq!(hot_faults, faults, "only a/ was faulted");
+    // the cool prefixes were done while a/ was still being throttled
     assert!(
-        last_b < last_fault,
-        "the last b/ object (line {last_b}) came after the last throttle of a/ (line \
+        last_cool < last_fault,
+        "the last cool object (line {last_cool}) came after the last throttle of a/ (line \
          {last_fault}):\n{}",
         log_tail(&log)
     );
     // the prefix was backed off, the side's limit never cut
+    let backed_off = format!("prefix={}/a/ ", dst.prefix);
     assert!(
-        log.contains("prefix backed off") && log.contains("/a/"),
+        lines
+            .iter()
+            .any(|l| l.contains("prefix backed off") && l.contains(&backed_off)),
         "{}",
         log_tail(&log)
     );

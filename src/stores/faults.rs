@@ -90,7 +90,7 @@ impl FaultKind {
 /// What `SLATE_FAULTS` asks for: `rate=0.2,seed=7,kinds=503,500,429,reset,timeout,truncate`
 /// (kinds may also be joined with `+`), `until_ms=3000` (faults only in the first 3 s of each
 /// store's life), `max=100` (at most 100 faults per store), `prefix=a/` (only requests for keys
-/// under `a/`: one hot prefix of a store).
+/// directly in `a/`, not in `a/b/`: one hot prefix of a store, as `stores::pace` names them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultConfig {
     /// Share of the requests that fail, 0..=1.
@@ -101,7 +101,7 @@ pub struct FaultConfig {
     pub until: Option<Duration>,
     /// At most this many faults per store; None: no bound.
     pub max: Option<u64>,
-    /// Only requests for keys that start with this; None: all.
+    /// Only requests for keys directly in this prefix (`stores::pace::prefix_of`); None: all.
     pub prefix: Option<String>,
 }
 
@@ -297,7 +297,7 @@ impl Dice {
                 .cfg
                 .prefix
                 .as_ref()
-                .is_some_and(|p| !path.starts_with(p.as_str()))
+                .is_some_and(|p| super::pace::prefix_of(path) != p.as_str())
         {
             return None;
         }
@@ -777,6 +777,11 @@ mod tests {
         assert_eq!(d.roll(Op::Put, "PUT", "a/1"), Some(FaultKind::SlowDown));
         assert_eq!(d.roll(Op::Put, "PUT", "b/1"), None);
         assert_eq!(d.roll(Op::Put, "PUT", "ab/1"), None);
+        assert_eq!(
+            d.roll(Op::Put, "PUT", "a/b/1"),
+            None,
+            "a deeper prefix is another"
+        );
     }
 
     #[test]

@@ -9,14 +9,17 @@
 //!   bytes, and the folder is the unit users spread load over, so it is the one we can name.
 //! - A prefix gets a lane when it is first throttled: a pace starting at the store's
 //!   published rate (S3's 3,500 writes or 5,500 reads a second; the same for the other
-//!   stores), halved on each throttle of that prefix (once per round of requests: a request
-//!   that started before the last cut does not cut again), raised by one request a second per
-//!   success. Requests to a paced prefix wait for their slot; other prefixes never wait.
+//!   stores), halved on each throttle of that prefix (once per round of requests: not for a
+//!   request that started before the last cut, nor within [`CUT_GAP`] of it), raised by one
+//!   request a second per success. Requests to a paced prefix wait for their slot; other
+//!   prefixes never wait.
 //! - A lane that is back at the full rate, or idle for a minute, is dropped; at most
 //!   [`MAX_LANES`] lanes are kept (the least recently used goes first).
 //! - The whole store is throttling, and the side's concurrency limit is cut as before, when the
-//!   throttled key has no prefix, or when [`MANY`] prefixes or more were throttled within
-//!   [`RECENT`].
+//!   throttled key has no prefix, when [`MANY`] prefixes or more were throttled within
+//!   [`RECENT`], or when no request to another prefix was sent within [`RECENT`] (all the
+//!   side's traffic is this prefix, as in a copy into one folder: pacing it is pacing the
+//!   store, and the copies waiting for it would hold their slots).
 //!
 //! [`Lanes`] is the arithmetic without a clock or locks (times are passed in), for tests.
 
@@ -37,6 +40,8 @@ pub const MANY: usize = 4;
 pub const RECENT: Duration = Duration::from_secs(5);
 /// The slowest pace of a lane, requests a second.
 const FLOOR: f64 = 1.0;
+/// A lane is cut at most once in this long: throttles that arrive together are one signal.
+pub const CUT_GAP: Duration = Duration::from_millis(200);
 
 /// The prefix of `key`: up to and including its last `/`, or empty.
 pub fn prefix_of(key: &str) -> &str {
@@ -75,6 +80,9 @@ pub struct Lanes {
     lanes: HashMap<String, Lane>,
     /// (prefix, when) of recent throttles, for telling one hot prefix from the whole store.
     recent: Vec<(String, Instant)>,
+    /// The last two distinct prefixes requests were sent to, and when: whether the side sends
+    /// to other prefixes than a throttled one.
+    active: [Option<(String, Instant)>; 2],
     /// Distinct prefixes throttled within [`RECENT`] that mean the whole store ([`MANY`]).
     many: usize,
     /// Throttles that slowed a prefix, ever (for `/metrics`).
@@ -88,6 +96,7 @@ impl Lanes {
             start: rate.max(FLOOR),
             lanes: HashMap::new(),
             recent: Vec::new(),
+            active: [None, None],
             many: MANY,
             backoffs: 0,
         }
@@ -108,7 +117,15 @@ impl Lanes {
 
     /// A request to `key` at `now`: when it may be sent (None: at once).
     pub fn slot(&mut self, key: &str, now: Instant) -> Option<Instant> {
-        let lane = self.lanes.get_mut(prefix_of(key))?;
+        let prefix = prefix_of(key);
+        match &mut self.active {
+            [Some((p, t)), _] if p == prefix => *t = now,
+            [first, second] => {
+                *second = first.take();
+                *first = Some((prefix.to_string(), now));
+            }
+        }
+        let lane = self.lanes.get_mut(prefix)?;
         lane.used = now;
         let at = lane.next.max(now);
         lane.next = at + Duration::from_secs_f64(1.0 / lane.rate);
@@ -123,7 +140,12 @@ impl Lanes {
         if !self.recent.iter().any(|(p, _)| p == prefix) {
             self.recent.push((prefix.to_string(), now));
         }
-        if prefix.is_empty() || self.recent.len() >= self.many {
+        let others = self
+            .active
+            .iter()
+            .flatten()
+            .any(|(p, t)| p != prefix && now.saturating_duration_since(*t) < RECENT);
+        if prefix.is_empty() || self.recent.len() >= self.many || !others {
             return Verdict::Store;
         }
         if !self.lanes.contains_key(prefix) {
@@ -143,7 +165,7 @@ impl Lanes {
             return Verdict::Counted;
         };
         lane.used = now;
-        if started < lane.cut {
+        if started < lane.cut || (lane.rate < self.start && now < lane.cut + CUT_GAP) {
             return Verdict::Counted;
         }
         lane.rate = (lane.rate / 2.0).max(FLOOR);
@@ -235,16 +257,20 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut l = Lanes::new(3500.0);
+        // another prefix is busy too: a/ alone is hot
+        l.slot("b/0", at(0));
         // (key, started ms, throttled at ms; None: a success) → the rate of a/ after it
         let steps: &[(&str, u64, Option<u64>, Option<f64>)] = &[
             ("a/1", 0, Some(10), Some(1750.0)),
             // same round (started before the cut at 10): counted, not cut again
             ("a/2", 5, Some(12), Some(1750.0)),
+            // started after it, but within CUT_GAP of it: the same signal
+            ("a/3", 20, Some(30), Some(1750.0)),
             // a later round cuts again
-            ("a/3", 20, Some(30), Some(875.0)),
+            ("a/4", 220, Some(230), Some(875.0)),
             // successes of a/ recover one a second; b/ successes change nothing
-            ("a/4", 40, None, Some(876.0)),
-            ("b/1", 40, None, Some(876.0)),
+            ("a/5", 240, None, Some(876.0)),
+            ("b/1", 240, None, Some(876.0)),
         ];
         for (key, started, throttled, want) in steps {
             match throttled {
@@ -258,11 +284,11 @@ mod tests {
         }
         assert_eq!(l.backoffs, 2);
         // slots: b/ goes at once; a/ at 876/s gets spaced slots
-        assert_eq!(l.slot("b/x", at(100)), None);
-        let first = l.slot("a/x", at(100));
-        let second = l.slot("a/y", at(100)).expect("a/ waits");
+        assert_eq!(l.slot("b/x", at(300)), None);
+        let first = l.slot("a/x", at(300));
+        let second = l.slot("a/y", at(300)).expect("a/ waits");
         assert!(first.is_none(), "the first slot is free");
-        let gap = second - at(100);
+        let gap = second - at(300);
         assert!(
             (gap.as_secs_f64() - 1.0 / 876.0).abs() < 1e-6,
             "spaced by 1/rate: {gap:?}"
@@ -274,18 +300,26 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut l = Lanes::new(100.0);
-        // (key, throttled at ms, store-wide?)
-        let table: &[(&str, u64, bool)] = &[
-            ("root.txt", 0, true),
-            ("a/1", 10, false), // 2 distinct prefixes within 5 s
-            ("b/1", 20, false),
-            ("c/1", 30, true), // 4 distinct within 5 s
-            // 6 s later the old ones are forgotten: one prefix again
-            ("d/1", 6_100, false),
-            ("d/2", 6_200, false),
-            ("e/1", 6_300, false),
+        // (key, at ms, throttled (else: a request sent), store-wide?)
+        let table: &[(&str, u64, bool, bool)] = &[
+            // nothing else was sent: all the traffic is a/'s
+            ("a/1", 0, true, true),
+            ("z/1", 1, false, false),
+            ("root.txt", 2, true, true),
+            ("a/1", 10, true, false), // 2 distinct prefixes within 5 s, z/ busy
+            ("b/1", 20, true, false),
+            ("c/1", 30, true, true), // 4 distinct within 5 s
+            // 6 s later the old ones are forgotten: one prefix again, but z/ is quiet
+            ("d/1", 6_100, true, true),
+            ("z/2", 6_150, false, false),
+            ("d/2", 6_200, true, false),
+            ("e/1", 6_300, true, false),
         ];
-        for (key, t, store) in table {
+        for (key, t, throttled, store) in table {
+            if !throttled {
+                l.slot(key, at(*t));
+                continue;
+            }
             let v = l.throttled(key, at(*t), at(*t));
             assert_eq!(v == Verdict::Store, *store, "{key} at {t}: {v:?}");
         }
@@ -295,6 +329,7 @@ mod tests {
     fn lanes_are_dropped_when_recovered_or_idle_and_bounded() {
         let t0 = Instant::now();
         let mut l = Lanes::new(4.0);
+        l.slot("busy/0", t0);
         l.throttled("a/1", t0, t0);
         assert_eq!(l.rate("a/"), Some(2.0));
         l.succeeded("a/2");
@@ -305,11 +340,13 @@ mod tests {
         // an idle lane goes when a new one is made a minute later
         l.throttled("x/1", t0, t0);
         let later = t0 + IDLE + Duration::from_secs(1);
+        l.slot("busy/1", later);
         l.throttled("y/1", later, later);
         assert_eq!((l.rate("x/"), l.rate("y/")), (None, Some(2.0)));
         // never more than MAX_LANES, however many prefixes are hot at once
         let mut l = Lanes::new(4.0);
         l.many = usize::MAX;
+        l.slot("busy/2", t0);
         for i in 0..MAX_LANES + 10 {
             let t = t0 + Duration::from_millis(i as u64);
             l.throttled(&format!("p{i}/k"), t, t);
