@@ -409,3 +409,38 @@ async fn run_diff(
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_progress_carries_the_tuning_once_the_copy_started() {
+        let c = Counters::default();
+        assert_eq!(
+            snapshot(&c, 0.0, 1).tuning,
+            None,
+            "nothing before the first object"
+        );
+        c.tuning.limit.store(64, Relaxed);
+        c.tuning.in_flight.store(37, Relaxed);
+        c.tuning.chunk_size.store(8 << 20, Relaxed);
+        let t = snapshot(&c, 0.0, 2).tuning.expect("tuning");
+        assert_eq!(
+            (t.in_flight, t.limit, t.streams, t.chunk_size, t.rtt_ms),
+            (37, 64, 0, 8 << 20, None)
+        );
+        c.tuning.rtt_micros.store(41_500, Relaxed);
+        assert_eq!(
+            snapshot(&c, 0.0, 3).tuning.and_then(|t| t.rtt_ms),
+            Some(41.5)
+        );
+        // and the job's JSON shows it
+        let mut j = serde_json::json!({});
+        if let Some(t) = snapshot(&c, 0.0, 4).tuning {
+            j = serde_json::to_value(t).expect("json");
+        }
+        assert_eq!(j["limit"], 64);
+        assert_eq!(j["rtt_ms"], 41.5);
+    }
+}
