@@ -188,8 +188,9 @@ fn round_up_mib(n: u64) -> u64 {
 
 /// The chunk size of an object of `size` bytes: `fixed` when asked for, else from the
 /// measured round trip and bytes a second of one stream (a chunk lasts [`RTTS_PER_CHUNK`]
-/// round trips), within [`MIN_CHUNK`]..=[`MAX_CHUNK`] and the memory budget, [`DEFAULT_CHUNK`]
-/// until both are measured. Either way a multiple of 1 MiB, at least [`MIN_PART`], and large
+/// round trips, and has at least a MiB per millisecond of round trip up to 64 MiB), within
+/// [`MIN_CHUNK`]..=[`MAX_CHUNK`] and the memory budget, [`DEFAULT_CHUNK`] until both are
+/// measured. Either way a multiple of 1 MiB, at least [`MIN_PART`], and large
 /// enough that the object has at most [`MAX_PARTS`] parts.
 pub fn choose_chunk(
     size: u64,
@@ -201,7 +202,12 @@ pub fn choose_chunk(
     let chunk = match (fixed, rtt, stream_rate) {
         (Some(c), _, _) => c,
         (None, Some(rtt), Some(rate)) => {
-            let want = (rate * rtt.as_secs_f64() * RTTS_PER_CHUNK) as u64;
+            // and a MiB per millisecond of round trip, up to 64 MiB: on a far link a chunk's
+            // request also pays TCP's restart after idle, which the measured rate of a warm
+            // stream does not show (the original post: at 80 ms, 64 MiB beat 8 MiB)
+            let far = (rtt.as_secs_f64() * 1000.0) as u64 * MIB;
+            let want =
+                ((rate * rtt.as_secs_f64() * RTTS_PER_CHUNK) as u64).max(far.min(DEFAULT_CHUNK));
             round_up_mib(want.clamp(MIN_CHUNK, MAX_CHUNK))
                 .min(memory_limit / MIB * MIB)
                 .max(MIN_PART)
@@ -1165,8 +1171,15 @@ mod tests {
             // nothing measured yet: 64 MiB
             (GIB, None, None, None, GIB, 64 * MIB),
             (GIB, None, Some(ms(80)), None, GIB, 64 * MIB),
-            // 80 ms at 100 MB/s a stream: 8 round trips' worth, 64e6 bytes → 62 MiB
-            (GIB, None, Some(ms(80)), Some(100e6), GIB, 62 * MIB),
+            // 80 ms at 100 MB/s a stream: 8 round trips' worth, 64e6 bytes = 62 MiB, but at
+            // least 1 MiB per ms of RTT up to 64 MiB
+            (GIB, None, Some(ms(80)), Some(100e6), GIB, 64 * MIB),
+            // 80 ms at 20 MB/s: 13 MiB of throughput's worth, 64 MiB for the far link
+            (GIB, None, Some(ms(80)), Some(20e6), GIB, 64 * MIB),
+            // 20 ms at 20 MB/s: 20 MiB
+            (GIB, None, Some(ms(20)), Some(20e6), GIB, 20 * MIB),
+            // 10 ms at 1 GB/s: 80e6 bytes → 77 MiB
+            (GIB, None, Some(ms(10)), Some(1e9), GIB, 77 * MIB),
             // loopback: small chunks, down to 8 MiB
             (
                 GIB,
