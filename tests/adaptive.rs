@@ -6,7 +6,9 @@
 //!   at most ~400 objects a second whatever the store, and the adaptive limit grows past that;
 //! - a store that throttles one prefix (`a/`: 503 SlowDown for every request, for 4 s) slows
 //!   down that prefix only: the other prefixes (`a/0/` … `a/4/`) are copied in full while
-//!   `a/` is still throttled, and the side's transfer limit is never lowered.
+//!   `a/` is still throttled, and the side's transfer limit is never lowered;
+//! - with no --chunk-size the chunk follows the measured round trip: 8 MiB on loopback, 40 MiB
+//!   or more at 40 ms.
 
 mod common;
 
@@ -255,5 +257,63 @@ fn a_throttled_prefix_does_not_slow_down_another() {
         cuts.is_empty(),
         "one hot prefix lowered the whole copy's limit:\n{}",
         cuts.join("\n")
+    );
+}
+
+/// The chunk size of the last line of plain progress (`…, chunks 64.00 MiB, …`), in MiB.
+fn last_chunk_mib(log: &str) -> Option<f64> {
+    let l = log.lines().rfind(|l| l.starts_with("progress:"))?;
+    let i = l.find(", chunks ")?;
+    let mut words = l[i + 9..].split(' ');
+    let n: f64 = words.next()?.parse().ok()?;
+    match words.next()?.trim_end_matches(',') {
+        "MiB" => Some(n),
+        "GiB" => Some(n * 1024.0),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_chunk_size_follows_the_round_trip() {
+    let _one = serial();
+    let runtime = rt();
+    let (_lab, url) = lab_for(&runtime, &s3s_endpoint());
+    let src = Place::new(End::S3("slate-src"), "chunk-src");
+    let data: BTreeMap<String, Vec<u8>> = (0..4)
+        .map(|i| (format!("big-{i}.bin"), bytes(i, 20 << 20)))
+        .collect();
+    runtime.block_on(seed(&s3s("slate-src"), &src.prefix, &data));
+    let copy = |endpoint: &str| {
+        let dst = Place::new(End::Local, "chunk-dst");
+        let mut c = slate();
+        c.env("AWS_ENDPOINT_URL", endpoint).args([
+            "copy",
+            &src.url(),
+            &dst.url(),
+            "--progress-lines",
+            "1",
+            "--transfers",
+            "1",
+        ]);
+        let out = run(c);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_same(&dst.read(), &data);
+        let log = stderr(&out);
+        (last_chunk_mib(&log), log)
+    };
+    // one object at a time: the later ones are sized from what the first ones measured
+    let (near, near_log) = copy(&s3s_endpoint());
+    let (far, far_log) = copy(&url);
+    eprintln!("chunk size on loopback {near:?} MiB, at 40 ms {far:?} MiB");
+    let near = near.expect("a chunk size in the progress");
+    let far = far.expect("a chunk size in the progress");
+    // at 40 ms: a MiB per ms of round trip at least; on loopback far less than that
+    assert!(
+        (40.0..=256.0).contains(&far),
+        "at 40 ms: {far} MiB\n{far_log}"
+    );
+    assert!(
+        (8.0..40.0).contains(&near),
+        "on loopback: {near} MiB\n{near_log}"
     );
 }
