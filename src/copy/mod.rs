@@ -10,6 +10,7 @@ pub mod local;
 pub mod progress;
 pub mod read;
 pub mod transfer;
+pub mod tune;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -113,7 +114,7 @@ impl CopyOptions {
                 );
             }
         }
-        let chunk = self.chunk_size.unwrap_or(transfer::MIN_PART);
+        let chunk = self.chunk_size.unwrap_or(tune::MIN_PART);
         if self.memory_limit < chunk {
             return bad(
                 "--memory-limit",
@@ -605,7 +606,7 @@ pub async fn estimate(
     match &plan.single {
         Some(item) => est.add(
             item.size,
-            opts.chunk_size.unwrap_or(transfer::DEFAULT_CHUNK),
+            opts.chunk_size.unwrap_or(tune::DEFAULT_CHUNK),
             plan.is_server_side(item.size),
             s,
             d,
@@ -622,7 +623,7 @@ pub async fn estimate(
                 let item = item?;
                 est.add(
                     item.size,
-                    opts.chunk_size.unwrap_or(transfer::DEFAULT_CHUNK),
+                    opts.chunk_size.unwrap_or(tune::DEFAULT_CHUNK),
                     plan.is_server_side(item.size),
                     s,
                     d,
