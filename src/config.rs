@@ -235,7 +235,12 @@ mod tests {
         let text = include_str!("../config.example.toml");
         let c = Config::parse(text, "config.example.toml").unwrap();
         c.validate("config.example.toml").unwrap();
-        assert_eq!(c.copy.chunk_size, Some(64 << 20));
+        // the example leaves transfers, streams and chunk_size to the adaptive copier
+        assert_eq!(
+            (c.copy.transfers, c.copy.streams, c.copy.chunk_size),
+            (None, None, None)
+        );
+        assert_eq!(c.copy.memory_limit, Some(1 << 30));
         assert!(c.pairs.len() >= 2, "the example documents pairs");
         assert!(c.pricing.egress_per_gib.contains_key("s3->s3"));
     }

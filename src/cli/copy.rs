@@ -24,8 +24,13 @@ Locations: s3://BUCKET/PREFIX, az://CONTAINER/PREFIX, gs://BUCKET/PREFIX, file:/
 plain path. A source that names one object copies that object (into DST/ when DST ends with
 '/' or is a folder); otherwise everything under the prefix is copied, recursively.
 
-Memory: chunk buffers are bounded by min(transfers x streams x chunk-size, --memory-limit);
-at the defaults 1 GiB at most. Local destinations stream chunks to disk and hold no chunk
+Tuning: with no --transfers, --streams or --chunk-size, slate tunes objects in flight,
+streams per object and chunk size while it copies (progress shows them and the round-trip
+estimate); each of them given is fixed at that value. A store that throttles one key prefix
+(503 SlowDown, 429) slows down requests to that prefix only.
+
+Memory: chunk buffers are bounded by --memory-limit (1 GiB by default), whatever the
+transfers, streams and chunk size. Local destinations stream chunks to disk and hold no chunk
 buffers. Listings stream, so memory does not grow with the number of objects.
 
 Resume: a copy cut short (killed, interrupted) keeps what it wrote of objects of two chunks
@@ -58,13 +63,19 @@ pub struct CopyArgs {
 /// How the copier runs: shared by `copy` and `sync`.
 #[derive(Debug, Args)]
 pub struct TuningArgs {
-    /// Objects in flight at once [default: 16]
+    /// Objects in flight: fixed at N (lowered while a store throttles, then recovered up to
+    /// N). Without it (or `transfers` in the config's [copy]) slate adapts: from 16, more while
+    /// the throughput grows with them, fewer when latency rises without it or a store
+    /// throttles, up to min(1024, one per MiB of --memory-limit, half the open-file limit).
     #[arg(long)]
     pub transfers: Option<usize>,
-    /// Chunks in flight per large object [default: 4]
+    /// Chunks in flight per large object: fixed at N. Without it slate adapts: the memory
+    /// budget's chunks shared by the large objects in flight, 1 to 16 each.
     #[arg(long)]
     pub streams: Option<usize>,
-    /// Chunk and multipart part size, a multiple of 1 MiB from 5 MiB [default: 64MiB]
+    /// Chunk and multipart part size, a multiple of 1 MiB from 5 MiB: fixed. Without it
+    /// slate picks it per object from the measured round trip and throughput, 8 to 256 MiB
+    /// (64 MiB until measured); an object up to one chunk goes in one PUT.
     #[arg(long, value_parser = size_arg)]
     pub chunk_size: Option<u64>,
     /// Budget for in-memory chunk buffers [default: 1GiB]
@@ -118,12 +129,10 @@ fn size_arg(s: &str) -> Result<u64, String> {
 pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
     let d = CopyOptions::default();
     CopyOptions {
-        transfers: args.transfers.or(cfg.copy.transfers).unwrap_or(d.transfers),
-        streams: args.streams.or(cfg.copy.streams).unwrap_or(d.streams),
-        chunk_size: args
-            .chunk_size
-            .or(cfg.copy.chunk_size)
-            .unwrap_or(d.chunk_size),
+        // given (flag or config): fixed; not given: adaptive
+        transfers: args.transfers.or(cfg.copy.transfers),
+        streams: args.streams.or(cfg.copy.streams),
+        chunk_size: args.chunk_size.or(cfg.copy.chunk_size),
         memory_limit: args
             .memory_limit
             .or(cfg.copy.memory_limit)

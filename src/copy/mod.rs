@@ -11,6 +11,7 @@ pub mod progress;
 pub mod read;
 pub mod resume;
 pub mod transfer;
+pub mod tune;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,7 +24,7 @@ use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
 use crate::stores::side::{one_line, prefix_path, Side};
-use crate::stores::{list, retry, s3copy};
+use crate::stores::{limit, list, retry, s3copy};
 pub use progress::{Counters, ProgressMode};
 use transfer::{copy_one, Ctx, Item};
 
@@ -32,14 +33,21 @@ use crate::core::location::{Location, Scheme};
 use crate::core::meta::Placement;
 
 /// How a copy runs. Built from CLI flags (and later the config file).
+///
+/// `transfers`, `streams` and `chunk_size` are None unless the user asked for a value (flag,
+/// config `[copy]`, job option): then slate tunes them itself while it copies (see
+/// `stores/limit.rs` and [`transfer::Ctx::chunk_size_for`]). A value asked for is fixed (the
+/// objects in flight are still lowered while a store throttles, and recovered up to it).
+/// `CopyOptions::default()` is the adaptive copy.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
-    /// Objects in flight at once.
-    pub transfers: usize,
-    /// Chunks in flight per large object.
-    pub streams: usize,
-    /// Chunk (and multipart part) size; a multiple of 1 MiB, at least 5 MiB.
-    pub chunk_size: u64,
+    /// Objects in flight at once: fixed at N, or None: adaptive.
+    pub transfers: Option<usize>,
+    /// Chunks in flight per large object: fixed at N, or None: adaptive.
+    pub streams: Option<usize>,
+    /// Chunk (and multipart part) size, a multiple of 1 MiB, at least 5 MiB: fixed, or None:
+    /// chosen per object from the measured round trip and throughput.
+    pub chunk_size: Option<u64>,
     /// Budget for chunk buffers held in memory (cloud destinations).
     pub memory_limit: u64,
     /// Re-read every destination object and compare content hashes.
@@ -71,9 +79,9 @@ pub struct CopyOptions {
 impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
-            transfers: 16,
-            streams: 4,
-            chunk_size: 64 << 20,
+            transfers: None,
+            streams: None,
+            chunk_size: None,
             memory_limit: 1 << 30,
             verify: false,
             fsync: false,
@@ -97,37 +105,40 @@ impl CopyOptions {
                 why,
             })
         };
-        if self.transfers == 0 || self.transfers > 4096 {
-            return bad(
-                "--transfers",
-                format!("{} is outside 1..=4096", self.transfers),
-            );
+        if let Some(t) = self.transfers.filter(|t| *t == 0 || *t > 4096) {
+            return bad("--transfers", format!("{t} is outside 1..=4096"));
         }
-        if self.streams == 0 || self.streams > 256 {
-            return bad("--streams", format!("{} is outside 1..=256", self.streams));
+        if let Some(s) = self.streams.filter(|s| *s == 0 || *s > 256) {
+            return bad("--streams", format!("{s} is outside 1..=256"));
         }
-        if self.chunk_size < 5 << 20
-            || self.chunk_size % hash::BLOCK != 0
-            || self.chunk_size > 4 << 30
-        {
-            return bad(
-                "--chunk-size",
-                format!(
-                    "{} must be a multiple of 1 MiB between 5 MiB and 4 GiB",
-                    self.chunk_size
-                ),
-            );
+        if let Some(c) = self.chunk_size {
+            if c < 5 << 20 || c % hash::BLOCK != 0 || c > 4 << 30 {
+                return bad(
+                    "--chunk-size",
+                    format!("{c} must be a multiple of 1 MiB between 5 MiB and 4 GiB"),
+                );
+            }
         }
-        if self.memory_limit < self.chunk_size {
+        let chunk = self.chunk_size.unwrap_or(tune::MIN_PART);
+        if self.memory_limit < chunk {
             return bad(
                 "--memory-limit",
-                format!(
-                    "{} is smaller than one chunk ({})",
-                    self.memory_limit, self.chunk_size
-                ),
+                format!("{} is smaller than one chunk ({chunk})", self.memory_limit),
             );
         }
         Ok(())
+    }
+
+    /// The most objects in flight: `--transfers` when asked for; else the adaptive ceiling,
+    /// min(1024, one per MiB of `--memory-limit`, half the open files this process may have).
+    pub fn ceiling(&self) -> usize {
+        self.transfers.unwrap_or_else(|| {
+            let by_memory = (self.memory_limit >> 20).max(1) as usize;
+            ADAPTIVE_MAX
+                .min(by_memory)
+                .min(open_files() / 2)
+                .max(limit::START)
+        })
     }
 
     /// The placement in the spelling `dst`'s store takes; an exit-2 error naming the value
@@ -147,7 +158,30 @@ impl CopyOptions {
 
     /// The memory the chunk buffers can take at most, for `--help` and the summary.
     pub fn buffer_bound(&self) -> u64 {
-        (self.transfers as u64 * self.streams as u64 * self.chunk_size).min(self.memory_limit)
+        match (self.transfers, self.streams, self.chunk_size) {
+            (Some(t), Some(s), Some(c)) => (t as u64 * s as u64 * c).min(self.memory_limit),
+            _ => self.memory_limit,
+        }
+    }
+}
+
+/// The most objects in flight an adaptive copy takes.
+pub const ADAPTIVE_MAX: usize = 1024;
+
+/// The open files this process may have (RLIMIT_NOFILE, soft), 1024 when it cannot be read.
+pub fn open_files() -> usize {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given, nothing else
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    if ok && r.rlim_cur != libc::RLIM_INFINITY {
+        r.rlim_cur.min(1 << 20) as usize
+    } else if ok {
+        1 << 20
+    } else {
+        1024
     }
 }
 
@@ -509,9 +543,9 @@ pub async fn run(
                 }
             }
         })
-        // the ceiling: each copy also waits for a slot under the adaptive limits of the cloud
-        // sides (limit.rs), lower while a store throttles
-        .buffer_unordered(opts.transfers);
+        // the ceiling: each copy also waits for a slot under the limits of the cloud sides
+        // (limit.rs), adaptive or lower while a store throttles
+        .buffer_unordered(ctx.ceiling());
     while let Some((item, res)) = results.next().await {
         match res {
             Ok(out) => {
@@ -581,7 +615,7 @@ pub async fn estimate(
     match &plan.single {
         Some(item) => est.add(
             item.size,
-            opts.chunk_size,
+            opts.chunk_size.unwrap_or(tune::DEFAULT_CHUNK),
             plan.is_server_side(item.size),
             s,
             d,
@@ -598,7 +632,7 @@ pub async fn estimate(
                 let item = item?;
                 est.add(
                     item.size,
-                    opts.chunk_size,
+                    opts.chunk_size.unwrap_or(tune::DEFAULT_CHUNK),
                     plan.is_server_side(item.size),
                     s,
                     d,

@@ -22,6 +22,50 @@ pub struct Counters {
     pub limit: std::sync::OnceLock<Arc<super::bwlimit::BwLimit>>,
     /// Bytes a copy cut short had written already, which this one did not send again.
     pub bytes_resumed: AtomicU64,
+    /// How the copy is tuned now (objects in flight, streams, chunk size, round trip).
+    pub tuning: Tuning,
+}
+
+/// The concurrency of a copy now, as the copier last set it (adaptive or fixed): shown with
+/// the progress, in job progress and on `/metrics`.
+#[derive(Debug, Default)]
+pub struct Tuning {
+    /// Objects being copied now.
+    pub in_flight: AtomicU64,
+    /// Objects that may be in flight now (the lowest of the cloud sides' limits).
+    pub limit: AtomicU64,
+    /// Chunks in flight of the last large object started (0: none yet).
+    pub streams: AtomicU64,
+    /// The chunk size last chosen (0: none yet).
+    pub chunk_size: AtomicU64,
+    /// The round-trip estimate, microseconds (0: none yet).
+    pub rtt_micros: AtomicU64,
+}
+
+impl Tuning {
+    /// `, 37/64 in flight, 4 streams, chunks 64.00 MiB, rtt 41 ms`; the parts not known yet
+    /// are left out, and nothing before the first object started.
+    pub fn text(&self) -> String {
+        let limit = self.limit.load(Relaxed);
+        if limit == 0 {
+            return String::new();
+        }
+        let mut s = format!(", {}/{limit} in flight", self.in_flight.load(Relaxed));
+        match self.streams.load(Relaxed) {
+            0 => {}
+            1 => s.push_str(", 1 stream"),
+            n => s.push_str(&format!(", {n} streams")),
+        }
+        let chunk = self.chunk_size.load(Relaxed);
+        if chunk > 0 {
+            s.push_str(&format!(", chunks {}", human_bytes(chunk)));
+        }
+        let rtt = self.rtt_micros.load(Relaxed);
+        if rtt > 0 {
+            s.push_str(&format!(", rtt {:.1} ms", rtt as f64 / 1000.0));
+        }
+        s
+    }
 }
 
 impl Counters {
@@ -114,9 +158,10 @@ async fn run_bar(c: Arc<Counters>, stop: Arc<tokio::sync::Notify>) {
             "+"
         };
         bar.set_message(format!(
-            "{}/{listed}{more} objects{}",
+            "{}/{listed}{more} objects{}{}",
             c.objects_done.load(Relaxed),
-            c.limit_text()
+            c.limit_text(),
+            c.tuning.text()
         ));
         tokio::select! {
             _ = stop.notified() => break,
@@ -145,13 +190,14 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
         };
         // a last line at the end, so that a log always shows where the copy got to
         eprintln!(
-            "progress: {}/{} objects, {}/{}, {}/s{}, ETA {eta}, {:.0}s elapsed",
+            "progress: {}/{} objects, {}/{}, {}/s{}{}, ETA {eta}, {:.0}s elapsed",
             c.objects_done.load(Relaxed),
             c.objects_listed.load(Relaxed),
             human_bytes(done),
             human_bytes(total),
             human_bytes(rate as u64),
             c.limit_text(),
+            c.tuning.text(),
             start.elapsed().as_secs_f64()
         );
         if stopping {
@@ -163,6 +209,22 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tuning_says_what_is_known() {
+        let t = Tuning::default();
+        assert_eq!(t.text(), "", "nothing before the first object");
+        t.limit.store(64, Relaxed);
+        t.in_flight.store(37, Relaxed);
+        assert_eq!(t.text(), ", 37/64 in flight");
+        t.streams.store(4, Relaxed);
+        t.chunk_size.store(64 << 20, Relaxed);
+        t.rtt_micros.store(41_300, Relaxed);
+        assert_eq!(
+            t.text(),
+            ", 37/64 in flight, 4 streams, chunks 64.00 MiB, rtt 41.3 ms"
+        );
+    }
 
     #[test]
     fn formats_bytes() {

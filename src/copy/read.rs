@@ -38,6 +38,9 @@ pub struct ChunkOut {
     pub attrs: Option<Attributes>,
     /// How many tags S3 said the object has (0 elsewhere).
     pub tag_count: u32,
+    /// How long the store took to answer with the headers (cloud reads): a round trip and
+    /// the store's own time, without the body; what the RTT estimate is made of.
+    pub first_byte: Option<std::time::Duration>,
 }
 
 fn classify(e: object_store::Error) -> ChunkError {
@@ -112,7 +115,9 @@ async fn read_cloud(
         range: (!whole).then(|| GetRange::Bounded(range.clone())),
         ..Default::default()
     };
+    let asked = tokio::time::Instant::now();
     let res = store.get_opts(&path, opts).await.map_err(classify)?;
+    let first_byte = asked.elapsed();
     if res.range.end - res.range.start != want && !(whole && res.meta.size == want) {
         return Err(ChunkError::Fatal(format!(
             "store returned {} bytes for a {want}-byte range (object size changed?)",
@@ -167,6 +172,7 @@ async fn read_cloud(
         data,
         attrs: Some(attrs),
         tag_count,
+        first_byte: Some(first_byte),
     })
 }
 
@@ -241,6 +247,7 @@ fn read_local(
         data: matches!(sink, ChunkSink::Buffer).then(|| Bytes::from(out)),
         attrs: None,
         tag_count: 0,
+        first_byte: None,
     })
 }
 
@@ -311,5 +318,6 @@ fn hash_range(file: &std::fs::File, range: Range<u64>) -> Result<ChunkOut, Chunk
         data: None,
         attrs: None,
         tag_count: 0,
+        first_byte: None,
     })
 }

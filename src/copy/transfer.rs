@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use object_store::multipart::{MultipartStore, PartId};
@@ -25,6 +26,7 @@ use super::hash::ContentHash;
 use super::local::{DirMaker, TempFile};
 use super::read::{read_chunk, ChunkOut, ChunkSink};
 use super::resume::{self, Ledger, Listed};
+use super::tune::{choose_chunk, choose_streams};
 use super::{CopyOptions, Counters};
 use crate::core::error::SlateError;
 use crate::core::location::Scheme;
@@ -94,6 +96,10 @@ pub struct Ctx {
     /// Uploads under way at the destination, recorded so that a copy cut short resumes
     /// (`copy::resume`); None without a database, or for server-side copies.
     pub ledger: Option<Arc<Ledger>>,
+    /// Objects of more than one chunk being copied now (their streams share the budget).
+    large: Arc<AtomicUsize>,
+    /// Objects being copied now.
+    active: Arc<AtomicU64>,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -112,10 +118,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Limits starting (and ending) at `transfers` for the cloud sides of `src` → `dst`.
-    pub fn new(src: &Side, dst: &Side, transfers: usize, same_bucket: bool) -> Limits {
+    /// Limits for the cloud sides of `src` → `dst`: fixed at `--transfers` when asked for,
+    /// else adaptive up to the options' ceiling.
+    pub fn new(src: &Side, dst: &Side, opts: &CopyOptions, same_bucket: bool) -> Limits {
         let limit = |side: &Side, name: &'static str| match side {
-            Side::Cloud { loc, .. } => Some(Limiter::new(transfers, loc.scheme.short(), name)),
+            Side::Cloud { loc, .. } => Some(match opts.transfers {
+                Some(n) => Limiter::new(n, loc.scheme.short(), name),
+                None => Limiter::adaptive(opts.ceiling(), loc.scheme.short(), name),
+            }),
             Side::Local { .. } => None,
         };
         let dst = limit(dst, "dst");
@@ -148,10 +158,37 @@ impl Limits {
             End::Dst => self.dst.clone(),
         }
     }
+
+    fn each(&self) -> impl Iterator<Item = &Arc<Limiter>> {
+        let dst = self
+            .dst
+            .as_ref()
+            .filter(|d| !self.src.as_ref().is_some_and(|s| Arc::ptr_eq(s, d)));
+        self.src.iter().chain(dst)
+    }
 }
 
 /// Granularity of the memory budget.
 pub const BUDGET_UNIT: u64 = 64 * 1024;
+
+/// Counts an object of more than one chunk as being copied until dropped.
+pub struct Large(Arc<AtomicUsize>);
+
+impl Drop for Large {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Counts an object as being copied until dropped, and shows the tuning when it ends.
+struct Active<'a>(&'a Ctx);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Relaxed);
+        self.0.publish();
+    }
+}
 
 impl Ctx {
     /// The shared state of one copy run over `plan`. Fails (exit 2) on a storage class or
@@ -225,7 +262,7 @@ impl Ctx {
         };
         Ok(Ctx {
             src: plan.src.clone(),
-            limits: Limits::new(&plan.src, &dst, opts.transfers, plan.server_side),
+            limits: Limits::new(&plan.src, &dst, &opts, plan.server_side),
             dst,
             dst_root: plan.dst_root.clone(),
             opts,
@@ -240,7 +277,97 @@ impl Ctx {
             gcs_patch,
             src_tags,
             ledger,
+            large: Default::default(),
+            active: Default::default(),
         })
+    }
+
+    /// The most objects in flight: `--transfers`, or the adaptive ceiling when a side is a
+    /// cloud store (its limit moves below it), or [`super::limit::START`] between local
+    /// folders (nothing to measure there).
+    pub fn ceiling(&self) -> usize {
+        match (self.opts.transfers, self.limits.each().next()) {
+            (Some(n), _) => n,
+            (None, Some(_)) => self.opts.ceiling(),
+            (None, None) => crate::stores::limit::START,
+        }
+    }
+
+    /// The round-trip estimate of the copy: the longer of its cloud sides'.
+    pub fn rtt(&self) -> Option<Duration> {
+        self.limits.each().filter_map(|l| l.rtt()).max()
+    }
+
+    /// The chunk size of an object of `size` bytes (see [`choose_chunk`]): `--chunk-size`, or
+    /// chosen from the measured round trip and stream throughput (of the source when it is a
+    /// cloud store, else of the destination). An object of at most this size is read whole
+    /// and written with one PUT.
+    pub fn chunk_size_for(&self, size: u64) -> u64 {
+        let measured = self.limits.src.as_ref().or(self.limits.dst.as_ref());
+        let rate = measured.and_then(|l| l.stream_rate());
+        let c = choose_chunk(
+            size,
+            self.opts.chunk_size,
+            self.rtt(),
+            rate,
+            self.opts.memory_limit,
+        );
+        self.counters.tuning.chunk_size.store(c, Relaxed);
+        c
+    }
+
+    /// Chunks in flight for an object of `chunks` chunks: `--streams`, or [`choose_streams`];
+    /// hold the returned guard while the object is copied.
+    pub fn streams_for(&self, chunks: usize, chunk: u64) -> (usize, Option<Large>) {
+        let large = (chunks > 1).then(|| {
+            self.large.fetch_add(1, Relaxed);
+            Large(self.large.clone())
+        });
+        let n = match self.opts.streams {
+            Some(n) => n,
+            None => choose_streams(
+                chunks,
+                self.large.load(Relaxed),
+                self.opts.memory_limit,
+                chunk,
+            ),
+        };
+        if chunks > 1 {
+            self.counters.tuning.streams.store(n as u64, Relaxed);
+        }
+        (n, large)
+    }
+
+    /// Shows the tuning of the copy now in its counters (progress, job progress).
+    fn publish(&self) {
+        let t = &self.counters.tuning;
+        t.in_flight.store(self.active.load(Relaxed), Relaxed);
+        let limit = self.limits.each().map(|l| l.limit()).min();
+        t.limit
+            .store(limit.unwrap_or(self.ceiling()) as u64, Relaxed);
+        let rtt = self.rtt().map_or(0, |d| d.as_micros() as u64);
+        t.rtt_micros.store(rtt, Relaxed);
+    }
+
+    /// A chunk of `bytes` was read, its headers after `first_byte`, whole after `took`: the
+    /// limits count the bytes, the source's takes a round-trip and a throughput sample.
+    fn moved(&self, bytes: u64, first_byte: Option<Duration>, took: Duration) {
+        match (&self.limits.src, first_byte) {
+            (Some(src), Some(fb)) => {
+                src.rtt_sample(fb);
+                src.chunk_sample(bytes, took.saturating_sub(fb));
+            }
+            (Some(src), None) => src.add_bytes(bytes),
+            (None, _) => {}
+        }
+        if let Some(dst) = self
+            .limits
+            .dst
+            .as_ref()
+            .filter(|d| !self.limits.src.as_ref().is_some_and(|s| Arc::ptr_eq(s, d)))
+        {
+            dst.add_bytes(bytes);
+        }
     }
 
     /// What the source object carries: from a response of the store (`attrs`; the object's
@@ -403,6 +530,7 @@ async fn chunk_with_retry(
     sink: ChunkSink,
 ) -> Result<ChunkOut, ChunkError> {
     let side = &ctx.src;
+    let started = tokio::time::Instant::now();
     ctx.retry(End::Src)
         .run(item_key, retryable, |_| {
             let sink = sink.clone();
@@ -415,10 +543,11 @@ async fn chunk_with_retry(
             }
         })
         .await
-        .inspect(|_| {
+        .inspect(|out| {
             ctx.counters
                 .bytes_done
                 .fetch_add(range.end - range.start, Relaxed);
+            ctx.moved(range.end - range.start, out.first_byte, started.elapsed());
         })
 }
 
@@ -428,13 +557,24 @@ pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     // out: done, failed, or cancelled mid-copy
     let _slots = ctx.limits.acquire().await;
     let _in_flight = crate::core::metrics::InFlight::start();
+    ctx.active.fetch_add(1, Relaxed);
+    let _active = Active(ctx);
+    let out = copy_inner(ctx, item).await?;
+    // the limits measure what completes
+    for l in ctx.limits.each() {
+        l.object_done();
+    }
+    Ok(out)
+}
+
+async fn copy_inner(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     if ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT) {
         return server_side(ctx, item).await;
     }
     let out = match &ctx.dst {
         Side::Local { .. } => to_local(ctx, item).await?,
         Side::Cloud { store, parts, .. } => {
-            if item.size <= ctx.opts.chunk_size {
+            if item.size <= ctx.chunk_size_for(item.size) {
                 to_cloud_single(ctx, store, item).await?
             } else {
                 to_cloud_multipart(ctx, parts, item).await?
@@ -551,7 +691,7 @@ async fn local_temp(
     item: &Item,
     slot: &resume::Slot,
 ) -> Result<(PathBuf, Option<TempFile>, u64, HashMap<usize, Vec<u128>>), SlateError> {
-    let chunk = ctx.opts.chunk_size;
+    let chunk = ctx.chunk_size_for(item.size);
     let Some(l) = ctx.ledger.as_ref().filter(|_| item.size > chunk) else {
         let (path, tmp) = local_dest(ctx, item).await?;
         return Ok((path, tmp, chunk, HashMap::new()));
@@ -645,6 +785,7 @@ async fn to_local_inner(
     };
     let tmp = Arc::new(tmp);
     let parts = chunks(item.size, chunk);
+    let (streams, _large) = ctx.streams_for(parts.len(), chunk);
     let whole = parts.len() == 1;
     let (rec_id, ledger) = (slot.get(), ctx.ledger.as_ref());
     let todo = parts
@@ -663,7 +804,7 @@ async fn to_local_inner(
                 Ok::<_, ChunkError>((i, out))
             }
         })
-        .buffer_unordered(ctx.opts.streams)
+        .buffer_unordered(streams)
         .try_collect()
         .await
         .map_err(|e| obj_err(item, e.to_string()))?;
@@ -681,6 +822,7 @@ async fn to_local_inner(
                 data: None,
                 attrs: None,
                 tag_count: 0,
+                first_byte: None,
             },
         )
     }));
@@ -993,9 +1135,10 @@ async fn multipart_inner(
     let chunk = adopted
         .as_ref()
         .map(|a| a.upload.chunk_size)
-        .unwrap_or(ctx.opts.chunk_size);
+        .unwrap_or_else(|| ctx.chunk_size_for(item.size));
     let ranges = chunks(item.size, chunk);
     let n = ranges.len();
+    let (streams, _large) = ctx.streams_for(n, chunk);
     let mut done: Vec<Option<PartId>> = vec![None; n];
     let mut digests: Vec<Option<Vec<u128>>> = vec![None; n];
     if let Some(a) = &adopted {
@@ -1036,7 +1179,7 @@ async fn multipart_inner(
             .map_err(|e| obj_err(item, e.to_string()))?;
             Ok::<_, SlateError>((i, out, permit))
         })
-        .buffered(ctx.opts.streams);
+        .buffered(streams);
     let mut first = None;
     let (id, meta, attrs) = match adopted {
         // the upload began with the properties; the block list (Azure) takes them again
@@ -1127,7 +1270,7 @@ async fn multipart_inner(
             }
             Ok::<_, object_store::Error>((i, part, blocks))
         });
-        while uploads.len() >= ctx.opts.streams {
+        while uploads.len() >= streams {
             if let Some(r) = uploads.next().await {
                 let (i, part, blocks) = r.map_err(part_err)?;
                 done[i] = Some(part);
@@ -1204,7 +1347,9 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
     if size == 0 {
         return Ok(ContentHash::from_blocks(&[], 0));
     }
-    let parts = chunks(size, ctx.opts.chunk_size);
+    let chunk = ctx.chunk_size_for(size);
+    let parts = chunks(size, chunk);
+    let (streams, _large) = ctx.streams_for(parts.len(), chunk);
     let whole = parts.len() == 1;
     let key_ref = key.as_str();
     let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
@@ -1225,7 +1370,7 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
                 .await
                 .map(|o| (i, o))
         })
-        .buffer_unordered(ctx.opts.streams)
+        .buffer_unordered(streams)
         .try_collect()
         .await
         .map_err(|e| SlateError::Object {

@@ -80,12 +80,22 @@ struct Meters {
     request_errors: Family<StoreStatus, Counter>,
     request_retries: Family<StoreStatus, Counter>,
     transfers_in_flight: Gauge,
+    prefix_backoffs: Family<StoreSide, Counter>,
+}
+
+/// The labels of the per-side meters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreSide {
+    store: &'static str,
+    /// `src` or `dst`.
+    side: &'static str,
 }
 
 static METERS: LazyLock<Meters> = LazyLock::new(|| Meters {
     request_errors: Family::default(),
     request_retries: Family::default(),
     transfers_in_flight: Gauge::default(),
+    prefix_backoffs: Family::default(),
 });
 
 /// Registers the process-wide meters in `registry` (the process's one registry, which the
@@ -107,7 +117,26 @@ pub fn register(registry: &mut Registry) {
         "Object copies running now",
         m.transfers_in_flight.clone(),
     );
+    registry.register(
+        "slate_prefix_backoffs",
+        "Throttles (503 SlowDown, 429) that slowed down one key prefix instead of the whole copy, by store and side",
+        m.prefix_backoffs.clone(),
+    );
     registry.register_collector(Box::new(TransferLimits));
+}
+
+/// Counts a throttle that slowed down one prefix of `store`'s `side` (`stores::pace`).
+pub fn prefix_backoff(store: &'static str, side: &'static str) {
+    METERS
+        .prefix_backoffs
+        .get_or_create(&StoreSide { store, side })
+        .inc();
+}
+
+/// Throttles that slowed down a prefix of `store`'s `side` so far.
+pub fn prefix_backoffs(store: &'static str, side: &'static str) -> u64 {
+    let m = METERS.prefix_backoffs.get(&StoreSide { store, side });
+    m.map_or(0, |c| c.get())
 }
 
 fn labels(store: &'static str, status: &str) -> StoreStatus {
@@ -260,6 +289,8 @@ pub struct LimitGauge {
     pub side: &'static str,
     pub limit: AtomicU64,
     pub in_flight: AtomicU64,
+    /// The side's round-trip estimate in microseconds (0: none yet).
+    pub rtt_micros: AtomicU64,
 }
 
 static LIMITS: Mutex<Vec<Weak<LimitGauge>>> = Mutex::new(Vec::new());
@@ -275,6 +306,7 @@ pub fn limit_gauge(store: &'static str, side: &'static str, limit: u64) -> Arc<L
         side,
         limit: AtomicU64::new(limit),
         in_flight: AtomicU64::new(0),
+        rtt_micros: AtomicU64::new(0),
     });
     let mut all = limits();
     all.retain(|w| w.strong_count() > 0);
@@ -296,21 +328,63 @@ pub fn transfer_limits() -> Vec<(&'static str, &'static str, u64, u64)> {
         .collect()
 }
 
-/// `slate_transfer_limit`, read from the live limits at every scrape.
+/// `(store, side, round-trip estimate in seconds)` of the live limits that have one: the
+/// lowest of the copies that share a store and side, sorted.
+pub fn transfer_rtts() -> Vec<(&'static str, &'static str, f64)> {
+    let mut low: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
+    for g in limits().iter().filter_map(Weak::upgrade) {
+        let us = g.rtt_micros.load(Relaxed);
+        if us > 0 {
+            let e = low.entry((g.store, g.side)).or_insert(us);
+            *e = (*e).min(us);
+        }
+    }
+    low.into_iter()
+        .map(|((store, side), us)| (store, side, us as f64 / 1e6))
+        .collect()
+}
+
+/// `slate_transfer_limit`, `slate_transfer_in_flight` and `slate_transfer_rtt_seconds`, read
+/// from the live limits at every scrape.
 #[derive(Debug)]
 struct TransferLimits;
 
 impl Collector for TransferLimits {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let mut family = encoder.encode_descriptor(
+        let all = transfer_limits();
+        {
+            let mut family = encoder.encode_descriptor(
             "slate_transfer_limit",
-            "Objects the copies may have in flight now (halved when a store throttles, +1 per window of successes), by store and side.",
+            "Objects the copies may have in flight now (adaptive without --transfers; halved when a store throttles), by store and side.",
             None,
             MetricType::Gauge,
         )?;
-        for (store, side, limit, _) in transfer_limits() {
+            for (store, side, limit, _) in &all {
+                let labels = [("store", *store), ("side", *side)];
+                ConstGauge::new(*limit as i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut family = encoder.encode_descriptor(
+                "slate_transfer_in_flight",
+                "Objects the copies have in flight now under their limits, by store and side.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (store, side, _, in_flight) in &all {
+                let labels = [("store", *store), ("side", *side)];
+                ConstGauge::new(*in_flight as i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "slate_transfer_rtt_seconds",
+            "Round-trip estimate of each store side (the lowest time to the first byte of recent requests), by store and side.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (store, side, rtt) in transfer_rtts() {
             let labels = [("store", store), ("side", side)];
-            ConstGauge::new(limit as i64).encode(family.encode_family(&labels)?)?;
+            ConstGauge::new(rtt).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }
@@ -467,6 +541,31 @@ mod tests {
         assert!(
             text.contains("slate_transfer_limit{store=\"t1\",side=\"src\"} 8\n"),
             "{text}"
+        );
+        // the round-trip estimate: only sides that have one, in seconds
+        c.rtt_micros.store(41_500, Relaxed);
+        let text = scrape();
+        assert!(
+            text.contains("# TYPE slate_transfer_rtt_seconds gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("slate_transfer_rtt_seconds{store=\"t1\",side=\"src\"} 0.0415\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("slate_transfer_rtt_seconds{store=\"t1\",side=\"dst\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("slate_transfer_in_flight{store=\"t1\",side=\"dst\"} 0\n"),
+            "{text}"
+        );
+        prefix_backoff("t1", "dst");
+        assert!(
+            scrape().contains("slate_prefix_backoffs_total{store=\"t1\",side=\"dst\"} 1\n"),
+            "{}",
+            scrape()
         );
         drop((a, c));
         assert_eq!(find("dst"), None);

@@ -650,9 +650,9 @@ async fn apply_batch(
     let stats = handle.stats.clone();
     let work = futures::stream::iter(pending)
         .map(|p| apply_pending(engine, db, &stats, engine.pair_id, p))
-        // the ceiling: copies and deletes also wait for a slot under the adaptive limit of
-        // each store side, lower while a store throttles
-        .buffer_unordered(opts.sync.copy.transfers);
+        // the ceiling: copies and deletes also wait for a slot under the limit of each store
+        // side (adaptive, or lower while a store throttles)
+        .buffer_unordered(engine.ctx.ceiling());
     let mut work = std::pin::pin!(work);
     let drain = async {
         while let Some(r) = work.next().await {

@@ -909,7 +909,7 @@ async fn act(
     }
 
     // 2. copies, `transfers` at once; results recorded in batches as they complete
-    let transfers = engine.ctx.opts.transfers;
+    let transfers = engine.ctx.ceiling();
     for action in [Action::CopyMissing, Action::CopyChanged] {
         let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
         while let Some(rows) = pages.next().await? {
@@ -946,7 +946,14 @@ async fn act(
         }
     }
 
-    // 3. metadata-only changes: the destination's metadata updated, its bytes left in place
+    // 3. metadata-only changes: the destination's metadata updated, its bytes left in place.
+    // These take no slot under the limits (an update that copies again takes its own), so an
+    // adaptive copy's ceiling (up to 1024) is no bound for them: `--transfers`, or 16.
+    let meta_transfers = engine
+        .ctx
+        .opts
+        .transfers
+        .unwrap_or(crate::stores::limit::START);
     let mut pages = Pages::new(run, SpillFilter::Action(Action::MetaChanged as u8));
     while let Some(rows) = pages.next().await? {
         let mut results = futures::stream::iter(rows.into_iter().filter_map(source_entry))
@@ -954,7 +961,7 @@ async fn act(
                 let r = engine.update_meta(&e, None).await;
                 (e.rel, r)
             })
-            .buffer_unordered(transfers);
+            .buffer_unordered(meta_transfers);
         let mut recs = Vec::new();
         while let Some((key, r)) = results.next().await {
             match r {

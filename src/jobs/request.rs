@@ -298,14 +298,15 @@ impl Opts<'_> {
     fn copy(&self, base: &CopyOptions) -> Result<CopyOptions, Refused> {
         let mut copy = base.clone();
         copy.progress = ProgressMode::Quiet;
+        // a value asked for is fixed; without one the copier tunes it (and so does the base's)
         if let Some(n) = self.count("transfers")? {
-            copy.transfers = n;
+            copy.transfers = Some(n);
         }
         if let Some(n) = self.count("streams")? {
-            copy.streams = n;
+            copy.streams = Some(n);
         }
         if let Some(n) = self.size("chunk_size")? {
-            copy.chunk_size = n;
+            copy.chunk_size = Some(n);
         }
         copy.verify = self.flag("verify")?;
         copy.copy_links = self.flag("copy_links")?;
@@ -419,7 +420,11 @@ mod tests {
         .unwrap();
         assert_eq!(ok.kind, Kind::SyncOnce);
         let s = ok.settings(&CopyOptions::default()).unwrap();
-        assert_eq!((s.copy.transfers, s.copy.chunk_size), (4, 8 << 20));
+        assert_eq!(
+            (s.copy.transfers, s.copy.streams, s.copy.chunk_size),
+            (Some(4), None, Some(8 << 20)),
+            "asked for: fixed; not asked for: adaptive"
+        );
         assert!(s.sync.no_delete && s.sync.max_delete == Some(MaxDelete::Percent(10.0)));
         assert_eq!(s.sync.filter.include(), vec!["x/**".to_string()]);
         // (body, the field named)

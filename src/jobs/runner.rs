@@ -34,6 +34,22 @@ impl Live {
     }
 }
 
+/// How the job's copy is tuned now; None before its first object started.
+fn tuning(c: &Counters) -> Option<crate::state::jobs::Tuning> {
+    let t = &c.tuning;
+    let limit = t.limit.load(Relaxed);
+    (limit > 0).then(|| crate::state::jobs::Tuning {
+        in_flight: t.in_flight.load(Relaxed),
+        limit,
+        streams: t.streams.load(Relaxed),
+        chunk_size: t.chunk_size.load(Relaxed),
+        rtt_ms: match t.rtt_micros.load(Relaxed) {
+            0 => None,
+            us => Some(us as f64 / 1000.0),
+        },
+    })
+}
+
 /// The copier's counters as a job's progress.
 fn snapshot(c: &Counters, rate: f64, version: u64) -> Progress {
     let done = c.objects_done.load(Relaxed);
@@ -47,6 +63,7 @@ fn snapshot(c: &Counters, rate: f64, version: u64) -> Progress {
         bytes_total: c.bytes_listed.load(Relaxed).max(bytes),
         total_known: c.listing_done.load(Relaxed),
         rate,
+        tuning: tuning(c),
         version,
     }
 }
@@ -394,4 +411,39 @@ async fn run_diff(
             "listed_src": scan.listed_src, "listed_dst": scan.listed_dst,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_progress_carries_the_tuning_once_the_copy_started() {
+        let c = Counters::default();
+        assert_eq!(
+            snapshot(&c, 0.0, 1).tuning,
+            None,
+            "nothing before the first object"
+        );
+        c.tuning.limit.store(64, Relaxed);
+        c.tuning.in_flight.store(37, Relaxed);
+        c.tuning.chunk_size.store(8 << 20, Relaxed);
+        let t = snapshot(&c, 0.0, 2).tuning.expect("tuning");
+        assert_eq!(
+            (t.in_flight, t.limit, t.streams, t.chunk_size, t.rtt_ms),
+            (37, 64, 0, 8 << 20, None)
+        );
+        c.tuning.rtt_micros.store(41_500, Relaxed);
+        assert_eq!(
+            snapshot(&c, 0.0, 3).tuning.and_then(|t| t.rtt_ms),
+            Some(41.5)
+        );
+        // and the job's JSON shows it
+        let mut j = serde_json::json!({});
+        if let Some(t) = snapshot(&c, 0.0, 4).tuning {
+            j = serde_json::to_value(t).expect("json");
+        }
+        assert_eq!(j["limit"], 64);
+        assert_eq!(j["rtt_ms"], 41.5);
+    }
 }

@@ -89,6 +89,8 @@ pub struct Job {
     pub finished_at: Option<String>,
     pub error: Option<String>,
     pub result: Option<Value>,
+    /// How the copy of a running job is tuned now (null otherwise: not kept in the row).
+    pub tuning: Option<Tuning>,
     /// Grows with every change: the id of the job's SSE events.
     #[serde(skip)]
     pub version: u64,
@@ -98,6 +100,21 @@ impl Job {
     pub fn state(&self) -> JobState {
         JobState::parse(&self.state).unwrap_or(JobState::Failed)
     }
+}
+
+/// The concurrency of a running job's copy now (the copier's `progress::Tuning`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Tuning {
+    /// Objects being copied now.
+    pub in_flight: u64,
+    /// Objects that may be in flight now (adaptive unless the job asked for `transfers`).
+    pub limit: u64,
+    /// Chunks in flight of the last large object (0: none yet).
+    pub streams: u64,
+    /// The chunk size last chosen, bytes (0: none yet).
+    pub chunk_size: u64,
+    /// The round-trip estimate, milliseconds (null: none yet).
+    pub rtt_ms: Option<f64>,
 }
 
 /// A point in a job's progress, as its row keeps it.
@@ -110,6 +127,8 @@ pub struct Progress {
     pub bytes_total: u64,
     pub total_known: bool,
     pub rate: f64,
+    /// Live only: not kept in the row.
+    pub tuning: Option<Tuning>,
     pub version: u64,
 }
 
@@ -134,6 +153,7 @@ impl Progress {
         j.bytes_total = self.bytes_total;
         j.total_known = self.total_known;
         j.rate = self.rate;
+        j.tuning = self.tuning.clone();
         j.version = j.version.max(self.version);
     }
 }
@@ -192,6 +212,7 @@ fn row_to_job(r: &rusqlite::Row) -> rusqlite::Result<Job> {
         finished_at: ts(15)?,
         error: r.get(16)?,
         result: json_col(17)?,
+        tuning: None,
         version: count(19)?,
     })
 }
@@ -508,6 +529,7 @@ mod tests {
             finished_at: None,
             error: None,
             result: None,
+            tuning: None,
             version: 4,
         };
         b.apply(&mut j);

@@ -89,7 +89,8 @@ impl FaultKind {
 
 /// What `SLATE_FAULTS` asks for: `rate=0.2,seed=7,kinds=503,500,429,reset,timeout,truncate`
 /// (kinds may also be joined with `+`), `until_ms=3000` (faults only in the first 3 s of each
-/// store's life), `max=100` (at most 100 faults per store).
+/// store's life), `max=100` (at most 100 faults per store), `prefix=a/` (only requests for keys
+/// directly in `a/`, not in `a/b/`: one hot prefix of a store, as `stores::pace` names them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultConfig {
     /// Share of the requests that fail, 0..=1.
@@ -100,6 +101,8 @@ pub struct FaultConfig {
     pub until: Option<Duration>,
     /// At most this many faults per store; None: no bound.
     pub max: Option<u64>,
+    /// Only requests for keys directly in this prefix (`stores::pace::prefix_of`); None: all.
+    pub prefix: Option<String>,
 }
 
 impl FaultConfig {
@@ -120,6 +123,7 @@ impl FaultConfig {
             kinds: Vec::new(),
             until: None,
             max: None,
+            prefix: None,
         };
         let mut in_kinds = false;
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -148,6 +152,7 @@ impl FaultConfig {
                 "seed" => cfg.seed = number("seed")?,
                 "until_ms" => cfg.until = Some(Duration::from_millis(number("until_ms")?)),
                 "max" => cfg.max = Some(number("max")?),
+                "prefix" => cfg.prefix = Some(value.to_string()),
                 "kinds" => {
                     for k in value.split('+').filter(|k| !k.trim().is_empty()) {
                         let kind = FaultKind::parse(k).ok_or_else(|| {
@@ -194,6 +199,9 @@ impl FaultConfig {
         }
         if let Some(m) = self.max {
             s.push_str(&format!(", max={m}"));
+        }
+        if let Some(p) = &self.prefix {
+            s.push_str(&format!(", prefix={p}"));
         }
         s
     }
@@ -285,6 +293,11 @@ impl Dice {
     fn roll(&self, op: Op, method: &str, path: &str) -> Option<FaultKind> {
         if self.cfg.until.is_some_and(|u| self.born.elapsed() >= u)
             || self.cfg.max.is_some_and(|m| self.count.load(Relaxed) >= m)
+            || self
+                .cfg
+                .prefix
+                .as_ref()
+                .is_some_and(|p| super::pace::prefix_of(path) != p.as_str())
         {
             return None;
         }
@@ -751,7 +764,24 @@ mod tests {
             kinds: kinds.to_vec(),
             until: None,
             max: None,
+            prefix: None,
         }
+    }
+
+    #[test]
+    fn a_prefix_limits_the_faults_to_its_keys() {
+        let c = FaultConfig::parse("rate=1,kinds=503,prefix=a/").unwrap();
+        assert_eq!(c.prefix.as_deref(), Some("a/"));
+        assert!(c.describe().ends_with(", prefix=a/"), "{}", c.describe());
+        let d = Dice::new(c, "S3");
+        assert_eq!(d.roll(Op::Put, "PUT", "a/1"), Some(FaultKind::SlowDown));
+        assert_eq!(d.roll(Op::Put, "PUT", "b/1"), None);
+        assert_eq!(d.roll(Op::Put, "PUT", "ab/1"), None);
+        assert_eq!(
+            d.roll(Op::Put, "PUT", "a/b/1"),
+            None,
+            "a deeper prefix is another"
+        );
     }
 
     #[test]

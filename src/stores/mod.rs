@@ -16,6 +16,7 @@ pub mod gcsmeta;
 pub mod limit;
 pub mod list;
 pub mod local;
+pub mod pace;
 pub mod retry;
 pub mod s3copy;
 pub mod s3tags;

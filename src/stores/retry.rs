@@ -7,7 +7,8 @@
 //! repair. Never sent again: missing objects, failed preconditions, denied access. Every
 //! failed attempt, and every retry, is counted on `/metrics` by store and status (see
 //! [`crate::core::metrics`]) when the store is named, and throttles and successes are reported
-//! to the side's adaptive limit ([`super::limit`]).
+//! to the side's adaptive limit ([`super::limit`]) with the key they were for, whose prefix is
+//! paced after a throttle ([`super::pace`]).
 //!
 //! (With object_store's retries stacked inside slate's, one HEAD could take 8 × 180 s to
 //! fail; now it takes at most about a minute.)
@@ -116,7 +117,8 @@ impl Retry {
     }
 
     /// Runs `op` until it succeeds, fails with an error `retryable` rejects, or the budget
-    /// (attempts, deadline) runs out.
+    /// (attempts, deadline) runs out. `what` is the key the request is for (a limit paces
+    /// and backs off its prefix, see [`super::pace`]).
     pub async fn run<T, E, F, Fut>(
         &self,
         what: &str,
@@ -131,11 +133,16 @@ impl Retry {
         let mut n = 1;
         let started = tokio::time::Instant::now();
         loop {
+            if let Some(l) = &self.limit {
+                // a prefix the store throttled before waits for its turn; others go at once
+                l.pace(what).await;
+            }
             let epoch = self.limit.as_ref().map(|l| l.epoch());
+            let sent = tokio::time::Instant::now();
             let e = match op(n).await {
                 Ok(v) => {
                     if let Some(l) = &self.limit {
-                        l.succeeded();
+                        l.succeeded_key(what, sent.elapsed());
                     }
                     return Ok(v);
                 }
@@ -147,7 +154,9 @@ impl Retry {
             }
             if let (Some(l), Some(epoch), Some(status)) = (&self.limit, epoch, &status) {
                 if throttle(status) {
-                    l.throttled(epoch);
+                    // `what` is the key: its prefix is slowed down, the store's limit only
+                    // when the store as a whole throttles
+                    l.throttled_key(what, epoch, sent);
                 }
             }
             let d = self.schedule.delay(n + 1);
@@ -349,5 +358,45 @@ mod tests {
         let ok: Result<(), String> = b.run("t", |_| true, |_| async { Ok(()) }).await;
         assert!(ok.is_ok());
         assert_eq!(limit.limit(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_prefix_is_paced_and_the_limit_kept() {
+        let limit = Limiter::new(8, "t4", "dst");
+        let b = Retry::default().limited(Some(limit.clone()));
+        let slow = "Server returned non-2xx status code: 503 Service Unavailable: SlowDown";
+        // the side sends to b/ as well: a/ alone is hot
+        let ok: Result<(), String> = b.run("b/other", |_| true, |_| async { Ok(()) }).await;
+        assert!(ok.is_ok());
+        let r: Result<u32, String> = b
+            .run(
+                "a/one",
+                |_| true,
+                |n| async move {
+                    if n < 3 {
+                        Err(slow.to_string())
+                    } else {
+                        Ok(n)
+                    }
+                },
+            )
+            .await;
+        assert_eq!(r, Ok(3));
+        assert_eq!(
+            limit.limit(),
+            8,
+            "one prefix throttled: the side's limit is kept"
+        );
+        let (lanes, backoffs) = limit.paced();
+        assert_eq!(lanes, 1, "a/ paced");
+        assert!((1..=2).contains(&backoffs), "{backoffs} backoffs");
+        assert_eq!(crate::core::metrics::prefix_backoffs("t4", "dst"), backoffs);
+        // with nothing else sent for a while, a/'s throttle is the store's: the limit is cut
+        tokio::time::sleep(crate::stores::pace::RECENT).await;
+        let r: Result<(), String> = b
+            .run("a/two", |_| false, |_| async { Err(slow.to_string()) })
+            .await;
+        assert!(r.is_err());
+        assert_eq!(limit.limit(), 4);
     }
 }

@@ -236,8 +236,8 @@ impl Env {
             .await
             .map_err(|e| fail(e.to_string()))?;
         let opts = CopyOptions {
-            transfers: 1,
-            streams: 1,
+            transfers: Some(1),
+            streams: Some(1),
             progress: ProgressMode::Quiet,
             ..CopyOptions::default()
         };

@@ -1,0 +1,357 @@
+//! Request pacing per key prefix, one [`Pacing`] per cloud side of a copy (inside its
+//! [`super::limit::Limiter`]). S3 allows 3,500 writes and 5,500 reads a second *per prefix*,
+//! and answers `SlowDown` (503) for the prefix that goes over; Azure (`ServerBusy`) and GCS
+//! (429) throttle hot key ranges alike. So a throttle answered for key K slows down K's
+//! prefix, not the whole copy:
+//!
+//! - **The prefix of a key is the key up to and including its last `/`** (`a/b/c.txt` →
+//!   `a/b/`; `c.txt` → the empty prefix, the bucket's root). S3 partitions by leading key
+//!   bytes, and the folder is the unit users spread load over, so it is the one we can name.
+//! - A prefix gets a lane when it is first throttled: a pace starting at the store's
+//!   published rate (S3's 3,500 writes or 5,500 reads a second; the same for the other
+//!   stores), halved on each throttle of that prefix (once per round of requests: not for a
+//!   request that started before the last cut, nor within [`CUT_GAP`] of it), raised by one
+//!   request a second per success. Requests to a paced prefix wait for their slot; other
+//!   prefixes never wait.
+//! - A lane that is back at the full rate, or idle for a minute, is dropped; at most
+//!   [`MAX_LANES`] lanes are kept (the least recently used goes first).
+//! - The whole store is throttling, and the side's concurrency limit is cut as before, when the
+//!   throttled key has no prefix, when [`MANY`] prefixes or more were throttled within
+//!   [`RECENT`], or when no request to another prefix was sent within [`RECENT`] (all the
+//!   side's traffic is this prefix, as in a copy into one folder: pacing it is pacing the
+//!   store, and the copies waiting for it would hold their slots).
+//!
+//! [`Lanes`] is the arithmetic without a clock or locks (times are passed in), for tests.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// S3's published request rates per prefix (a second).
+pub const S3_WRITES: f64 = 3_500.0;
+pub const S3_READS: f64 = 5_500.0;
+
+/// Lanes kept at most.
+pub const MAX_LANES: usize = 1024;
+/// A lane unused this long is dropped.
+pub const IDLE: Duration = Duration::from_secs(60);
+/// Distinct prefixes throttled within [`RECENT`] that mean the store as a whole throttles.
+pub const MANY: usize = 4;
+pub const RECENT: Duration = Duration::from_secs(5);
+/// The slowest pace of a lane, requests a second.
+const FLOOR: f64 = 1.0;
+/// A lane is cut at most once in this long: throttles that arrive together are one signal.
+pub const CUT_GAP: Duration = Duration::from_millis(200);
+
+/// The prefix of `key`: up to and including its last `/`, or empty.
+pub fn prefix_of(key: &str) -> &str {
+    match key.rfind('/') {
+        Some(i) => &key[..=i],
+        None => "",
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Lane {
+    /// Requests a second.
+    rate: f64,
+    /// The first free slot.
+    next: Instant,
+    /// The last cut: requests that started before it were part of the round that was cut for.
+    cut: Instant,
+    used: Instant,
+}
+
+/// What a throttle of one key means.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The key's prefix was slowed to this many requests a second.
+    Prefix { prefix: String, rate: f64 },
+    /// The prefix was cut for a request of an earlier round already: nothing changes.
+    Counted,
+    /// The store as a whole throttles: cut the side's concurrency.
+    Store,
+}
+
+/// The lanes of one side, clock-free.
+#[derive(Debug)]
+pub struct Lanes {
+    start: f64,
+    lanes: HashMap<String, Lane>,
+    /// (prefix, when) of recent throttles, for telling one hot prefix from the whole store.
+    recent: Vec<(String, Instant)>,
+    /// The last two distinct prefixes requests were sent to, and when: whether the side sends
+    /// to other prefixes than a throttled one.
+    active: [Option<(String, Instant)>; 2],
+    /// Distinct prefixes throttled within [`RECENT`] that mean the whole store ([`MANY`]).
+    many: usize,
+    /// Throttles that slowed a prefix, ever (for `/metrics`).
+    pub backoffs: u64,
+}
+
+impl Lanes {
+    /// Lanes that start at `rate` requests a second.
+    pub fn new(rate: f64) -> Lanes {
+        Lanes {
+            start: rate.max(FLOOR),
+            lanes: HashMap::new(),
+            recent: Vec::new(),
+            active: [None, None],
+            many: MANY,
+            backoffs: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lanes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lanes.is_empty()
+    }
+
+    /// The pace of `prefix` now (None: not paced).
+    pub fn rate(&self, prefix: &str) -> Option<f64> {
+        self.lanes.get(prefix).map(|l| l.rate)
+    }
+
+    /// A request to `key` at `now`: when it may be sent (None: at once).
+    pub fn slot(&mut self, key: &str, now: Instant) -> Option<Instant> {
+        let prefix = prefix_of(key);
+        match &mut self.active {
+            [Some((p, t)), _] if p == prefix => *t = now,
+            [first, second] => {
+                *second = first.take();
+                *first = Some((prefix.to_string(), now));
+            }
+        }
+        let lane = self.lanes.get_mut(prefix)?;
+        lane.used = now;
+        let at = lane.next.max(now);
+        lane.next = at + Duration::from_secs_f64(1.0 / lane.rate);
+        (at > now).then_some(at)
+    }
+
+    /// A request to `key` that started at `started` was throttled at `now`.
+    pub fn throttled(&mut self, key: &str, started: Instant, now: Instant) -> Verdict {
+        let prefix = prefix_of(key);
+        self.recent
+            .retain(|(_, t)| now.saturating_duration_since(*t) < RECENT);
+        if !self.recent.iter().any(|(p, _)| p == prefix) {
+            self.recent.push((prefix.to_string(), now));
+        }
+        let others = self
+            .active
+            .iter()
+            .flatten()
+            .any(|(p, t)| p != prefix && now.saturating_duration_since(*t) < RECENT);
+        if prefix.is_empty() || self.recent.len() >= self.many || !others {
+            return Verdict::Store;
+        }
+        if !self.lanes.contains_key(prefix) {
+            self.make_room(now);
+            self.lanes.insert(
+                prefix.to_string(),
+                Lane {
+                    rate: self.start,
+                    next: now,
+                    // a new lane: any request of this round cuts it once
+                    cut: started,
+                    used: now,
+                },
+            );
+        }
+        let Some(lane) = self.lanes.get_mut(prefix) else {
+            return Verdict::Counted;
+        };
+        lane.used = now;
+        if started < lane.cut || (lane.rate < self.start && now < lane.cut + CUT_GAP) {
+            return Verdict::Counted;
+        }
+        lane.rate = (lane.rate / 2.0).max(FLOOR);
+        lane.cut = now;
+        self.backoffs += 1;
+        Verdict::Prefix {
+            prefix: prefix.to_string(),
+            rate: lane.rate,
+        }
+    }
+
+    /// A request to `key` succeeded: its prefix's pace recovers by one request a second, and
+    /// a lane back at the full rate is dropped.
+    pub fn succeeded(&mut self, key: &str) {
+        let prefix = prefix_of(key);
+        let Some(lane) = self.lanes.get_mut(prefix) else {
+            return;
+        };
+        lane.rate += 1.0;
+        if lane.rate >= self.start {
+            self.lanes.remove(prefix);
+        }
+    }
+
+    /// Drops idle lanes, and the least recently used one when the map is still full.
+    fn make_room(&mut self, now: Instant) {
+        self.lanes
+            .retain(|_, l| now.saturating_duration_since(l.used) < IDLE);
+        while self.lanes.len() >= MAX_LANES {
+            let oldest = self
+                .lanes
+                .iter()
+                .min_by_key(|(_, l)| l.used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => self.lanes.remove(&k),
+                None => break,
+            };
+        }
+    }
+}
+
+/// [`Lanes`] behind a lock, on the tokio clock's [`Instant`]s turned to std ones.
+#[derive(Debug)]
+pub struct Pacing {
+    lanes: Mutex<Lanes>,
+}
+
+impl Pacing {
+    pub fn new(rate: f64) -> Pacing {
+        Pacing {
+            lanes: Mutex::new(Lanes::new(rate)),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Lanes> {
+        self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for `key`'s slot when its prefix is paced.
+    pub async fn wait(&self, key: &str) {
+        let now = tokio::time::Instant::now();
+        let at = self.lock().slot(key, now.into_std());
+        if let Some(at) = at {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_is_the_key_up_to_its_last_slash() {
+        for (key, want) in [
+            ("a/b/c.txt", "a/b/"),
+            ("a/", "a/"),
+            ("c.txt", ""),
+            ("", ""),
+            ("/x", "/"),
+        ] {
+            assert_eq!(prefix_of(key), want, "{key}");
+        }
+    }
+
+    #[test]
+    fn a_throttled_prefix_halves_once_per_round_and_recovers_by_one_a_second() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Lanes::new(3500.0);
+        // another prefix is busy too: a/ alone is hot
+        l.slot("b/0", at(0));
+        // (key, started ms, throttled at ms; None: a success) → the rate of a/ after it
+        let steps: &[(&str, u64, Option<u64>, Option<f64>)] = &[
+            ("a/1", 0, Some(10), Some(1750.0)),
+            // same round (started before the cut at 10): counted, not cut again
+            ("a/2", 5, Some(12), Some(1750.0)),
+            // started after it, but within CUT_GAP of it: the same signal
+            ("a/3", 20, Some(30), Some(1750.0)),
+            // a later round cuts again
+            ("a/4", 220, Some(230), Some(875.0)),
+            // successes of a/ recover one a second; b/ successes change nothing
+            ("a/5", 240, None, Some(876.0)),
+            ("b/1", 240, None, Some(876.0)),
+        ];
+        for (key, started, throttled, want) in steps {
+            match throttled {
+                Some(t) => {
+                    l.throttled(key, at(*started), at(*t));
+                }
+                None => l.succeeded(key),
+            }
+            assert_eq!(l.rate("a/"), *want, "after {key}");
+            assert_eq!(l.rate("b/"), None, "b/ is never paced");
+        }
+        assert_eq!(l.backoffs, 2);
+        // slots: b/ goes at once; a/ at 876/s gets spaced slots
+        assert_eq!(l.slot("b/x", at(300)), None);
+        let first = l.slot("a/x", at(300));
+        let second = l.slot("a/y", at(300)).expect("a/ waits");
+        assert!(first.is_none(), "the first slot is free");
+        let gap = second - at(300);
+        assert!(
+            (gap.as_secs_f64() - 1.0 / 876.0).abs() < 1e-6,
+            "spaced by 1/rate: {gap:?}"
+        );
+    }
+
+    #[test]
+    fn the_root_or_many_prefixes_mean_the_whole_store() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Lanes::new(100.0);
+        // (key, at ms, throttled (else: a request sent), store-wide?)
+        let table: &[(&str, u64, bool, bool)] = &[
+            // nothing else was sent: all the traffic is a/'s
+            ("a/1", 0, true, true),
+            ("z/1", 1, false, false),
+            ("root.txt", 2, true, true),
+            ("a/1", 10, true, false), // 2 distinct prefixes within 5 s, z/ busy
+            ("b/1", 20, true, false),
+            ("c/1", 30, true, true), // 4 distinct within 5 s
+            // 6 s later the old ones are forgotten: one prefix again, but z/ is quiet
+            ("d/1", 6_100, true, true),
+            ("z/2", 6_150, false, false),
+            ("d/2", 6_200, true, false),
+            ("e/1", 6_300, true, false),
+        ];
+        for (key, t, throttled, store) in table {
+            if !throttled {
+                l.slot(key, at(*t));
+                continue;
+            }
+            let v = l.throttled(key, at(*t), at(*t));
+            assert_eq!(v == Verdict::Store, *store, "{key} at {t}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn lanes_are_dropped_when_recovered_or_idle_and_bounded() {
+        let t0 = Instant::now();
+        let mut l = Lanes::new(4.0);
+        l.slot("busy/0", t0);
+        l.throttled("a/1", t0, t0);
+        assert_eq!(l.rate("a/"), Some(2.0));
+        l.succeeded("a/2");
+        assert_eq!(l.rate("a/"), Some(3.0));
+        l.succeeded("a/3");
+        assert_eq!(l.rate("a/"), None, "back at the full rate: no lane");
+        assert!(l.is_empty());
+        // an idle lane goes when a new one is made a minute later
+        l.throttled("x/1", t0, t0);
+        let later = t0 + IDLE + Duration::from_secs(1);
+        l.slot("busy/1", later);
+        l.throttled("y/1", later, later);
+        assert_eq!((l.rate("x/"), l.rate("y/")), (None, Some(2.0)));
+        // never more than MAX_LANES, however many prefixes are hot at once
+        let mut l = Lanes::new(4.0);
+        l.many = usize::MAX;
+        l.slot("busy/2", t0);
+        for i in 0..MAX_LANES + 10 {
+            let t = t0 + Duration::from_millis(i as u64);
+            l.throttled(&format!("p{i}/k"), t, t);
+        }
+        assert_eq!(l.len(), MAX_LANES);
+        assert_eq!(l.rate("p0/"), None, "the least recently used went first");
+    }
+}
