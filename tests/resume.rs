@@ -57,6 +57,22 @@ fn kill_at(child: &mut Child, db: &Path, mib: u64, ctx: &str) {
     child.wait().expect("reap");
 }
 
+/// The counter `read` once it stops moving (what the lab still carried of a killed process's
+/// connections, from its socket buffers, is counted before a rerun starts).
+fn settled(read: impl Fn() -> u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = read();
+        if now == last {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the lab kept carrying bytes");
+        last = now;
+    }
+}
+
 /// Multipart uploads open under `prefix` in moto's `bucket`: their upload ids.
 fn open_uploads(bucket: &str, prefix: &str) -> Vec<String> {
     let (st, body) = s3_raw("GET", &format!("/{bucket}?uploads&prefix={prefix}"), "");
@@ -165,7 +181,7 @@ fn a_copy_killed_at_half_reads_at_most_60_percent_when_run_again() {
         );
         assert_eq!(uploads_recorded(&db), 1, "{ctx}: the killed copy's upload");
 
-        let before = src.read();
+        let before = settled(|| src.read());
         let out = copy_cmd(&db, src, &dst.url(), "16MiB")
             .output()
             .expect("rerun");
@@ -283,7 +299,7 @@ fn a_changed_source_starts_afresh_and_cleanup_aborts_only_slates_uploads() {
     let new = bytes(2, SIZE);
     src.place
         .seed(&[("obj.bin".to_string(), new.clone())].into());
-    let before = src.read();
+    let before = settled(|| src.read());
     let out = copy_cmd(&db, &src, &dst.url(), "8MiB")
         .output()
         .expect("rerun");
@@ -380,7 +396,7 @@ fn a_cancelled_job_resumes_from_its_last_part() {
         "the cancelled job's upload is kept"
     );
 
-    let before = src.read();
+    let before = settled(|| src.read());
     let (st, j) = call(reqwest::Method::POST, &format!("/jobs/{id}/resume"), None);
     assert_eq!(st, 200, "{j}");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -437,7 +453,7 @@ fn an_azure_upload_resumes_from_its_uncommitted_blocks() {
         !dst.read().contains_key("blob.bin"),
         "a torn blob is visible"
     );
-    let before = src.read();
+    let before = settled(|| src.read());
     let out = copy_cmd(&db, &src, &dst.url(), "8MiB")
         .output()
         .expect("rerun");
@@ -504,7 +520,7 @@ fn a_killed_daemon_continues_its_upload() {
         !dst.read().contains_key("weights.bin"),
         "a torn object is visible"
     );
-    let before = lab.counters.up.load(Relaxed);
+    let before = settled(|| lab.counters.up.load(Relaxed));
     let mut second = daemon("second.log");
     let deadline = Instant::now() + Duration::from_secs(120);
     while !dst.read().contains_key("weights.bin") {
