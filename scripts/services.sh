@@ -23,7 +23,7 @@
 #   fake-gcs       fake-gcs-server: GCS JSON API, XML reads           SLATE_FAKEGCS_PORT        4443
 #   gcs-shim       scripts/gcs_xml_shim.py: GCS XML-API writes        SLATE_GCS_SHIM_PORT       4444
 #                  (object_store writes GCS through the XML API, which fake-gcs-server lacks)
-#   s3s-fs         s3s-fs: a fast S3 over a folder (Rust; cargo       SLATE_S3S_PORT            8015
+#   s3s-fs         s3s-fs: a fast S3 over a folder (Rust; cargo       SLATE_TEST_S3S_PORT       8016
 #                  install), for tests that need thousands of requests a second (tests/
 #                  adaptive.rs): moto tops out at a few hundred on a small machine
 #
@@ -56,7 +56,8 @@ AZURITE_QUEUE_PORT=${SLATE_AZURITE_QUEUE_PORT:-10001}
 PUBSUB_PORT=${SLATE_PUBSUB_PORT:-8085}
 FAKEGCS_PORT=${SLATE_FAKEGCS_PORT:-4443}
 GCS_SHIM_PORT=${SLATE_GCS_SHIM_PORT:-4444}
-S3S_PORT=${SLATE_S3S_PORT:-8015}
+# not SLATE_S3S_PORT: that is the benchmarks' own s3s-fs, which must never serve the tests
+S3S_PORT=${SLATE_TEST_S3S_PORT:-8016}
 
 START_TIMEOUT=${SLATE_START_TIMEOUT:-90}
 STOP_TIMEOUT=15
@@ -565,6 +566,8 @@ cmd_stop() {
     local names=("$@")
     ((${#names[@]})) || names=("${ALL_SERVICES[@]}")
     stop_services "${names[@]}"
+    # s3s-fs keeps its objects in files: a stopped one's go, as the in-memory emulators' do
+    if [[ " ${names[*]} " == *" s3s-fs "* ]]; then rm -rf "$RUN_DIR/s3s-data"; fi
 }
 
 cmd_env() {

@@ -66,7 +66,7 @@ pub struct TuningArgs {
     /// Objects in flight: fixed at N (lowered while a store throttles, then recovered up to
     /// N). Without it (or `transfers` in the config's [copy]) slate adapts: from 16, more while
     /// the throughput grows with them, fewer when latency rises without it or a store
-    /// throttles, up to min(1024, one per MiB of --memory-limit, half the open-file limit).
+    /// throttles, up to min(1024, one per MiB of --memory-limit, a quarter of the open-file limit).
     #[arg(long)]
     pub transfers: Option<usize>,
     /// Chunks in flight per large object: fixed at N. Without it slate adapts: the memory

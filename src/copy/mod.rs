@@ -136,7 +136,7 @@ impl CopyOptions {
             let by_memory = (self.memory_limit >> 20).max(1) as usize;
             ADAPTIVE_MAX
                 .min(by_memory)
-                .min(open_files() / 2)
+                .min(open_files() / 4) // a socket per stream, a temp file, idle pooled connections
                 .max(limit::START)
         })
     }
@@ -167,6 +167,24 @@ impl CopyOptions {
 
 /// The most objects in flight an adaptive copy takes.
 pub const ADAPTIVE_MAX: usize = 1024;
+
+/// Raises this process's soft limit of open files to its hard limit (as most servers do at
+/// start): each object in flight holds sockets, and a temporary file when local, and the
+/// common soft default of 1,024 would cap the adaptive ceiling needlessly. Called once by
+/// `main`.
+pub fn raise_open_files() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write only the struct they are given
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
 
 /// The open files this process may have (RLIMIT_NOFILE, soft), 1024 when it cannot be read.
 pub fn open_files() -> usize {

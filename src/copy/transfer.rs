@@ -120,10 +120,22 @@ pub struct Limits {
 impl Limits {
     /// Limits for the cloud sides of `src` → `dst`: fixed at `--transfers` when asked for,
     /// else adaptive up to the options' ceiling.
-    pub fn new(src: &Side, dst: &Side, opts: &CopyOptions, same_bucket: bool) -> Limits {
+    /// `store_side`: the copies are made by the store (one bucket, or two of one S3
+    /// endpoint), whose requests tell the limiter neither their time nor their throttles, so
+    /// it could only grow: those copies keep a fixed limit (`--transfers`, else 16).
+    pub fn new(
+        src: &Side,
+        dst: &Side,
+        opts: &CopyOptions,
+        same_bucket: bool,
+        store_side: bool,
+    ) -> Limits {
         let limit = |side: &Side, name: &'static str| match side {
             Side::Cloud { loc, .. } => Some(match opts.transfers {
                 Some(n) => Limiter::new(n, loc.scheme.short(), name),
+                None if store_side => {
+                    Limiter::new(crate::stores::limit::START, loc.scheme.short(), name)
+                }
                 None => Limiter::adaptive(opts.ceiling(), loc.scheme.short(), name),
             }),
             Side::Local { .. } => None,
@@ -262,7 +274,13 @@ impl Ctx {
         };
         Ok(Ctx {
             src: plan.src.clone(),
-            limits: Limits::new(&plan.src, &dst, &opts, plan.server_side),
+            limits: Limits::new(
+                &plan.src,
+                &dst,
+                &opts,
+                plan.server_side,
+                server_side || cross.is_some(),
+            ),
             dst,
             dst_root: plan.dst_root.clone(),
             opts,
@@ -487,7 +505,11 @@ impl Ctx {
     }
 
     async fn reserve(&self, bytes: u64) -> Result<OwnedSemaphorePermit, SlateError> {
-        let units = bytes.div_ceil(BUDGET_UNIT).max(1) as u32;
+        // a chunk bigger than the whole budget (a huge object's parts, which 10,000 parts
+        // make large) waits for all of it, never for more than there is (that would wait
+        // forever, and hold up every later reservation behind it)
+        let total = (self.opts.memory_limit / BUDGET_UNIT).clamp(1, u32::MAX as u64 / 2);
+        let units = bytes.div_ceil(BUDGET_UNIT).clamp(1, total) as u32;
         self.budget
             .clone()
             .acquire_many_owned(units)

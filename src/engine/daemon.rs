@@ -411,6 +411,11 @@ const RESCAN_EVERY: Duration = Duration::from_secs(60);
 /// they are aborted.
 const RELEASE_ADOPTED_AFTER: Duration = Duration::from_secs(600);
 
+/// Pending keys a pair applies at once with no `--transfers`: each one's probe (a HEAD) and
+/// metadata update take no transfer slot, so this bounds them; the copies among them still
+/// wait for the adaptive limit.
+const DAEMON_KEYS_AT_ONCE: usize = 128;
+
 /// Starts following a local source: its watcher (a task storing its batches) — or, when the
 /// folder cannot be watched whole (a folder that cannot be read, the inotify watch limit), a
 /// rescan of the whole folder every [`RESCAN_EVERY`] instead, said loudly: slower, never blind.
@@ -650,9 +655,10 @@ async fn apply_batch(
     let stats = handle.stats.clone();
     let work = futures::stream::iter(pending)
         .map(|p| apply_pending(engine, db, &stats, engine.pair_id, p))
-        // the ceiling: copies and deletes also wait for a slot under the limit of each store
-        // side (adaptive, or lower while a store throttles)
-        .buffer_unordered(engine.ctx.ceiling());
+        // copies and deletes also wait for a slot under the limit of each store side
+        // (adaptive, or lower while a store throttles); the probes and metadata updates
+        // before them take none, so their number is bounded here
+        .buffer_unordered(engine.ctx.opts.transfers.unwrap_or(DAEMON_KEYS_AT_ONCE));
     let mut work = std::pin::pin!(work);
     let drain = async {
         while let Some(r) = work.next().await {

@@ -105,7 +105,9 @@ impl Engine {
     async fn probe_meta(&self, key: &str) -> Result<Option<(Entry, Option<Meta>)>> {
         match &self.ctx.src {
             Side::Cloud { store, loc, .. } => {
-                let path = store_path(&loc.key_for(key))?;
+                // the full key: its prefix is what a throttle paces (as the copier's requests)
+                let full = loc.key_for(key);
+                let path = store_path(&full)?;
                 let opts = GetOptions {
                     head: true,
                     ..Default::default()
@@ -113,7 +115,7 @@ impl Engine {
                 let head = self
                     .ctx
                     .retry(End::Src)
-                    .request(key, |_| true, |_| store.get_opts(&path, opts.clone()))
+                    .request(&full, |_| true, |_| store.get_opts(&path, opts.clone()))
                     .await;
                 match head {
                     Ok(res) => {
@@ -331,7 +333,8 @@ impl Engine {
         };
         match &self.ctx.dst {
             Side::Cloud { store, .. } => {
-                let path = store_path(&self.dst_loc.key_for(key))?;
+                let full = self.dst_loc.key_for(key);
+                let path = store_path(&full)?;
                 let _slot = match &self.ctx.limits.dst {
                     Some(l) => Some(l.acquire().await),
                     None => None,
@@ -339,7 +342,7 @@ impl Engine {
                 let deleted = self
                     .ctx
                     .retry(End::Dst)
-                    .request(key, |_| true, |_| store.delete(&path))
+                    .request(&full, |_| true, |_| store.delete(&path))
                     .await;
                 match deleted {
                     Ok(()) => Ok(true),
