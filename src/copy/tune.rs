@@ -57,13 +57,14 @@ pub fn choose_chunk(
 }
 
 /// Chunks in flight for one object of `chunks` chunks while `large` objects of more than one
-/// chunk are copied: the memory budget's chunks shared among them, within 1..=[`MAX_STREAMS`]
-/// (and never more than the object has).
+/// chunk are copied: the memory budget's chunks shared among them, within 1..=[`MAX_STREAMS`],
+/// never more than the object has, and for an object of more than four chunks at most half of
+/// them: chunks read side by side finish together, so an object read all at once would have
+/// none recorded until its end, and a copy cut short at half would keep nothing to resume.
 pub fn choose_streams(chunks: usize, large: usize, memory_limit: u64, chunk: u64) -> usize {
     let budget = (memory_limit / chunk.max(1)) as usize;
-    (budget / large.max(1))
-        .clamp(1, MAX_STREAMS)
-        .min(chunks.max(1))
+    let waves = if chunks > 4 { chunks.div_ceil(2) } else { chunks };
+    (budget / large.max(1)).clamp(1, MAX_STREAMS).min(waves.max(1))
 }
 
 #[cfg(test)]
@@ -129,6 +130,11 @@ mod tests {
             (100, 4, 1 << 30, 64 * MIB, 4),
             (100, 32, 1 << 30, 64 * MIB, 1),
             (3, 1, 1 << 30, 64 * MIB, 3),
+            (4, 1, 1 << 30, 64 * MIB, 4),
+            // more than four chunks: at most half at once (two waves at least, so a copy cut
+            // short at half has the first recorded)
+            (9, 1, 1 << 30, 64 * MIB, 5),
+            (20, 1, 1 << 30, 64 * MIB, 10),
             (100, 1, 1 << 30, 8 * MIB, MAX_STREAMS),
             (100, 0, 64 * MIB, 64 * MIB, 1),
         ];
