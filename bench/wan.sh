@@ -89,7 +89,7 @@ for port in "$S3S_PORT" "$AZ_PORT"; do
 done
 
 LAB_PID=""
-# start_labs RTT_MS: a lab in front of each server; stop_labs prints "s3_down az_up" bytes.
+# start_labs RTT_MS: a lab in front of each server (stop_labs stops them).
 start_labs() {
     "$LAB" --listen "$LAB_S3_PORT" --upstream "127.0.0.1:$S3S_PORT" --delay "${1}ms" --rate "$RATE" \
         >"$WORK/lab-s3.out" 2>&1 &
@@ -106,13 +106,14 @@ start_labs() {
         done
     done
 }
+# stop_labs: stops both labs (in this shell, which started them: a subshell cannot wait for
+# them) and sets LAB_S3_DOWN and LAB_AZ_UP to the bytes they carried.
 stop_labs() {
     kill -TERM "$LAB_PID" "$LAB_AZ_PID" 2>/dev/null || true
     wait "$LAB_PID" "$LAB_AZ_PID" 2>/dev/null || true
-    local s3 az
-    s3=$(awk '/^up /{print $4}' "$WORK/lab-s3.out")
-    az=$(awk '/^up /{print $2}' "$WORK/lab-az.out")
-    echo "${s3:-0} ${az:-0}"
+    LAB_S3_DOWN=$(awk '/^up /{print $4}' "$WORK/lab-s3.out")
+    LAB_AZ_UP=$(awk '/^up /{print $2}' "$WORK/lab-az.out")
+    LAB_S3_DOWN=${LAB_S3_DOWN:-0} LAB_AZ_UP=${LAB_AZ_UP:-0}
 }
 cpu_of() { awk -v t="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / t}' "/proc/$1/stat"; }
 
@@ -194,7 +195,7 @@ timed() {
     /usr/bin/time -f '%e %M %U %S' -o "$tf" "$@" >"$WORK/run.out" 2>&1 || rc=$?
     local s1 a1 l1 wall rss usr sys
     s1=$(cpu_of "$S3S_PID"); a1=$(cpu_of "$AZ_PID"); l1=$(cpu_of "$LAB_PID")
-    stop_labs >/dev/null
+    stop_labs
     ((rc == 0)) || { tail -n 20 "$WORK/run.out" >&2; die "$sc/$tool at ${rtt} ms failed (exit $rc)"; }
     read -r wall rss usr sys < <(tail -n 1 "$tf")
     local row
@@ -281,11 +282,13 @@ except Exception: print(0)")
         done
         kill -9 "$victim"; wait "$victim" 2>/dev/null || true
         sleep 1 # what the lab still carries of the killed connections is not the rerun's
-        first=$(stop_labs | awk '{print $1}')
+        stop_labs
+        first=$LAB_S3_DOWN
         start_labs "$rtt"
         "${SLATE_LAB[@]}" copy s3://bench-src/large/large-1.bin "$WORK/dst/" --quiet \
             >"$WORK/rerun.out" 2>&1 || die "the rerun failed: $(tail -n 5 "$WORK/rerun.out")"
-        read -r again _ < <(stop_labs)
+        stop_labs
+        again=$LAB_S3_DOWN
         cmp -s "$WORK/dst/large-1.bin" "$WORK/large-1.ref" || die "kill: the result differs"
         ROWS+=("$(awk -v rtt="$rtt" -v a="$first" -v b="$again" -v s=$((LARGE_MB << 20)) 'BEGIN {
             printf "| kill at 50%% | %d ms | slate (no flags) | first run read %.0f%%, rerun %.0f%% of the object | | | | | the rerun reads what was not written |",
