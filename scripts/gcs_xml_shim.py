@@ -19,6 +19,7 @@ Translated (one log line each on stderr):
   POST   /B/O?uploadId=U                 CompleteMultipartUpload: the listed parts, in order,
                                          become one object (one upload, one finalize event)
   DELETE /B/O?uploadId=U                 abort, drop the parts
+  GET    /B/O?uploadId=U                 ListParts: the parts stored so far (number, ETag, size)
 Emulated because fake-gcs-server ignores them:
   x-goog-if-generation-match on the writes above (0 = only if absent; else the live generation);
   If-Match / If-None-Match / If-Modified-Since / If-Unmodified-Since on GET and HEAD of objects;
@@ -401,6 +402,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if m == "DELETE" and "uploadId" in query:
                     what = "abort multipart"
                     return self.abort(bucket, name, query)
+                if m == "GET" and "uploadId" in query:
+                    what = "list parts"
+                    return self.list_parts(bucket, name, query)
                 if m in ("GET", "HEAD") and any(h in self.headers for h in CONDITIONAL_HEADERS):
                     if self.conditional_get(bucket, name, query):
                         return
@@ -567,6 +571,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             shutil.rmtree(upload.dir, ignore_errors=True)
         log(f"DELETE {bucket}/{name}?uploadId={upload.id} (abort) -> 204")
         self.reply(204)
+
+    def list_parts(self, bucket, name, query):
+        """ListParts, as GCS's XML API answers it (S3's schema), all parts on one page."""
+        self.read_small_body()
+        upload = self.find_upload(bucket, name, query)
+        with upload.lock:
+            parts = sorted(upload.parts.items())
+        xml = "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(etag)}</ETag><Size>{size}</Size></Part>"
+            for n, (_path, size, etag) in parts)
+        log(f"GET {bucket}/{name}?uploadId={upload.id} (list parts) -> 200, {len(parts)} parts")
+        self.reply_xml(200, f"<ListPartsResult><Bucket>{escape(bucket)}</Bucket>"
+                            f"<Key>{escape(name)}</Key><UploadId>{upload.id}</UploadId>"
+                            f"<IsTruncated>false</IsTruncated>{xml}</ListPartsResult>")
 
     # ---- reads fake-gcs-server gets wrong ----------------------------------------------
 

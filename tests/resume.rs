@@ -73,6 +73,16 @@ fn settled(read: impl Fn() -> u64) -> u64 {
     }
 }
 
+/// `moved` bytes of an object of `size` are at most `percent` of it; `what` moved them.
+fn at_most(moved: u64, size: usize, percent: u64, what: &str) {
+    assert!(
+        moved <= size as u64 * percent / 100,
+        "{what} {} MiB of {} MiB (at most {percent}% expected)",
+        moved >> 20,
+        size >> 20
+    );
+}
+
 /// Multipart uploads open under `prefix` in moto's `bucket`: their upload ids.
 fn open_uploads(bucket: &str, prefix: &str) -> Vec<String> {
     let (st, body) = s3_raw("GET", &format!("/{bucket}?uploads&prefix={prefix}"), "");
@@ -191,12 +201,7 @@ fn a_copy_killed_at_half_reads_at_most_60_percent_when_run_again() {
             stderr(&out)
         );
         let read = src.read() - before;
-        assert!(
-            read <= SIZE as u64 * 6 / 10,
-            "{ctx}: the rerun read {} MiB of {} MiB",
-            read >> 20,
-            SIZE >> 20
-        );
+        at_most(read, SIZE, 60, &format!("{ctx}: the rerun read"));
         let got = dst.read();
         assert!(
             got.get("big.bin") == Some(&data),
@@ -418,12 +423,7 @@ fn a_cancelled_job_resumes_from_its_last_part() {
     let read = src.read() - before;
     let _ = server.kill();
     let _ = server.wait();
-    assert!(
-        read <= SIZE as u64 * 7 / 10,
-        "the resumed job read {} MiB of {} MiB",
-        read >> 20,
-        SIZE >> 20
-    );
+    at_most(read, SIZE, 70, "the resumed job read");
     assert!(
         dst.read().get("job.bin") == Some(&data),
         "the result differs"
@@ -459,12 +459,7 @@ fn an_azure_upload_resumes_from_its_uncommitted_blocks() {
         .expect("rerun");
     assert!(out.status.success(), "the rerun failed: {}", stderr(&out));
     let read = src.read() - before;
-    assert!(
-        read <= SIZE as u64 * 6 / 10,
-        "the rerun read {} MiB of {} MiB",
-        read >> 20,
-        SIZE >> 20
-    );
+    at_most(read, SIZE, 60, "the rerun read");
     assert!(
         dst.read().get("blob.bin") == Some(&data),
         "the blob differs"
@@ -472,6 +467,40 @@ fn an_azure_upload_resumes_from_its_uncommitted_blocks() {
     assert_eq!(uploads_recorded(&db), 0);
     src.place.remove(&["blob.bin"]);
     dst.remove(&["blob.bin"]);
+}
+
+/// A GCS destination: the XML API's multipart upload, confirmed with its ListParts.
+#[test]
+fn a_gcs_upload_resumes_from_its_listed_parts() {
+    let runtime = rt();
+    const SIZE: usize = 96 * MIB;
+    let data = bytes(69, SIZE);
+    let src = Source::new(&runtime, End::S3("slate-src"), 24 << 20, "gcs.bin", &data);
+    let dst = Place::new(End::Gs("slate-dst"), "resume-gs");
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let mut child = copy_cmd(&db, &src, &dst.url(), "8MiB")
+        .spawn()
+        .expect("spawn");
+    kill_at(&mut child, &db, 48, "to GCS");
+    assert!(
+        !dst.read().contains_key("gcs.bin"),
+        "a torn object is visible"
+    );
+    let before = settled(|| src.read());
+    let out = copy_cmd(&db, &src, &dst.url(), "8MiB")
+        .output()
+        .expect("rerun");
+    assert!(out.status.success(), "the rerun failed: {}", stderr(&out));
+    let read = src.read() - before;
+    at_most(read, SIZE, 60, "the rerun read");
+    assert!(
+        dst.read().get("gcs.bin") == Some(&data),
+        "the object differs"
+    );
+    assert_eq!(uploads_recorded(&db), 0);
+    src.place.remove(&["gcs.bin"]);
+    dst.remove(&["gcs.bin"]);
 }
 
 /// `sync --once` and the daemon continue what a killed run of theirs left: the daemon's
@@ -538,12 +567,7 @@ fn a_killed_daemon_continues_its_upload() {
     let sent = lab.counters.up.load(Relaxed) - before;
     let _ = second.kill();
     let _ = second.wait();
-    assert!(
-        sent <= SIZE as u64 * 6 / 10,
-        "the restarted daemon sent {} MiB of {} MiB",
-        sent >> 20,
-        SIZE >> 20
-    );
+    at_most(sent, SIZE, 60, "the restarted daemon sent");
     assert!(
         dst.read().get("weights.bin") == Some(&data),
         "the object differs"

@@ -1107,6 +1107,18 @@ async fn adopted_upload(
                 None
             }
         },
+        (None, _, Some(id)) if ctx.dst.location().scheme == Scheme::Gcs => {
+            match ctx.gcs_patch.as_ref() {
+                Some(g) => match g.list_parts(&item.dst, &id).await {
+                    Ok(p) => p.map(Listed::Numbered),
+                    Err(e) => {
+                        said("listing its parts", e);
+                        None
+                    }
+                },
+                None => None,
+            }
+        }
         (None, Some(s3), Some(id)) if ctx.dst.location().scheme == Scheme::S3 => {
             match s3.list_parts(&item.dst, &id).await {
                 Ok(p) => p.map(Listed::Numbered),

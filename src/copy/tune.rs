@@ -63,8 +63,14 @@ pub fn choose_chunk(
 /// none recorded until its end, and a copy cut short at half would keep nothing to resume.
 pub fn choose_streams(chunks: usize, large: usize, memory_limit: u64, chunk: u64) -> usize {
     let budget = (memory_limit / chunk.max(1)) as usize;
-    let waves = if chunks > 4 { chunks.div_ceil(2) } else { chunks };
-    (budget / large.max(1)).clamp(1, MAX_STREAMS).min(waves.max(1))
+    let waves = if chunks > 4 {
+        chunks.div_ceil(2)
+    } else {
+        chunks
+    };
+    (budget / large.max(1))
+        .clamp(1, MAX_STREAMS)
+        .min(waves.max(1))
 }
 
 #[cfg(test)]

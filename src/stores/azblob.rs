@@ -205,6 +205,19 @@ impl AzureBlob {
         Ok(etag)
     }
 
+    /// `attempt` on the one retry budget of a request to `key`, its error as text.
+    async fn retried<T, F, Fut>(&self, key: &str, attempt: F) -> std::result::Result<T, String>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, ChunkError>>,
+    {
+        Retry::default()
+            .for_store("az")
+            .run(key, |e| matches!(e, ChunkError::Retry(_)), |_| attempt())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// The ids of the blocks put to `key` and not committed yet (Get Block List), as
     /// object_store names them (decoded from base64). Empty when the blob has none, or does
     /// not exist.
@@ -212,31 +225,24 @@ impl AzureBlob {
         &self,
         key: &str,
     ) -> std::result::Result<std::collections::HashSet<String>, String> {
-        Retry::default()
-            .for_store("az")
-            .run(
-                key,
-                |e| matches!(e, ChunkError::Retry(_)),
-                |_| async {
-                    let comp = Some("blocklist&blocklisttype=uncommitted");
-                    let resp = self.send("GET", key, comp, &[], Vec::new()).await?;
-                    let status = resp.status();
-                    if status.as_u16() == 404 {
-                        return Ok(Default::default());
-                    }
-                    if !status.is_success() {
-                        return Err(ChunkError::of_status(status, "listing blocks"));
-                    }
-                    let body = resp
-                        .into_body()
-                        .bytes()
-                        .await
-                        .map_err(|e| ChunkError::Retry(e.to_string()))?;
-                    Ok(block_names(&String::from_utf8_lossy(&body)))
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())
+        self.retried(key, || async {
+            let comp = Some("blocklist&blocklisttype=uncommitted");
+            let resp = self.send("GET", key, comp, &[], Vec::new()).await?;
+            let status = resp.status();
+            if status.as_u16() == 404 {
+                return Ok(Default::default());
+            }
+            if !status.is_success() {
+                return Err(ChunkError::of_status(status, "listing blocks"));
+            }
+            let body = resp
+                .into_body()
+                .bytes()
+                .await
+                .map_err(|e| ChunkError::Retry(e.to_string()))?;
+            Ok(block_names(&String::from_utf8_lossy(&body)))
+        })
+        .await
     }
 
     /// The blob's ETag, Content-MD5 and tag count (a signed HEAD).
@@ -244,31 +250,24 @@ impl AzureBlob {
         &self,
         key: &str,
     ) -> std::result::Result<(Option<String>, Option<String>, u32), String> {
-        Retry::default()
-            .for_store("az")
-            .run(
-                key,
-                |e| matches!(e, ChunkError::Retry(_)),
-                |_| async {
-                    let resp = self.send("HEAD", key, None, &[], Vec::new()).await?;
-                    let status = resp.status();
-                    if !status.is_success() {
-                        return Err(ChunkError::of_status(status, "HEAD"));
-                    }
-                    let h = |n: &str| {
-                        resp.headers()
-                            .get(n)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_string)
-                    };
-                    let tags = h("x-ms-tag-count")
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0);
-                    Ok((h("etag"), h("content-md5"), tags))
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())
+        self.retried(key, || async {
+            let resp = self.send("HEAD", key, None, &[], Vec::new()).await?;
+            let status = resp.status();
+            if !status.is_success() {
+                return Err(ChunkError::of_status(status, "HEAD"));
+            }
+            let h = |n: &str| {
+                resp.headers()
+                    .get(n)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            let tags = h("x-ms-tag-count")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            Ok((h("etag"), h("content-md5"), tags))
+        })
+        .await
     }
 
     async fn call(
@@ -278,15 +277,8 @@ impl AzureBlob {
         headers: Vec<(String, String)>,
         body: Vec<u8>,
     ) -> std::result::Result<Option<String>, String> {
-        Retry::default()
-            .for_store("az")
-            .run(
-                key,
-                |e| matches!(e, ChunkError::Retry(_)),
-                |_| self.try_call(key, comp, &headers, body.clone()),
-            )
+        self.retried(key, || self.try_call(key, comp, &headers, body.clone()))
             .await
-            .map_err(|e| e.to_string())
     }
 
     /// One signed request for `key` (with `?comp=` when given).

@@ -21,6 +21,8 @@ pub struct GcsPatch {
     http: HttpClient,
     /// `https://storage.googleapis.com/storage/v1/b/BUCKET/o` (or the emulator's).
     objects_url: String,
+    /// `https://storage.googleapis.com/BUCKET`: the XML API, where multipart uploads live.
+    xml_url: String,
 }
 
 /// The JSON API's field of each property.
@@ -51,6 +53,7 @@ impl GcsPatch {
             gcs,
             http,
             objects_url: format!("{base}/storage/v1/b/{bucket}/o"),
+            xml_url: format!("{base}/{bucket}"),
         })
     }
 
@@ -100,6 +103,101 @@ impl GcsPatch {
             .map(|_| ())
     }
 
+    /// The parts the store holds of XML multipart upload `upload_id` of `key` (ListParts,
+    /// every page): part number → ETag. None when the store no longer has the upload.
+    pub async fn list_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> std::result::Result<Option<std::collections::HashMap<u32, String>>, String> {
+        let url = format!(
+            "{}/{}?uploadId={}",
+            self.xml_url,
+            crate::stores::s3copy::encode_key(key),
+            utf8_percent_encode(upload_id, NON_ALPHANUMERIC)
+        );
+        let mut parts = std::collections::HashMap::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let page_url = match &marker {
+                Some(m) => format!("{url}&part-number-marker={m}"),
+                None => url.clone(),
+            };
+            let text = Retry::default()
+                .for_store("gs")
+                .run(
+                    key,
+                    |e| matches!(e, ChunkError::Retry(_)),
+                    |_| self.try_text("GET", &page_url),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let Some(text) = text else {
+                return Ok(None);
+            };
+            let page = crate::stores::s3copy::parse_parts(&text)?;
+            parts.extend(page.parts);
+            match page.next {
+                Some(n) if page.truncated => marker = Some(n),
+                _ => return Ok(Some(parts)),
+            }
+        }
+    }
+
+    /// One authorised request without a body: the answer's text, None for a 404.
+    async fn try_text(
+        &self,
+        method: &str,
+        url: &str,
+    ) -> std::result::Result<Option<String>, ChunkError> {
+        let (status, text) = self.send(method, url, Vec::new()).await?;
+        if status.as_u16() == 404 {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(ChunkError::of_status(status, "listing parts"));
+        }
+        Ok(Some(text))
+    }
+
+    /// One request with the GCS credentials: the status and the answer's text.
+    async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        body: Vec<u8>,
+    ) -> std::result::Result<(http::StatusCode, String), ChunkError> {
+        let cred = self
+            .gcs
+            .credentials()
+            .get_credential()
+            .await
+            .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
+        let mut auth = http::HeaderValue::from_str(&format!("Bearer {}", cred.bearer))
+            .map_err(|_| ChunkError::Fatal("the GCS token is no header value".into()))?;
+        auth.set_sensitive(true);
+        let req: Request<HttpRequestBody> = Request::builder()
+            .method(method)
+            .uri(url)
+            .header("authorization", auth)
+            .header("content-type", "application/json")
+            .body(HttpRequestBody::from(body))
+            .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+        let resp = self
+            .http
+            .execute(req)
+            .await
+            .map_err(|e| ChunkError::Retry(e.to_string()))?;
+        let status = resp.status();
+        let text = resp
+            .into_body()
+            .bytes()
+            .await
+            .map(|b| String::from_utf8_lossy(&b).to_string())
+            .unwrap_or_default();
+        Ok((status, text))
+    }
+
     async fn call(
         &self,
         method: &'static str,
@@ -123,35 +221,8 @@ impl GcsPatch {
         url: &str,
         body: Option<Value>,
     ) -> std::result::Result<Value, ChunkError> {
-        let cred = self
-            .gcs
-            .credentials()
-            .get_credential()
-            .await
-            .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-        let mut auth = http::HeaderValue::from_str(&format!("Bearer {}", cred.bearer))
-            .map_err(|_| ChunkError::Fatal("the GCS token is no header value".into()))?;
-        auth.set_sensitive(true);
-        let req: Request<HttpRequestBody> = Request::builder()
-            .method(method)
-            .uri(url)
-            .header("authorization", auth)
-            .header("content-type", "application/json")
-            .body(HttpRequestBody::from(bytes))
-            .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-        let resp = self
-            .http
-            .execute(req)
-            .await
-            .map_err(|e| ChunkError::Retry(e.to_string()))?;
-        let status = resp.status();
-        let text = resp
-            .into_body()
-            .bytes()
-            .await
-            .map(|b| String::from_utf8_lossy(&b).to_string())
-            .unwrap_or_default();
+        let (status, text) = self.send(method, url, bytes).await?;
         if status.is_success() {
             return serde_json::from_str(&text)
                 .map_err(|e| ChunkError::Fatal(format!("{method} answered no JSON: {e}")));

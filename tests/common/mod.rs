@@ -75,9 +75,14 @@ pub fn unique(name: &str) -> String {
 }
 
 pub fn s3(bucket: &str) -> Arc<dyn ObjectStore> {
+    s3_at(&s3_endpoint(), bucket)
+}
+
+/// An S3 client for `bucket` at another S3 server (s3s-fs), with the test keys.
+pub fn s3_at(endpoint: &str, bucket: &str) -> Arc<dyn ObjectStore> {
     Arc::new(
         AmazonS3Builder::new()
-            .with_endpoint(s3_endpoint())
+            .with_endpoint(endpoint)
             .with_allow_http(true)
             .with_region("us-east-1")
             .with_access_key_id("testing")
