@@ -388,6 +388,15 @@ impl Ctx {
         }
     }
 
+    /// A part of `bytes` was uploaded in `took`: with a local source (no reads to measure),
+    /// the destination's stream throughput, from which the chunk size is chosen.
+    fn uploaded(&self, bytes: u64, took: Duration) {
+        if let (None, Some(dst)) = (&self.limits.src, &self.limits.dst) {
+            let rtt = dst.rtt().unwrap_or_default();
+            dst.stream_sample(bytes, took.saturating_sub(rtt));
+        }
+    }
+
     /// What the source object carries: from a response of the store (`attrs`; the object's
     /// listed time when it records no `mtime`), or a local file's name and mtime.
     fn src_meta(&self, item: &Item, attrs: Option<&Attributes>) -> Meta {
@@ -1291,6 +1300,7 @@ async fn multipart_inner(
         let payload = PutPayload::from_bytes(out.data.unwrap_or_default());
         let (retry, dst, id) = (&retry, &dst, &id);
         uploads.push(async move {
+            let (len, started) = (payload.content_length() as u64, std::time::Instant::now());
             let r = retry
                 .request(&item.dst, any, |_| {
                     parts_store.put_part(dst, id, i, payload.clone())
@@ -1298,6 +1308,7 @@ async fn multipart_inner(
                 .await;
             drop(permit);
             let part = r?;
+            ctx.uploaded(len, started.elapsed());
             if let (Some(row), Some(l)) = (rec_id, &ctx.ledger) {
                 l.part_done(row, i, Some(part.content_id.clone()), blocks.clone())
                     .await;

@@ -549,6 +549,12 @@ impl Limiter {
     /// A chunk of `bytes` took `d` to arrive after its headers.
     pub fn chunk_sample(&self, bytes: u64, d: Duration) {
         self.add_bytes(bytes);
+        self.stream_sample(bytes, d);
+    }
+
+    /// One stream moved `bytes` in `d` (a part uploaded, its round trip taken off): the
+    /// stream throughput the chunk size follows; the bytes are counted elsewhere.
+    pub fn stream_sample(&self, bytes: u64, d: Duration) {
         if bytes < 1 << 20 || d.is_zero() {
             return;
         }
