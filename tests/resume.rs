@@ -434,73 +434,60 @@ fn a_cancelled_job_resumes_from_its_last_part() {
     dst.remove(&["job.bin"]);
 }
 
-/// An Azure destination keeps no upload id: its uncommitted blocks are what a rerun finds
-/// (Get Block List) and continues from.
-#[test]
-fn an_azure_upload_resumes_from_its_uncommitted_blocks() {
+/// A 96 MiB object from S3 to `end`, killed once half is recorded and run again: the rerun
+/// reads at most 60% of it, and the result is whole.
+fn resumes_at(end: End, name: &str, what: &str) {
     let runtime = rt();
     const SIZE: usize = 96 * MIB;
     let data = bytes(96, SIZE);
-    let src = Source::new(&runtime, End::S3("slate-src"), 24 << 20, "blob.bin", &data);
-    let dst = Place::new(End::Az("slate-dst"), "resume-az");
+    let key = format!("{name}.bin");
+    let src = Source::new(&runtime, End::S3("slate-src"), 24 << 20, &key, &data);
+    let dst = Place::new(end, name);
     let dir = tempfile::tempdir().expect("tmp");
     let db = dir.path().join("slate.db");
     let mut child = copy_cmd(&db, &src, &dst.url(), "8MiB")
         .spawn()
         .expect("spawn");
-    kill_at(&mut child, &db, 48, "to Azure");
+    kill_at(&mut child, &db, 48, what);
     assert!(
-        !dst.read().contains_key("blob.bin"),
-        "a torn blob is visible"
+        !dst.read().contains_key(&key),
+        "{what}: a torn object is visible"
     );
     let before = settled(|| src.read());
     let out = copy_cmd(&db, &src, &dst.url(), "8MiB")
         .output()
         .expect("rerun");
-    assert!(out.status.success(), "the rerun failed: {}", stderr(&out));
-    let read = src.read() - before;
-    at_most(read, SIZE, 60, "the rerun read");
     assert!(
-        dst.read().get("blob.bin") == Some(&data),
-        "the blob differs"
+        out.status.success(),
+        "{what}: the rerun failed: {}",
+        stderr(&out)
+    );
+    at_most(
+        src.read() - before,
+        SIZE,
+        60,
+        &format!("{what}: the rerun read"),
+    );
+    assert!(
+        dst.read().get(&key) == Some(&data),
+        "{what}: the object differs"
     );
     assert_eq!(uploads_recorded(&db), 0);
-    src.place.remove(&["blob.bin"]);
-    dst.remove(&["blob.bin"]);
+    src.place.remove(&[&key]);
+    dst.remove(&[&key]);
+}
+
+/// An Azure destination keeps no upload id: its uncommitted blocks are what a rerun finds
+/// (Get Block List) and continues from.
+#[test]
+fn an_azure_upload_resumes_from_its_uncommitted_blocks() {
+    resumes_at(End::Az("slate-dst"), "resume-az", "to Azure");
 }
 
 /// A GCS destination: the XML API's multipart upload, confirmed with its ListParts.
 #[test]
 fn a_gcs_upload_resumes_from_its_listed_parts() {
-    let runtime = rt();
-    const SIZE: usize = 96 * MIB;
-    let data = bytes(69, SIZE);
-    let src = Source::new(&runtime, End::S3("slate-src"), 24 << 20, "gcs.bin", &data);
-    let dst = Place::new(End::Gs("slate-dst"), "resume-gs");
-    let dir = tempfile::tempdir().expect("tmp");
-    let db = dir.path().join("slate.db");
-    let mut child = copy_cmd(&db, &src, &dst.url(), "8MiB")
-        .spawn()
-        .expect("spawn");
-    kill_at(&mut child, &db, 48, "to GCS");
-    assert!(
-        !dst.read().contains_key("gcs.bin"),
-        "a torn object is visible"
-    );
-    let before = settled(|| src.read());
-    let out = copy_cmd(&db, &src, &dst.url(), "8MiB")
-        .output()
-        .expect("rerun");
-    assert!(out.status.success(), "the rerun failed: {}", stderr(&out));
-    let read = src.read() - before;
-    at_most(read, SIZE, 60, "the rerun read");
-    assert!(
-        dst.read().get("gcs.bin") == Some(&data),
-        "the object differs"
-    );
-    assert_eq!(uploads_recorded(&db), 0);
-    src.place.remove(&["gcs.bin"]);
-    dst.remove(&["gcs.bin"]);
+    resumes_at(End::Gs("slate-dst"), "resume-gs", "to GCS");
 }
 
 /// `sync --once` and the daemon continue what a killed run of theirs left: the daemon's
