@@ -362,7 +362,7 @@ impl Ctx {
         t.in_flight.store(self.active.load(Relaxed), Relaxed);
         let limit = self.limits.each().map(|l| l.limit()).min();
         t.limit
-            .store(limit.unwrap_or(self.ceiling()) as u64, Relaxed);
+            .store(limit.unwrap_or_else(|| self.ceiling()) as u64, Relaxed);
         let rtt = self.rtt().map_or(0, |d| d.as_micros() as u64);
         t.rtt_micros.store(rtt, Relaxed);
     }

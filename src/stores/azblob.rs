@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use object_store::{Attribute, Attributes};
 
-use super::retry::{ChunkError, Retry};
+use super::retry::ChunkError;
 use super::s3copy::encode_key;
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
@@ -211,11 +211,7 @@ impl AzureBlob {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, ChunkError>>,
     {
-        Retry::default()
-            .for_store("az")
-            .run(key, |e| matches!(e, ChunkError::Retry(_)), |_| attempt())
-            .await
-            .map_err(|e| e.to_string())
+        super::retry::signed_call("az", key, attempt).await
     }
 
     /// The ids of the blocks put to `key` and not committed yet (Get Block List), as

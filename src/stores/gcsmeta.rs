@@ -9,7 +9,7 @@ use object_store::{Attribute, Attributes};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Map, Value};
 
-use super::retry::{ChunkError, Retry};
+use super::retry::{signed_call, ChunkError};
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
 use crate::stores::{gcs_builder, http_options};
@@ -123,15 +123,7 @@ impl GcsPatch {
                 Some(m) => format!("{url}&part-number-marker={m}"),
                 None => url.clone(),
             };
-            let text = Retry::default()
-                .for_store("gs")
-                .run(
-                    key,
-                    |e| matches!(e, ChunkError::Retry(_)),
-                    |_| self.try_text("GET", &page_url),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+            let text = signed_call("gs", key, || self.try_text("GET", &page_url)).await?;
             let Some(text) = text else {
                 return Ok(None);
             };
@@ -204,15 +196,7 @@ impl GcsPatch {
         url: &str,
         body: Option<Value>,
     ) -> std::result::Result<Value, String> {
-        Retry::default()
-            .for_store("gs")
-            .run(
-                url,
-                |e| matches!(e, ChunkError::Retry(_)),
-                |_| self.try_call(method, url, body.clone()),
-            )
-            .await
-            .map_err(|e| e.to_string())
+        signed_call("gs", url, || self.try_call(method, url, body.clone())).await
     }
 
     async fn try_call(

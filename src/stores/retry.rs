@@ -102,6 +102,24 @@ pub fn transient(e: &object_store::Error) -> bool {
     }
 }
 
+/// `attempt`, a signed call slate makes itself (not through object_store), on the one retry
+/// budget of `store`: sent again while it answers [`ChunkError::Retry`]; its error as text.
+pub async fn signed_call<T, F, Fut>(
+    store: &'static str,
+    key: &str,
+    attempt: F,
+) -> std::result::Result<T, String>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = std::result::Result<T, ChunkError>>,
+{
+    Retry::default()
+        .for_store(store)
+        .run(key, |e| matches!(e, ChunkError::Retry(_)), |_| attempt())
+        .await
+        .map_err(|e| e.to_string())
+}
+
 impl Retry {
     /// The same backoff, counting failed attempts under `store` (a scheme's short name).
     pub fn for_store(self, store: &'static str) -> Retry {

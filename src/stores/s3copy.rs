@@ -294,11 +294,7 @@ impl S3CrossBucket {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, ChunkError>>,
     {
-        Retry::default()
-            .for_store("s3")
-            .run(key, |e| matches!(e, ChunkError::Retry(_)), |_| attempt())
-            .await
-            .map_err(|e| e.to_string())
+        super::retry::signed_call("s3", key, attempt).await
     }
 
     /// One signed request with no body for `key` of the destination bucket (`query` with its
