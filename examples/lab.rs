@@ -1,5 +1,5 @@
 //! The latency lab as a process, for bench scripts: `lab --listen PORT --upstream HOST:PORT
-//! [--delay 20ms | --up 10ms --down 10ms] [--rate 100M]`. Prints `listening on …` once ready;
+//! [--delay 20ms | --up 10ms --down 10ms] [--rate 100M] [--flow-rate 10M]`. Prints `listening on …` once ready;
 //! on SIGTERM or SIGINT prints `up N down N connections N` (bytes) and exits. 127.0.0.1 only.
 
 use std::time::Duration;
@@ -43,9 +43,21 @@ async fn main() {
     let rate = arg(&args, "--rate").map(|r| {
         slate::core::units::parse_size(&r).unwrap_or_else(|e| fail(format!("--rate: {e}")))
     });
-    let lab = Lab::start(upstream, Link { up, down, rate }, port)
-        .await
-        .unwrap_or_else(|e| fail(format!("cannot listen: {e}")));
+    let flow = arg(&args, "--flow-rate").map(|r| {
+        slate::core::units::parse_size(&r).unwrap_or_else(|e| fail(format!("--flow-rate: {e}")))
+    });
+    let lab = Lab::start(
+        upstream,
+        Link {
+            up,
+            down,
+            rate,
+            flow,
+        },
+        port,
+    )
+    .await
+    .unwrap_or_else(|e| fail(format!("cannot listen: {e}")));
     println!("listening on {}", lab.addr);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .unwrap_or_else(|e| fail(e.to_string()));

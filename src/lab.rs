@@ -26,6 +26,10 @@ pub struct Link {
     pub down: Duration,
     /// Bytes per second in each direction, shared by all connections (None: no cap).
     pub rate: Option<u64>,
+    /// Bytes per second in each direction of any one connection (None: no cap): a long link's
+    /// TCP flow, held back by its window at this round trip, so that only more connections
+    /// side by side fill the link.
+    pub flow: Option<u64>,
 }
 
 impl Link {
@@ -35,6 +39,15 @@ impl Link {
             up: rtt / 2,
             down: rtt / 2,
             rate,
+            flow: None,
+        }
+    }
+
+    /// The same link with each connection capped at `flow` bytes a second each way.
+    pub fn per_flow(self, flow: u64) -> Link {
+        Link {
+            flow: Some(flow),
+            ..self
         }
     }
 }
@@ -131,6 +144,8 @@ impl Lab {
                 };
                 while conns.try_join_next().is_some() {}
                 let (c, up_b, down_b) = (c.clone(), buckets.0.clone(), buckets.1.clone());
+                let flow = link.flow.filter(|r| *r > 0);
+                let (up_f, down_f) = (flow.map(Bucket::new), flow.map(Bucket::new));
                 conns.spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
@@ -140,8 +155,8 @@ impl Lab {
                     let _ = server.set_nodelay(true);
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    let up = pump(cr, sw, link.up, up_b, c.clone(), true);
-                    let down = pump(sr, cw, link.down, down_b, c, false);
+                    let up = pump(cr, sw, link.up, [up_b, up_f.map(Arc::new)], c.clone(), true);
+                    let down = pump(sr, cw, link.down, [down_b, down_f.map(Arc::new)], c, false);
                     let _ = tokio::join!(up, down);
                 });
             }
@@ -160,13 +175,14 @@ impl Lab {
 }
 
 /// Carries one direction: each read is stamped and handed to a writer that waits for its
-/// due time (order kept), then for the bucket's tokens, then writes. End of stream passes on
+/// due time (order kept), then for the buckets' tokens (the link's, the connection's), then
+/// writes. End of stream passes on
 /// as a shutdown after the same delay.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     delay: Duration,
-    bucket: Option<Arc<Bucket>>,
+    buckets: [Option<Arc<Bucket>>; 2],
     counters: Arc<Counters>,
     up: bool,
 ) {
@@ -180,7 +196,7 @@ async fn pump(
             };
             // the cap is taken here, as it is read: the sender is held back as on a slow
             // link, instead of its bytes piling up in the lab
-            if let (Some(b), true) = (&bucket, n > 0) {
+            for b in buckets.iter().flatten().filter(|_| n > 0) {
                 b.take(n).await;
             }
             let due = Instant::now() + delay;
@@ -276,6 +292,43 @@ mod tests {
         drop(s);
         assert_eq!(lab.counters.up.load(Relaxed), 12);
         assert_eq!(lab.counters.down.load(Relaxed), 12);
+    }
+
+    #[tokio::test]
+    async fn the_flow_cap_holds_each_connection_and_not_the_link() {
+        // each of two connections at 4 MiB/s, 2 MiB each, side by side: each takes at least
+        // 0.4 s (less the first burst), and the link as a whole carries both at once
+        let flow = 4 << 20;
+        let lab = Lab::start(
+            echo().await,
+            Link::rtt(Duration::ZERO, None).per_flow(flow),
+            0,
+        )
+        .await
+        .unwrap();
+        let n = 2usize << 20;
+        let one = |addr| async move {
+            let s = TcpStream::connect(addr).await.unwrap();
+            let (mut r, mut w) = s.into_split();
+            let t = std::time::Instant::now();
+            let send = tokio::spawn(async move {
+                w.write_all(&vec![7u8; n]).await.unwrap();
+                w.shutdown().await.unwrap();
+            });
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            send.await.unwrap();
+            assert_eq!(got.len(), n);
+            t.elapsed().as_secs_f64()
+        };
+        let (a, b) = tokio::join!(one(lab.addr), one(lab.addr));
+        let floor = (n as f64 - flow as f64 / 10.0) / flow as f64;
+        assert!(
+            a >= floor && b >= floor,
+            "{n} bytes at {flow}/s a flow: {a:.3} s, {b:.3} s"
+        );
+        assert_eq!(lab.counters.down.load(Relaxed), 2 * n as u64);
+        assert_eq!(lab.counters.connections.load(Relaxed), 2);
     }
 
     #[tokio::test]

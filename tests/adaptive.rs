@@ -8,7 +8,10 @@
 //!   down that prefix only: the other prefixes (`a/0/` … `a/4/`) are copied in full while
 //!   `a/` is still throttled, and the side's transfer limit is never lowered;
 //! - with no --chunk-size the chunk follows the measured round trip: 8 MiB on loopback, 40 MiB
-//!   or more at 40 ms.
+//!   or more at 40 ms;
+//! - with no --streams the streams per object follow the throughput: past the start (4) on a
+//!   link whose every connection is held to 4 MiB/s, and not past one doubling on a link
+//!   that one connection fills.
 
 mod common;
 
@@ -67,15 +70,18 @@ async fn read_many(prefix: &str) -> BTreeMap<String, Vec<u8>> {
 
 /// A lab at [`RTT`] in front of `upstream` (`http://host:port[/path]`); the URL to use instead.
 fn lab_for(runtime: &tokio::runtime::Runtime, upstream: &str) -> (Lab, String) {
+    lab_with(runtime, upstream, Link::rtt(RTT, None))
+}
+
+/// A lab shaped as `link` in front of `upstream`; the URL to use instead.
+fn lab_with(runtime: &tokio::runtime::Runtime, upstream: &str, link: Link) -> (Lab, String) {
     let rest = upstream.trim_start_matches("http://");
     let (hostport, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
     let addr: std::net::SocketAddr = hostport.parse().expect("emulator address");
-    let lab = runtime
-        .block_on(Lab::start(addr, Link::rtt(RTT, None), 0))
-        .expect("lab");
+    let lab = runtime.block_on(Lab::start(addr, link, 0)).expect("lab");
     let url = format!("{}{path}", lab.url());
     (lab, url)
 }
@@ -314,5 +320,71 @@ fn the_chunk_size_follows_the_round_trip() {
     assert!(
         (8.0..40.0).contains(&near),
         "on loopback: {near} MiB\n{near_log}"
+    );
+}
+
+/// The streams per object in plain progress lines (`…, 4 streams, …`), in order.
+fn streams_seen(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.starts_with("progress:"))
+        .filter_map(|l| {
+            let end = l.find(" streams")?;
+            let start = l[..end].rfind(", ")? + 2;
+            l[start..end].parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn streams_per_object_follow_the_throughput() {
+    let _one = serial();
+    let runtime = rt();
+    // 8 MiB chunks (fixed, so that a chunk takes 2 s at 4 MiB/s), streams free
+    let copy = |link: Link, size: usize, name: &str| {
+        let (_lab, url) = lab_with(&runtime, &s3s_endpoint(), link);
+        let src = Place::new(End::S3("slate-src"), name);
+        let data: BTreeMap<String, Vec<u8>> = [("big.bin".to_string(), bytes(9, size))].into();
+        runtime.block_on(seed(&s3s("slate-src"), &src.prefix, &data));
+        let dst = Place::new(End::Local, name);
+        let mut c = slate();
+        c.env("AWS_ENDPOINT_URL", &url).args([
+            "copy",
+            &src.url(),
+            &dst.url(),
+            "--progress-lines",
+            "1",
+            "--chunk-size",
+            "8MiB",
+        ]);
+        let out = run(c);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_same(&dst.read(), &data);
+        let log = stderr(&out);
+        (streams_seen(&log), log)
+    };
+    // every connection held to 4 MiB/s, the link open: more streams, more throughput
+    let (open, open_log) = copy(
+        Link::rtt(RTT, None).per_flow(4 << 20),
+        256 << 20,
+        "streams-open",
+    );
+    // one link of 16 MiB/s, which one connection fills: more streams bring nothing
+    let (full, full_log) = copy(
+        Link::rtt(RTT, Some(16 << 20)).per_flow(16 << 20),
+        128 << 20,
+        "streams-full",
+    );
+    eprintln!("streams per object: flows of 4 MiB/s {open:?}; one link of 16 MiB/s {full:?}");
+    assert!(
+        open.iter().max().copied().unwrap_or(0) >= 16,
+        "flows of 4 MiB/s: the streams did not grow past 8\n{open_log}"
+    );
+    assert!(
+        full.iter().max().copied().unwrap_or(0) <= 8,
+        "a full link: the streams grew past one doubling\n{full_log}"
+    );
+    assert!(
+        full.last().copied().unwrap_or(0) <= 4,
+        "a full link: the streams did not come back down\n{full_log}"
     );
 }

@@ -1,6 +1,7 @@
 //! Copies one object: wait for a slot under the adaptive limits of both sides ([`Limits`]),
 //! decide the strategy (server-side, into a local file, single PUT, multipart), split it into
-//! block-aligned chunks, run up to `streams` chunks at once with retries (each read, each PUT,
+//! block-aligned chunks, run up to `streams` chunks at once (fixed, or steered by the copy's
+//! throughput: [`Steer`]) with retries (each read, each PUT,
 //! each part and the completion retried on its own), and make the result visible only when
 //! complete. Copies in flight and failed store requests are counted for `/metrics`
 //! ([`crate::core::metrics`]).
@@ -10,10 +11,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant, SystemTime};
 
-use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
+use futures::stream::{FusedStream, FuturesOrdered, FuturesUnordered, StreamExt, TryStreamExt};
+use futures::{Future, Stream};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as StorePath;
 use object_store::{
@@ -26,7 +29,7 @@ use super::hash::ContentHash;
 use super::local::{DirMaker, TempFile};
 use super::read::{read_chunk, ChunkOut, ChunkSink};
 use super::resume::{self, Ledger, Listed};
-use super::tune::{choose_chunk, choose_streams};
+use super::tune::{choose_chunk, choose_streams, Steer};
 use super::{CopyOptions, Counters};
 use crate::core::error::SlateError;
 use crate::core::location::Scheme;
@@ -100,6 +103,19 @@ pub struct Ctx {
     large: Arc<AtomicUsize>,
     /// Objects being copied now.
     active: Arc<AtomicU64>,
+    /// Streams per object when they adapt, and the window they are measured over.
+    streams: Mutex<StreamWindow>,
+}
+
+/// The throughput window of the chunks of objects of more than one chunk, for [`Steer`].
+#[derive(Debug)]
+struct StreamWindow {
+    steer: Steer,
+    start: Instant,
+    bytes: u64,
+    chunks: usize,
+    /// The sides' throttle epochs at the window's start.
+    epoch: u64,
 }
 
 /// One end of a copy, for the retries and limits that belong to it.
@@ -297,6 +313,13 @@ impl Ctx {
             ledger,
             large: Default::default(),
             active: Default::default(),
+            streams: Mutex::new(StreamWindow {
+                steer: Steer::default(),
+                start: Instant::now(),
+                bytes: 0,
+                chunks: 0,
+                epoch: 0,
+            }),
         })
     }
 
@@ -334,11 +357,15 @@ impl Ctx {
         c
     }
 
-    /// Chunks in flight for an object of `chunks` chunks: `--streams`, or [`choose_streams`];
-    /// hold the returned guard while the object is copied.
+    /// The most chunks in flight for an object of `chunks` chunks: `--streams`, or
+    /// [`choose_streams`] (its share of the memory budget); [`Self::width`] says how many of
+    /// them now. Hold the returned guard while the object is copied.
     pub fn streams_for(&self, chunks: usize, chunk: u64) -> (usize, Option<Large>) {
         let large = (chunks > 1).then(|| {
-            self.large.fetch_add(1, Relaxed);
+            if self.large.fetch_add(1, Relaxed) == 0 {
+                // no object of many chunks was under way: the time since is no throughput
+                self.restart_window();
+            }
             Large(self.large.clone())
         });
         let n = match self.opts.streams {
@@ -351,9 +378,69 @@ impl Ctx {
             ),
         };
         if chunks > 1 {
-            self.counters.tuning.streams.store(n as u64, Relaxed);
+            self.counters
+                .tuning
+                .streams
+                .store(self.width(n) as u64, Relaxed);
         }
         (n, large)
+    }
+
+    /// Chunks in flight now for an object whose most is `cap` (from [`Self::streams_for`]):
+    /// `cap` when `--streams` fixed it, else the [`Steer`]'s width within it.
+    pub fn width(&self, cap: usize) -> usize {
+        match self.opts.streams {
+            Some(_) => cap,
+            None => self.window().steer.width().min(cap).max(1),
+        }
+    }
+
+    fn window(&self) -> std::sync::MutexGuard<'_, StreamWindow> {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Throttles of the copy's sides so far (each side's epoch moves on a throttle).
+    fn throttle_epoch(&self) -> u64 {
+        self.limits.each().map(|l| l.epoch()).sum()
+    }
+
+    fn restart_window(&self) {
+        let epoch = self.throttle_epoch();
+        let mut w = self.window();
+        (w.start, w.bytes, w.chunks, w.epoch) = (Instant::now(), 0, 0, epoch);
+    }
+
+    /// A chunk of `bytes` of an object of more than one chunk, which may have `cap` chunks in
+    /// flight, is done (written to its file or uploaded as a part). Once a window has seen a
+    /// chunk per stream and lasted half a second and four round trips, its throughput steers
+    /// the streams per object.
+    fn chunk_done(&self, bytes: u64, cap: usize) {
+        self.publish();
+        if self.opts.streams.is_some() {
+            return;
+        }
+        let (rtt, epoch) = (self.rtt().unwrap_or_default(), self.throttle_epoch());
+        let mut w = self.window();
+        w.bytes += bytes;
+        w.chunks += 1;
+        let took = w.start.elapsed();
+        if took < (rtt * 4).max(Duration::from_millis(500)) || w.chunks < w.steer.width() {
+            return;
+        }
+        let rate = w.bytes as f64 / took.as_secs_f64();
+        let throttled = epoch != w.epoch;
+        let width = w.steer.step(rate, throttled);
+        (w.start, w.bytes, w.chunks, w.epoch) = (Instant::now(), 0, 0, epoch);
+        drop(w);
+        tracing::debug!(
+            "streams per object: {width} (the last window moved {:.1} MiB/s{})",
+            rate / (1 << 20) as f64,
+            if throttled { ", throttled" } else { "" }
+        );
+        self.counters
+            .tuning
+            .streams
+            .store(width.min(cap) as u64, Relaxed);
     }
 
     /// Shows the tuning of the copy now in its counters (progress, job progress).
@@ -590,6 +677,7 @@ pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     let _in_flight = crate::core::metrics::InFlight::start();
     ctx.active.fetch_add(1, Relaxed);
     let _active = Active(ctx);
+    ctx.publish();
     let out = copy_inner(ctx, item).await?;
     // the limits measure what completes
     for l in ctx.limits.each() {
@@ -816,29 +904,33 @@ async fn to_local_inner(
     };
     let tmp = Arc::new(tmp);
     let parts = chunks(item.size, chunk);
-    let (streams, _large) = ctx.streams_for(parts.len(), chunk);
+    let (cap, _large) = ctx.streams_for(parts.len(), chunk);
     let whole = parts.len() == 1;
     let (rec_id, ledger) = (slot.get(), ctx.ledger.as_ref());
     let todo = parts
         .into_iter()
         .enumerate()
         .filter(|(i, _)| !done.contains_key(i));
-    let mut results: Vec<(usize, ChunkOut)> = futures::stream::iter(todo)
-        .map(|(i, r)| {
-            let sink = ChunkSink::File(tmp.clone());
-            async move {
-                let out =
-                    chunk_with_retry(ctx, &item.src, item.etag.as_deref(), r, whole, sink).await?;
-                if let (Some(id), Some(l)) = (rec_id, ledger) {
-                    l.part_done(id, i, None, out.digests.clone()).await;
-                }
-                Ok::<_, ChunkError>((i, out))
+    let reads = futures::stream::iter(todo).map(|(i, r)| {
+        let sink = ChunkSink::File(tmp.clone());
+        async move {
+            let len = r.end - r.start;
+            let out =
+                chunk_with_retry(ctx, &item.src, item.etag.as_deref(), r, whole, sink).await?;
+            if !whole {
+                ctx.chunk_done(len, cap);
             }
-        })
-        .buffer_unordered(streams)
-        .try_collect()
-        .await
-        .map_err(|e| obj_err(item, e.to_string()))?;
+            if let (Some(id), Some(l)) = (rec_id, ledger) {
+                l.part_done(id, i, None, out.digests.clone()).await;
+            }
+            Ok::<_, ChunkError>((i, out))
+        }
+    });
+    let mut results: Vec<(usize, ChunkOut)> =
+        widening(reads, FuturesUnordered::new(), || ctx.width(cap))
+            .try_collect()
+            .await
+            .map_err(|e| obj_err(item, e.to_string()))?;
     // the modification time travels: the one the source records (rclone's `mtime`), else
     // its listed time
     let attrs = match results.iter().find(|(i, _)| *i == 0) {
@@ -1181,7 +1273,7 @@ async fn multipart_inner(
         .unwrap_or_else(|| ctx.chunk_size_for(item.size));
     let ranges = chunks(item.size, chunk);
     let n = ranges.len();
-    let (streams, _large) = ctx.streams_for(n, chunk);
+    let (cap, _large) = ctx.streams_for(n, chunk);
     let mut done: Vec<Option<PartId>> = vec![None; n];
     let mut digests: Vec<Option<Vec<u128>>> = vec![None; n];
     if let Some(a) = &adopted {
@@ -1205,24 +1297,23 @@ async fn multipart_inner(
         .enumerate()
         .filter(|(i, _)| done[*i].is_none())
         .collect();
-    // Chunks are read `streams` at a time, in order; each holds its share of the memory
-    // budget until its part is uploaded.
-    let mut reads = futures::stream::iter(todo)
-        .map(|(i, r)| async move {
-            let permit = ctx.reserve(r.end - r.start).await?;
-            let out = chunk_with_retry(
-                ctx,
-                &item.src,
-                item.etag.as_deref(),
-                r,
-                false,
-                ChunkSink::Buffer,
-            )
-            .await
-            .map_err(|e| obj_err(item, e.to_string()))?;
-            Ok::<_, SlateError>((i, out, permit))
-        })
-        .buffered(streams);
+    // Chunks are read `ctx.width(cap)` at a time, in order; each holds its share of the
+    // memory budget until its part is uploaded.
+    let reads = futures::stream::iter(todo).map(|(i, r)| async move {
+        let permit = ctx.reserve(r.end - r.start).await?;
+        let out = chunk_with_retry(
+            ctx,
+            &item.src,
+            item.etag.as_deref(),
+            r,
+            false,
+            ChunkSink::Buffer,
+        )
+        .await
+        .map_err(|e| obj_err(item, e.to_string()))?;
+        Ok::<_, SlateError>((i, out, permit))
+    });
+    let mut reads = widening(reads, FuturesOrdered::new(), || ctx.width(cap));
     let mut first = None;
     let (id, meta, attrs) = match adopted {
         // the upload began with the properties; the block list (Azure) takes them again
@@ -1309,13 +1400,14 @@ async fn multipart_inner(
             drop(permit);
             let part = r?;
             ctx.uploaded(len, started.elapsed());
+            ctx.chunk_done(len, cap);
             if let (Some(row), Some(l)) = (rec_id, &ctx.ledger) {
                 l.part_done(row, i, Some(part.content_id.clone()), blocks.clone())
                     .await;
             }
             Ok::<_, object_store::Error>((i, part, blocks))
         });
-        while uploads.len() >= streams {
+        while uploads.len() >= ctx.width(cap) {
             if let Some(r) = uploads.next().await {
                 let (i, part, blocks) = r.map_err(part_err)?;
                 done[i] = Some(part);
@@ -1382,6 +1474,59 @@ async fn multipart_inner(
     })
 }
 
+/// A queue of futures that [`widening`] fills.
+trait Queue<F: Future>: Stream<Item = F::Output> + Unpin {
+    fn add(&mut self, f: F);
+    fn queued(&self) -> usize;
+}
+
+impl<F: Future> Queue<F> for FuturesOrdered<F> {
+    fn add(&mut self, f: F) {
+        self.push_back(f)
+    }
+    fn queued(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<F: Future> Queue<F> for FuturesUnordered<F> {
+    fn add(&mut self, f: F) {
+        self.push(f)
+    }
+    fn queued(&self) -> usize {
+        self.len()
+    }
+}
+
+/// `buffered` (a [`FuturesOrdered`] queue) or `buffer_unordered` (a [`FuturesUnordered`])
+/// of `futures`, with the width read again each time one could start: the streams per object
+/// follow [`Steer`] while an object is copied.
+fn widening<S, F, Q>(
+    futures: S,
+    mut queue: Q,
+    width: impl Fn() -> usize,
+) -> impl Stream<Item = F::Output>
+where
+    S: Stream<Item = F> + Unpin,
+    F: Future,
+    Q: Queue<F>,
+{
+    let mut futures = futures.fuse();
+    futures::stream::poll_fn(move |cx| {
+        while queue.queued() < width().max(1) {
+            match futures.poll_next_unpin(cx) {
+                Poll::Ready(Some(f)) => queue.add(f),
+                _ => break,
+            }
+        }
+        match queue.poll_next_unpin(cx) {
+            // empty: done when nothing more comes, else the source will wake us
+            Poll::Ready(None) if !futures.is_terminated() => Poll::Pending,
+            p => p,
+        }
+    })
+}
+
 /// Reads a whole object and returns its content hash (for `--verify`).
 async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<ContentHash, SlateError> {
     let side = ctx.side(end);
@@ -1394,34 +1539,34 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
     }
     let chunk = ctx.chunk_size_for(size);
     let parts = chunks(size, chunk);
-    let (streams, _large) = ctx.streams_for(parts.len(), chunk);
+    let (cap, _large) = ctx.streams_for(parts.len(), chunk);
     let whole = parts.len() == 1;
     let key_ref = key.as_str();
-    let results: Vec<(usize, ChunkOut)> = futures::stream::iter(parts.into_iter().enumerate())
-        .map(|(i, r)| async move {
-            ctx.retry(end)
-                .run(key_ref, retryable, |_| {
-                    let limit = ctx.opts.bwlimit.as_ref();
-                    read_chunk(
-                        side,
-                        key_ref,
-                        None,
-                        r.clone(),
-                        whole,
-                        ChunkSink::Discard,
-                        limit,
-                    )
-                })
-                .await
-                .map(|o| (i, o))
-        })
-        .buffer_unordered(streams)
-        .try_collect()
-        .await
-        .map_err(|e| SlateError::Object {
-            key: key.clone(),
-            detail: format!("verify read: {e}"),
-        })?;
+    let reads = futures::stream::iter(parts.into_iter().enumerate()).map(|(i, r)| async move {
+        ctx.retry(end)
+            .run(key_ref, retryable, |_| {
+                let limit = ctx.opts.bwlimit.as_ref();
+                read_chunk(
+                    side,
+                    key_ref,
+                    None,
+                    r.clone(),
+                    whole,
+                    ChunkSink::Discard,
+                    limit,
+                )
+            })
+            .await
+            .map(|o| (i, o))
+    });
+    let results: Vec<(usize, ChunkOut)> =
+        widening(reads, FuturesUnordered::new(), || ctx.width(cap))
+            .try_collect()
+            .await
+            .map_err(|e| SlateError::Object {
+                key: key.clone(),
+                detail: format!("verify read: {e}"),
+            })?;
     Ok(assemble(results, size))
 }
 

@@ -19,7 +19,15 @@ pub const MAX_PARTS: u64 = 10_000;
 /// costs at most a ninth of its time.
 const RTTS_PER_CHUNK: f64 = 8.0;
 /// Streams per object at most when they adapt.
-pub const MAX_STREAMS: usize = 16;
+pub const MAX_STREAMS: usize = 32;
+/// Streams per object before anything is measured (rclone's `--multi-thread-streams`).
+pub const START_STREAMS: usize = 4;
+/// A window's throughput counts as grown when it is this much above the last one's.
+const GAIN: f64 = 1.10;
+/// A window's throughput counts as kept when it is at least this much of the last one's.
+const KEPT: f64 = 0.95;
+/// Windows held at one width between two probes.
+const HOLD: u32 = 3;
 
 fn round_up_mib(n: u64) -> u64 {
     n.div_ceil(MIB).max(1) * MIB
@@ -71,6 +79,134 @@ pub fn choose_streams(chunks: usize, large: usize, memory_limit: u64, chunk: u64
     (budget / large.max(1))
         .clamp(1, MAX_STREAMS)
         .min(waves.max(1))
+}
+
+/// What [`Steer`] is doing now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Doubling the width while each doubling still brings [`GAIN`].
+    Grow,
+    /// Holding the width; `n` windows so far.
+    Hold(u32),
+    /// A quarter more than `from`: kept when it brings [`GAIN`].
+    Up { from: usize },
+    /// A quarter less than `from`: kept when the throughput stays within [`KEPT`] (the same
+    /// bytes a second with fewer streams: more of them only added latency).
+    Down { from: usize },
+}
+
+/// Streams per object when the user did not say (`--streams`): a hill climb on the copy's
+/// throughput, one step per measured window. The width doubles from [`START_STREAMS`] while
+/// the throughput grows with it, settles on the last width that paid, then probes a quarter
+/// up and a quarter down in turn (up kept when it pays, down kept when nothing is lost), and
+/// halves when the store throttles. Pure: the caller measures the windows
+/// (`transfer::Ctx::chunk_done`).
+#[derive(Debug, Clone)]
+pub struct Steer {
+    width: usize,
+    phase: Phase,
+    /// Bytes a second at the width held (None until the first window).
+    base: Option<f64>,
+    /// The next probe goes up.
+    up_next: bool,
+}
+
+impl Default for Steer {
+    fn default() -> Steer {
+        Steer {
+            width: START_STREAMS,
+            phase: Phase::Grow,
+            base: None,
+            up_next: true,
+        }
+    }
+}
+
+impl Steer {
+    /// Streams per object now.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// A window at [`Self::width`] moved `rate` bytes a second (`throttled`: the store
+    /// throttled in it); returns the width for the next window.
+    pub fn step(&mut self, rate: f64, throttled: bool) -> usize {
+        if throttled {
+            self.width = (self.width / 2).max(1);
+            self.phase = Phase::Hold(0);
+            self.base = None;
+            return self.width;
+        }
+        let Some(base) = self.base else {
+            // the first window at this width: its rate is what the next is measured against
+            self.base = Some(rate);
+            if self.phase == Phase::Grow {
+                self.grow();
+            }
+            return self.width;
+        };
+        match self.phase {
+            Phase::Grow if rate >= base * GAIN => {
+                self.base = Some(rate);
+                self.grow();
+            }
+            Phase::Grow => {
+                // the last doubling did not pay: back to the width before it
+                self.width = (self.width / 2).max(1);
+                self.phase = Phase::Hold(0);
+            }
+            Phase::Hold(n) if n + 1 < HOLD => {
+                // the same width: follow its throughput as it drifts
+                self.base = Some((base + rate) / 2.0);
+                self.phase = Phase::Hold(n + 1);
+            }
+            Phase::Hold(_) => {
+                self.base = Some((base + rate) / 2.0);
+                self.probe();
+            }
+            Phase::Up { from } => {
+                if rate >= base * GAIN {
+                    self.base = Some(rate);
+                } else {
+                    self.width = from;
+                }
+                self.phase = Phase::Hold(0);
+            }
+            Phase::Down { from } => {
+                if rate >= base * KEPT {
+                    self.base = Some(rate);
+                    // fewer streams lost nothing: try fewer again next
+                    self.up_next = false;
+                } else {
+                    self.width = from;
+                }
+                self.phase = Phase::Hold(0);
+            }
+        }
+        self.width
+    }
+
+    fn grow(&mut self) {
+        if self.width >= MAX_STREAMS {
+            self.phase = Phase::Hold(0);
+        } else {
+            self.width = (self.width * 2).min(MAX_STREAMS);
+        }
+    }
+
+    fn probe(&mut self) {
+        let step = (self.width / 4).max(1);
+        let up = (self.up_next && self.width < MAX_STREAMS) || self.width <= 1;
+        self.up_next = !up;
+        let from = self.width;
+        if up {
+            self.width = (self.width + step).min(MAX_STREAMS);
+            self.phase = Phase::Up { from };
+        } else {
+            self.width = self.width.saturating_sub(step).max(1);
+            self.phase = Phase::Down { from };
+        }
+    }
 }
 
 #[cfg(test)]
@@ -142,6 +278,7 @@ mod tests {
             (9, 1, 1 << 30, 64 * MIB, 5),
             (20, 1, 1 << 30, 64 * MIB, 10),
             (100, 1, 1 << 30, 8 * MIB, MAX_STREAMS),
+            (100, 1, 64 << 30, 8 * MIB, MAX_STREAMS),
             (100, 0, 64 * MIB, 64 * MIB, 1),
         ];
         for &(chunks, large, memory, chunk, want) in table {
@@ -151,5 +288,54 @@ mod tests {
                 "{chunks} chunks, {large} large, memory {memory}, chunk {chunk}"
             );
         }
+    }
+
+    /// Runs a [`Steer`] against a link whose throughput at `w` streams is `rate(w)`, for
+    /// `windows` windows; returns the widths it chose.
+    fn climb(rate: impl Fn(usize) -> f64, windows: usize) -> Vec<usize> {
+        let mut s = Steer::default();
+        (0..windows)
+            .map(|_| {
+                let r = rate(s.width());
+                s.step(r, false)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn streams_grow_while_the_throughput_grows_with_them() {
+        // each stream 10 MB/s (a window-bound flow), the link 120 MB/s: 12 streams fill it
+        let link = |w: usize| (w as f64 * 10e6).min(120e6);
+        let widths = climb(link, 40);
+        assert_eq!(
+            &widths[..4],
+            &[8, 16, 32, 16],
+            "doubles while it pays, then backs off"
+        );
+        // it settles where the link is full (12) and no further: up probes that do not pay
+        // are taken back, down probes that lose throughput too
+        let last = &widths[20..];
+        assert!(last.iter().all(|w| (8..=16).contains(w)), "{widths:?}");
+        assert!(last.contains(&12) || last.contains(&10), "{widths:?}");
+        // a link that one stream fills: down to few streams, as nothing is lost
+        let one = climb(|_| 100e6, 60);
+        assert!(*one.last().unwrap() <= 2, "{one:?}");
+        // a link every stream adds to: up to the most
+        let open = climb(|w| w as f64 * 10e6, 20);
+        assert_eq!(*open.last().unwrap(), MAX_STREAMS, "{open:?}");
+    }
+
+    #[test]
+    fn a_throttle_halves_the_streams() {
+        let mut s = Steer::default();
+        s.step(40e6, false);
+        assert_eq!(s.width(), 8);
+        assert_eq!(s.step(80e6, true), 4);
+        assert_eq!(s.step(10e6, true), 2);
+        assert_eq!(s.step(10e6, true), 1);
+        assert_eq!(s.step(10e6, true), 1);
+        // after a throttle it holds, then probes again
+        let widths: Vec<usize> = (0..8).map(|_| s.step(10e6, false)).collect();
+        assert!(widths.iter().all(|w| *w <= 2), "{widths:?}");
     }
 }
