@@ -69,8 +69,9 @@ pub struct TuningArgs {
     /// throttles, up to min(1024, one per MiB of --memory-limit, a quarter of the open-file limit).
     #[arg(long)]
     pub transfers: Option<usize>,
-    /// Chunks in flight per large object: fixed at N. Without it slate adapts: the memory
-    /// budget's chunks shared by the large objects in flight, 1 to 16 each.
+    /// Chunks in flight per large object: fixed at N. Without it slate adapts: from 4, more
+    /// while the throughput grows with them, fewer when they add nothing or a store
+    /// throttles; at most 32 and the memory budget's share of each large object in flight.
     #[arg(long)]
     pub streams: Option<usize>,
     /// Chunk and multipart part size, a multiple of 1 MiB from 5 MiB: fixed. Without it
