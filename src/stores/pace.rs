@@ -7,9 +7,10 @@
 //! - **The prefix of a key is the key up to and including its last `/`** (`a/b/c.txt` →
 //!   `a/b/`; `c.txt` → the empty prefix, the bucket's root). S3 partitions by leading key
 //!   bytes, and the folder is the unit users spread load over, so it is the one we can name.
-//! - A prefix gets a lane when it is first throttled: a pace starting at the store's
-//!   published rate (S3's 3,500 writes or 5,500 reads a second; the same for the other
-//!   stores), halved on each throttle of that prefix (once per round of requests: not for a
+//! - A prefix gets a lane when it is first throttled: a pace starting at the rate the side
+//!   sent requests at over the last second (all prefixes: an upper bound of this one's), at
+//!   most the store's published rate (S3's 3,500 writes or 5,500 reads a second; the same for
+//!   the other stores), halved on each throttle of that prefix (once per round of requests: not for a
 //!   request that started before the last cut, nor within [`CUT_GAP`] of it), raised by one
 //!   request a second per success. Requests to a paced prefix wait for their slot; other
 //!   prefixes never wait.
@@ -85,6 +86,10 @@ pub struct Lanes {
     active: [Option<(String, Instant)>; 2],
     /// Distinct prefixes throttled within [`RECENT`] that mean the whole store ([`MANY`]).
     many: usize,
+    /// Requests sent since the start of the current second, and when it started.
+    sent: (Instant, u64),
+    /// Requests a second the side sent over its last whole second (None: not a second yet).
+    sent_rate: Option<f64>,
     /// Throttles that slowed a prefix, ever (for `/metrics`).
     pub backoffs: u64,
 }
@@ -99,6 +104,21 @@ impl Lanes {
             active: [None, None],
             many: MANY,
             backoffs: 0,
+            sent: (Instant::now(), 0),
+            sent_rate: None,
+        }
+    }
+
+    /// A request is sent at `now`: the side's rate over whole seconds.
+    fn count_sent(&mut self, now: Instant) {
+        let (since, n) = self.sent;
+        let took = now.saturating_duration_since(since);
+        if took >= Duration::from_secs(1) {
+            // a second that idled into many says nothing of the rate when busy
+            self.sent_rate = (took < Duration::from_secs(2)).then(|| n as f64 / took.as_secs_f64());
+            self.sent = (now, 1);
+        } else {
+            self.sent.1 = n + 1;
         }
     }
 
@@ -117,6 +137,7 @@ impl Lanes {
 
     /// A request to `key` at `now`: when it may be sent (None: at once).
     pub fn slot(&mut self, key: &str, now: Instant) -> Option<Instant> {
+        self.count_sent(now);
         let prefix = prefix_of(key);
         match &mut self.active {
             [Some((p, t)), _] if p == prefix => *t = now,
@@ -148,12 +169,17 @@ impl Lanes {
         if prefix.is_empty() || self.recent.len() >= self.many || !others {
             return Verdict::Store;
         }
-        if !self.lanes.contains_key(prefix) {
+        let fresh = !self.lanes.contains_key(prefix);
+        if fresh {
             self.make_room(now);
             self.lanes.insert(
                 prefix.to_string(),
                 Lane {
-                    rate: self.start,
+                    // what the prefix got at most, not what the store allows: a lane halves
+                    // from where the throttle found it
+                    rate: self
+                        .sent_rate
+                        .map_or(self.start, |r| r.clamp(FLOOR, self.start)),
                     next: now,
                     // a new lane: any request of this round cuts it once
                     cut: started,
@@ -165,7 +191,7 @@ impl Lanes {
             return Verdict::Counted;
         };
         lane.used = now;
-        if started < lane.cut || (lane.rate < self.start && now < lane.cut + CUT_GAP) {
+        if !fresh && (started < lane.cut || now < lane.cut + CUT_GAP) {
             return Verdict::Counted;
         }
         lane.rate = (lane.rate / 2.0).max(FLOOR);
@@ -292,6 +318,39 @@ mod tests {
         assert!(
             (gap.as_secs_f64() - 1.0 / 876.0).abs() < 1e-6,
             "spaced by 1/rate: {gap:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_lane_halves_from_the_rate_the_side_sent_at() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Lanes::new(3500.0);
+        l.sent = (t0, 0);
+        // 200 requests a second for a second and a bit, to a/ and b/
+        for i in 0..=220u64 {
+            let key = if i % 2 == 0 { "a/k" } else { "b/k" };
+            l.slot(key, at(i * 5));
+        }
+        assert!(matches!(
+            l.throttled("a/k", at(1100), at(1105)),
+            Verdict::Prefix { rate, .. } if (rate - 100.0).abs() < 1.0
+        ));
+        // a side faster than the published rate starts a lane at the published rate
+        let mut fast = Lanes::new(3500.0);
+        fast.sent = (t0, 0);
+        for i in 0..=11_000u64 {
+            fast.slot(
+                if i % 2 == 0 { "a/k" } else { "b/k" },
+                t0 + Duration::from_micros(i * 100),
+            );
+        }
+        assert_eq!(
+            fast.throttled("a/k", at(1100), at(1101)),
+            Verdict::Prefix {
+                prefix: "a/".into(),
+                rate: 1750.0
+            }
         );
     }
 

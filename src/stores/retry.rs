@@ -150,10 +150,15 @@ impl Retry {
     {
         let mut n = 1;
         let started = tokio::time::Instant::now();
+        // time spent waiting for a paced prefix's turn: not the request's failing, so not
+        // counted against the retry deadline
+        let mut paced = std::time::Duration::ZERO;
         loop {
             if let Some(l) = &self.limit {
                 // a prefix the store throttled before waits for its turn; others go at once
+                let t = tokio::time::Instant::now();
                 l.pace(what).await;
+                paced += t.elapsed();
             }
             let epoch = self.limit.as_ref().map(|l| l.epoch());
             let sent = tokio::time::Instant::now();
@@ -178,7 +183,11 @@ impl Retry {
                 }
             }
             let d = self.schedule.delay(n + 1);
-            if !retryable(&e) || !self.schedule.allows(n, started.elapsed(), d) {
+            if !retryable(&e)
+                || !self
+                    .schedule
+                    .allows(n, started.elapsed().saturating_sub(paced), d)
+            {
                 return Err(e);
             }
             if let (Some(store), Some(status)) = (self.store, &status) {
