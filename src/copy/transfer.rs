@@ -196,6 +196,9 @@ impl Limits {
     }
 }
 
+/// A body larger than this makes a request's time no round-trip sample ([`Retry::bulk`]).
+const BULK: u64 = 1 << 20;
+
 /// Granularity of the memory budget.
 pub const BUDGET_UNIT: u64 = 64 * 1024;
 
@@ -693,10 +696,12 @@ async fn copy_inner(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     let out = match &ctx.dst {
         Side::Local { .. } => to_local(ctx, item).await?,
         Side::Cloud { store, parts, .. } => {
-            if item.size <= ctx.chunk_size_for(item.size) {
+            // chosen once: the object is sent in chunks of the size that made it multipart
+            let chunk = ctx.chunk_size_for(item.size);
+            if item.size <= chunk {
                 to_cloud_single(ctx, store, item).await?
             } else {
-                to_cloud_multipart(ctx, parts, item).await?
+                to_cloud_multipart(ctx, parts, item, chunk).await?
             }
         }
     };
@@ -1051,8 +1056,11 @@ async fn to_cloud_single(
             meta: Some(meta.fingerprint()),
         });
     }
-    let put = ctx
-        .retry(End::Dst)
+    let retry = match item.size > BULK {
+        true => ctx.retry(End::Dst).bulk(),
+        false => ctx.retry(End::Dst),
+    };
+    let put = retry
         .request(&item.dst, any, |_| {
             store.put_opts(&dst, payload.clone(), put_opts.clone())
         })
@@ -1087,12 +1095,15 @@ async fn azure_one_block(
         .await
         .map_err(|e| fail("starting upload of", one_line(&e)))?;
     let mut guard = AbortGuard(Some((parts_store.clone(), dst.clone(), id.clone())));
-    let part = retry
-        .request(&item.dst, any, |_| {
-            parts_store.put_part(dst, &id, 0, payload.clone())
-        })
-        .await
-        .map_err(|e| fail("uploading", one_line(&e)))?;
+    let part = match item.size > BULK {
+        true => retry.clone().bulk(),
+        false => retry.clone(),
+    }
+    .request(&item.dst, any, |_| {
+        parts_store.put_part(dst, &id, 0, payload.clone())
+    })
+    .await
+    .map_err(|e| fail("uploading", one_line(&e)))?;
     let etag = az
         .put_block_list(&item.dst, &[part], &put_opts.attributes, &meta.tags)
         .await
@@ -1144,9 +1155,10 @@ async fn to_cloud_multipart(
     ctx: &Ctx,
     parts_store: &Arc<dyn MultipartStore>,
     item: &Item,
+    chunk: u64,
 ) -> Result<Outcome, SlateError> {
     let slot = resume::Slot::default();
-    let r = multipart_inner(ctx, parts_store, item, &slot).await;
+    let r = multipart_inner(ctx, parts_store, item, chunk, &slot).await;
     if let (true, Some(l)) = (r.is_err(), &ctx.ledger) {
         if let Some(id) = slot.take() {
             l.discard(id, &ctx.dst).await;
@@ -1262,15 +1274,13 @@ async fn multipart_inner(
     ctx: &Ctx,
     parts_store: &Arc<dyn MultipartStore>,
     item: &Item,
+    chunk: u64,
     slot: &resume::Slot,
 ) -> Result<Outcome, SlateError> {
     let dst = store_path(&item.dst)?;
     let retry = ctx.retry(End::Dst);
     let adopted = adopted_upload(ctx, item, slot).await?;
-    let chunk = adopted
-        .as_ref()
-        .map(|a| a.upload.chunk_size)
-        .unwrap_or_else(|| ctx.chunk_size_for(item.size));
+    let chunk = adopted.as_ref().map_or(chunk, |a| a.upload.chunk_size);
     let ranges = chunks(item.size, chunk);
     let n = ranges.len();
     let (cap, _large) = ctx.streams_for(n, chunk);
@@ -1376,6 +1386,7 @@ async fn multipart_inner(
             format!("uploading part of {}: {}", item.dst, one_line(&e)),
         )
     };
+    let bulk = retry.clone().bulk();
     let mut uploads = FuturesUnordered::new();
     let rec_id = slot.get();
     loop {
@@ -1389,7 +1400,7 @@ async fn multipart_inner(
         let (i, out, permit) = res?;
         let blocks = out.digests;
         let payload = PutPayload::from_bytes(out.data.unwrap_or_default());
-        let (retry, dst, id) = (&retry, &dst, &id);
+        let (retry, dst, id) = (&bulk, &dst, &id);
         uploads.push(async move {
             let (len, started) = (payload.content_length() as u64, std::time::Instant::now());
             let r = retry

@@ -521,16 +521,19 @@ impl Limiter {
     }
 
     /// A request to `key` succeeded after `latency`: its prefix's pace recovers, the window
-    /// counts the latency.
-    pub fn succeeded_key(&self, key: &str, latency: Duration) {
+    /// counts the latency. `round_trip`: the request carried no large body, so its latency
+    /// is a round-trip sample too (a part upload's is mostly its body's time).
+    pub fn succeeded_key(&self, key: &str, latency: Duration, round_trip: bool) {
         self.pacing.lock().succeeded(key);
         self.succeeded();
         let mut st = self.lock();
-        // a round-trip sample too: the lowest of the window wins, and small requests (HEAD,
-        // small PUTs, multipart steps, first bytes) come near the RTT
-        st.rtt.sample(latency.as_secs_f64());
-        let rtt = st.rtt.get().unwrap_or(0.0);
-        self.gauge.rtt_micros.store((rtt * 1e6) as u64, Relaxed);
+        if round_trip {
+            // the lowest of the window wins, and small requests (HEAD, small PUTs, multipart
+            // steps, first bytes) come near the RTT
+            st.rtt.sample(latency.as_secs_f64());
+            let rtt = st.rtt.get().unwrap_or(0.0);
+            self.gauge.rtt_micros.store((rtt * 1e6) as u64, Relaxed);
+        }
         if Instant::now() >= st.meter.start {
             st.meter.latency += latency.as_secs_f64();
             st.meter.requests += 1;

@@ -56,6 +56,8 @@ pub struct Retry {
     pub store: Option<&'static str>,
     /// The adaptive limit told about throttles and successes; None: none.
     pub limit: Option<Arc<Limiter>>,
+    /// The requests carry large bodies (part uploads): their time is no round-trip sample.
+    pub bulk: bool,
 }
 
 /// The status label of a failed attempt (`503`, `timeout`, …; see
@@ -129,6 +131,11 @@ impl Retry {
         }
     }
 
+    /// The same, for requests that carry large bodies (see [`Retry::bulk`]).
+    pub fn bulk(self) -> Retry {
+        Retry { bulk: true, ..self }
+    }
+
     /// The same backoff, telling `limit` about throttles and successes.
     pub fn limited(self, limit: Option<Arc<Limiter>>) -> Retry {
         Retry { limit, ..self }
@@ -165,7 +172,7 @@ impl Retry {
             let e = match op(n).await {
                 Ok(v) => {
                     if let Some(l) = &self.limit {
-                        l.succeeded_key(what, sent.elapsed());
+                        l.succeeded_key(what, sent.elapsed(), !self.bulk);
                     }
                     return Ok(v);
                 }
