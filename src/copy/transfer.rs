@@ -165,6 +165,17 @@ impl Limits {
         Limits { src, dst }
     }
 
+    /// Waits until the prefixes of `src` and `dst` (keys), when paced, have a free slot, so
+    /// that a copy waits for a throttled prefix before it holds a slot others could use.
+    pub async fn ready(&self, src: &str, dst: &str) {
+        if let Some(l) = &self.src {
+            l.ready(src).await;
+        }
+        if let Some(l) = &self.dst {
+            l.ready(dst).await;
+        }
+    }
+
     /// Waits for a slot on both sides: the source's first, always, so that no two copies ever
     /// wait for each other's slot.
     pub async fn acquire(&self) -> (Option<Permit>, Option<Permit>) {
@@ -676,6 +687,7 @@ async fn chunk_with_retry(
 pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     // a slot under both sides' adaptive limits; like the in-flight count, dropped on every way
     // out: done, failed, or cancelled mid-copy
+    ctx.limits.ready(&item.src, &item.dst).await;
     let _slots = ctx.limits.acquire().await;
     let _in_flight = crate::core::metrics::InFlight::start();
     ctx.active.fetch_add(1, Relaxed);

@@ -465,6 +465,11 @@ impl Limiter {
         (l.len(), l.backoffs)
     }
 
+    /// Waits until `key`'s prefix, when paced, has a free slot (see [`Pacing::ready`]).
+    pub async fn ready(&self, key: &str) {
+        self.pacing.ready(key).await
+    }
+
     /// Waits for `key`'s turn when its prefix is paced (throttled before).
     pub async fn pace(&self, key: &str) {
         self.pacing.wait(key).await

@@ -153,6 +153,12 @@ impl Lanes {
         (at > now).then_some(at)
     }
 
+    /// When `key`'s prefix has its next free slot, if later than `now`, without taking it.
+    pub fn due(&self, key: &str, now: Instant) -> Option<Instant> {
+        let lane = self.lanes.get(prefix_of(key))?;
+        (lane.next > now).then_some(lane.next)
+    }
+
     /// A request to `key` that started at `started` was throttled at `now`.
     pub fn throttled(&mut self, key: &str, started: Instant, now: Instant) -> Verdict {
         let prefix = prefix_of(key);
@@ -251,6 +257,17 @@ impl Pacing {
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Waits until `key`'s prefix has a free slot, without taking it: a copy waits here
+    /// before it takes one of the objects in flight, so that copies of a paced prefix do not
+    /// hold the slots others could use.
+    pub async fn ready(&self, key: &str) {
+        let now = tokio::time::Instant::now();
+        let at = self.lock().due(key, now.into_std());
+        if let Some(at) = at {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+        }
+    }
+
     /// Waits for `key`'s slot when its prefix is paced.
     pub async fn wait(&self, key: &str) {
         let now = tokio::time::Instant::now();
@@ -312,7 +329,10 @@ mod tests {
         // slots: b/ goes at once; a/ at 876/s gets spaced slots
         assert_eq!(l.slot("b/x", at(300)), None);
         let first = l.slot("a/x", at(300));
+        let due = l.due("a/z", at(300)).expect("a/ is busy");
+        assert_eq!(l.due("b/z", at(300)), None, "b/ is free");
         let second = l.slot("a/y", at(300)).expect("a/ waits");
+        assert_eq!(second, due, "looking did not take the slot");
         assert!(first.is_none(), "the first slot is free");
         let gap = second - at(300);
         assert!(
