@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 fn main() {
     let cli = slate::cli::Cli::parse();
+    slate::copy::tune_allocator();
     slate::copy::raise_open_files();
     // The daemon reports its health once a minute at info; one-shot commands keep quiet.
     let daemon = matches!(&cli.command, slate::cli::Command::Sync(a) if !a.once && !a.tuning.quiet);

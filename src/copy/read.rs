@@ -129,7 +129,11 @@ async fn read_cloud(
     let mut stream = res.into_stream();
     let mut hasher = BlockHasher::new();
     let mut got = 0u64;
-    let mut parts: Vec<Bytes> = Vec::new();
+    // a body that came in one frame is kept as it came; one of many is copied into one
+    // buffer as its frames arrive, each frame let go at once (holding them all until the
+    // end would hold the object twice, with the read buffers they share)
+    let mut whole_frame: Option<Bytes> = None;
+    let mut buf: Option<BytesMut> = None;
     while let Some(item) = stream.next().await {
         let b = item.map_err(classify)?;
         if let Some(l) = limit {
@@ -146,7 +150,12 @@ async fn read_cloud(
             ChunkSink::File(f) => f
                 .write_at(&b, range.start + got)
                 .map_err(|e| ChunkError::Fatal(format!("writing destination: {e}")))?,
-            ChunkSink::Buffer => parts.push(b.clone()),
+            ChunkSink::Buffer if got == 0 && b.len() as u64 == want => {
+                whole_frame = Some(b.clone())
+            }
+            ChunkSink::Buffer => buf
+                .get_or_insert_with(|| BytesMut::with_capacity(want as usize))
+                .extend_from_slice(&b),
             ChunkSink::Discard => {}
         }
         got += b.len() as u64;
@@ -157,14 +166,9 @@ async fn read_cloud(
         )));
     }
     let data = match sink {
-        ChunkSink::Buffer if parts.len() == 1 => parts.pop(),
-        ChunkSink::Buffer => {
-            let mut buf = BytesMut::with_capacity(want as usize);
-            for p in parts {
-                buf.extend_from_slice(&p);
-            }
-            Some(buf.freeze())
-        }
+        ChunkSink::Buffer => whole_frame
+            .or_else(|| buf.map(BytesMut::freeze))
+            .or(Some(Bytes::new())),
         _ => None,
     };
     Ok(ChunkOut {

@@ -129,8 +129,11 @@ pub struct Window {
 ///   limit before, and slow start ends. One that did not pay without a queue is measured again
 ///   (held a window, then doubled); the second such miss ends slow start there.
 /// - **Then** a probe every other window: +max(1, limit/16). A probe that paid (half of its
-///   share) is followed by another; one that did not, and made the latency rise by half its
-///   share or more, is taken back; a lowered limit is left to settle for a window.
+///   share) is followed by another; one that did not is taken back when it made the latency
+///   rise by half its share or more, or when the latency is far above the lowest seen
+///   (requests queue: more in flight would only wait there, each holding its buffer), and
+///   kept otherwise (a far link, where one window's throughput is too noisy to judge a
+///   sixteenth by); a lowered limit is left to settle for a window.
 /// - Latency above 1.5× the lowest seen, rising by a tenth, while the throughput does not grow
 ///   (under 5 %): ×0.9, but never below [`START`] for latency alone (it also rises for causes
 ///   of its own: a busy host, a slower path).
@@ -221,8 +224,10 @@ impl Gradient {
                     // the last window probed upwards
                     if pays {
                         step
-                    } else if slower > 1.0 + (raised - 1.0) / 2.0 {
-                        // it only queued: back
+                    } else if congested || slower > 1.0 + (raised - 1.0) / 2.0 {
+                        // it only queued, or requests queue already (the latency is far
+                        // above the lowest seen, where more in flight only waits, holding
+                        // its buffers): back
                         p.limit
                     } else {
                         w.limit
@@ -633,9 +638,12 @@ impl Limiter {
             return;
         };
         st.aimd.set(next);
-        // the next window starts a round trip later: the copies started for the new limit
-        // complete only then, and a window that began at once would credit it with less
-        st.meter = Meter::new(now + Duration::from_secs_f64(rtt));
+        // the next window starts once the copies started for the new limit can have
+        // completed: a round trip later, and at least two requests' mean time (a copy makes
+        // two or more); a window that began at once would credit the new limit with the old
+        // one's completions, and slow start would double past the knee before it showed
+        let settle = rtt.max(2.0 * w.latency).min(1.0);
+        st.meter = Meter::new(now + Duration::from_secs_f64(settle));
         let (next, in_flight) = (st.aimd.limit(), st.in_flight);
         let how = if next > limit { "raised" } else { "lowered" };
         self.changed(next, in_flight, how);
@@ -829,6 +837,28 @@ mod tests {
             let got = drive(&mut Gradient::new(*max), windows);
             assert_eq!(&got, want, "max {max}, windows {windows:?}");
         }
+    }
+
+    #[test]
+    fn probes_that_do_not_pay_are_taken_back_while_requests_queue() {
+        // slow start ended at 64 against a store that serves 1000 a second; the latency stays
+        // far above the lowest seen (a standing queue) and does not move with the probes:
+        // probes that bring nothing are taken back, so the limit does not creep up
+        let mut windows = vec![
+            (320.0, 0.05, true),
+            (640.0, 0.05, true),
+            (1000.0, 0.064, true),
+            (1000.0, 0.128, true),
+        ];
+        windows.extend(std::iter::repeat_n((1000.0, 0.12, true), 40));
+        let got = drive(&mut Gradient::new(1024), &windows);
+        assert!(got[4..].iter().all(|l| (64..=68).contains(l)), "{got:?}");
+        // the same without a queue (latency at the lowest seen): a probe that brings nothing
+        // measurable is kept, as on a far link where a sixteenth is lost in the noise
+        let mut calm = vec![(320.0, 0.05, true), (400.0, 0.05, true)];
+        calm.extend(std::iter::repeat_n((400.0, 0.05, true), 12));
+        let got = drive(&mut Gradient::new(1024), &calm);
+        assert!(got.last().copied().unwrap_or(0) > 64, "{got:?}");
     }
 
     #[test]
