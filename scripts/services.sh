@@ -339,13 +339,12 @@ port_of() {
 
 STARTED=()   # services this invocation started (stopped again if `start` fails half-way)
 
-# start_service NAME CMD [ARGS...]: start CMD in its own session (so its whole process group can
-# be stopped later), unless something already answers NAME's probe on its port; wait for it.
-start_service() {
-    local name=$1; shift
-    local port pid_file=$RUN_DIR/$name.pid log=$RUN_DIR/$name.log pid
+# service_up NAME: succeeds if something already answers NAME's probe on its port (and says
+# so); fails if NAME is to be started; stops through start_failed if an earlier start of ours is
+# stuck or something else holds the port.
+service_up() {
+    local name=$1 port pid
     port=$(port_of "$name")
-
     if "probe_$name"; then
         if pid=$(recorded_pid "$name"); then
             say "$name: already running on port $port (pid $pid)"
@@ -355,11 +354,46 @@ start_service() {
         return 0
     fi
     if pid=$(recorded_pid "$name"); then
-        start_failed "$name: started earlier (pid $pid) but not answering on port $port; try: $0 stop $name" "$log"
+        start_failed "$name: started earlier (pid $pid) but not answering on port $port; try: $0 stop $name" "$RUN_DIR/$name.log"
     fi
     if port_open "$port"; then
         start_failed "$name: port $port is taken by something that does not answer like $name"
     fi
+    return 1
+}
+
+# service_started NAME PID: record PID as NAME's process, for `status`, `stop` and test.sh.
+service_started() {
+    local name=$1 pid=$2
+    echo "$pid $(proc_start_time "$pid")" >"$RUN_DIR/$name.pid"
+    STARTED+=("$name")
+    [[ -z ${SLATE_STARTED_FILE:-} ]] || echo "$name" >>"$SLATE_STARTED_FILE"
+    say "$name: started (pid $pid, port $(port_of "$name"), log $RUN_DIR/$name.log)"
+}
+
+# wait_ready NAME PID: wait until NAME answers its probe, as long as PID lives, for at most
+# START_TIMEOUT seconds.
+wait_ready() {
+    local name=$1 pid=$2 port deadline=$((SECONDS + START_TIMEOUT))
+    port=$(port_of "$name")
+    until "probe_$name"; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            start_failed "$name: exited before answering on port $port" "$RUN_DIR/$name.log"
+        fi
+        if ((SECONDS >= deadline)); then
+            start_failed "$name: not answering on port $port after ${START_TIMEOUT}s" "$RUN_DIR/$name.log"
+        fi
+        sleep 0.2
+    done
+    say "$name: ready"
+}
+
+# start_service NAME CMD [ARGS...]: start CMD in its own session (so its whole process group can
+# be stopped later), unless something already answers NAME's probe on its port; wait for it.
+start_service() {
+    local name=$1; shift
+    local pid_file=$RUN_DIR/$name.pid log=$RUN_DIR/$name.log pid
+    service_up "$name" && return 0
 
     rm -f "$pid_file" "$pid_file.tmp"
     printf '=== %s: %s\n' "$(date -Is)" "$*" >"$log"   # one log per start
@@ -374,23 +408,9 @@ start_service() {
         sleep 0.05
     done
     pid=$(<"$pid_file.tmp")
-    echo "$pid $(proc_start_time "$pid")" >"$pid_file"
     rm -f "$pid_file.tmp"
-    STARTED+=("$name")
-    [[ -z ${SLATE_STARTED_FILE:-} ]] || echo "$name" >>"$SLATE_STARTED_FILE"
-    say "$name: started (pid $pid, port $port, log $log)"
-
-    deadline=$((SECONDS + START_TIMEOUT))
-    until "probe_$name"; do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            start_failed "$name: exited before answering on port $port" "$log"
-        fi
-        if ((SECONDS >= deadline)); then
-            start_failed "$name: not answering on port $port after ${START_TIMEOUT}s" "$log"
-        fi
-        sleep 0.2
-    done
-    say "$name: ready"
+    service_started "$name" "$pid"
+    wait_ready "$name" "$pid"
 }
 
 # start_failed MESSAGE [LOG]: show the tail of the log, stop what this run started, exit 1.
