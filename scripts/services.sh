@@ -291,7 +291,8 @@ recorded_pid() {
     local file=$RUN_DIR/$1.pid pid start
     [[ -f $file ]] || return 1
     read -r pid start <"$file" || return 1
-    [[ -n $pid && $(proc_start_time "$pid" 2>/dev/null) == "$start" ]] || return 1
+    # no start time: the process was gone before it was recorded
+    [[ -n $pid && -n $start && $(proc_start_time "$pid" 2>/dev/null) == "$start" ]] || return 1
     echo "$pid"
 }
 
