@@ -26,9 +26,15 @@
 #   s3s-fs         s3s-fs: a fast S3 over a folder (Rust; cargo       SLATE_TEST_S3S_PORT       8016
 #                  install), for tests that need thousands of requests a second (tests/
 #                  adaptive.rs): moto tops out at a few hundred on a small machine
+#   postgres       PostgreSQL (Debian's package): a private server    SLATE_PG_PORT             5440
+#                  (initdb afresh on each start, trusting all: 127.0.0.1 and a unix socket in
+#                  $RUN_DIR/postgres/sock only), database `slate_test`; no test uses it yet
 #
 # Test buckets/containers `slate-src` and `slate-dst` are created in S3, Azure and GCS (and in
-# s3s-fs, as folders of its data dir $RUN_DIR/s3s-data).
+# s3s-fs, as folders of its data dir $RUN_DIR/s3s-data). PostgreSQL keeps its data in
+# $RUN_DIR/postgres/data; `stop` removes both folders. As root the server runs as the postgres
+# user, and if that user cannot reach $RUN_DIR (under root's home, the default) the folder
+# $RUN_DIR/postgres is a link to one in /tmp.
 #
 # Other knobs:
 #   SLATE_TEST_HOME        cache for the venv and Azurite   (default ~/.cache/slate-test)
@@ -39,6 +45,8 @@
 #                          (scripts/test.sh uses it to stop only what it started)
 #   SLATE_PUBSUB_EMULATOR  path of Google's Pub/Sub emulator launcher
 #   SLATE_TEST_CHROMIUM    the Chromium binary the dashboard test drives (default /usr/bin/chromium)
+#
+# `env` prints, besides the endpoints, SLATE_TEST_PG_URL=postgres://postgres@127.0.0.1:PORT/slate_test.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -58,6 +66,11 @@ FAKEGCS_PORT=${SLATE_FAKEGCS_PORT:-4443}
 GCS_SHIM_PORT=${SLATE_GCS_SHIM_PORT:-4444}
 # not SLATE_S3S_PORT: that is the benchmarks' own s3s-fs, which must never serve the tests
 S3S_PORT=${SLATE_TEST_S3S_PORT:-8016}
+# never 5432, so that a machine's own PostgreSQL is left alone
+PG_PORT=${SLATE_PG_PORT:-5440}
+PG_DB=slate_test
+# the server's folder: data/ (initdb's) and sock/ (its unix socket); see pg_make_dir
+PG_DIR=$RUN_DIR/postgres
 
 START_TIMEOUT=${SLATE_START_TIMEOUT:-90}
 STOP_TIMEOUT=15
@@ -79,7 +92,7 @@ AZURITE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZ
 
 TEST_BUCKETS=(slate-src slate-dst)
 
-ALL_SERVICES=(moto azurite-blob azurite-queue pubsub fake-gcs gcs-shim s3s-fs)
+ALL_SERVICES=(moto azurite-blob azurite-queue pubsub fake-gcs gcs-shim s3s-fs postgres)
 
 say() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -200,7 +213,20 @@ cmd_install() {
     if ! command -v rclone >/dev/null; then
         apt_install rclone
     fi
+    # PostgreSQL, Debian's package: `start` runs a private server of its own with it.
+    if ! pg_bin >/dev/null; then
+        apt_install postgresql
+        pg_bin >/dev/null || die "postgresql installed, but there is no /usr/lib/postgresql/*/bin/initdb"
+    fi
     if command -v flock >/dev/null; then exec 9>&-; fi
+}
+
+# Folder of the newest PostgreSQL server programs (Debian's /usr/lib/postgresql/VERSION/bin).
+pg_bin() {
+    local initdb
+    initdb=$(printf '%s\n' /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n 1)
+    [[ -x $initdb ]] || return 1
+    echo "${initdb%/initdb}"
 }
 
 # Installs one Debian package with apt-get (as root), updating the lists once if needed.
@@ -324,6 +350,8 @@ probe_gcs-shim()      { [[ $(curl -s --max-time 2 "http://127.0.0.1:$GCS_SHIM_PO
 # s3s-fs answers an unsigned request with its S3 error: 'Signature is required'.
 probe_s3s-fs()        { curl -s --max-time 2 "http://127.0.0.1:$S3S_PORT/" 2>/dev/null |
                         grep -q 'Signature is required'; }
+probe_postgres()      { local bin; bin=$(pg_bin) &&
+                        "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -t 2; }
 
 port_of() {
     case $1 in
@@ -334,6 +362,7 @@ port_of() {
         fake-gcs) echo "$FAKEGCS_PORT" ;;
         gcs-shim) echo "$GCS_SHIM_PORT" ;;
         s3s-fs) echo "$S3S_PORT" ;;
+        postgres) echo "$PG_PORT" ;;
         *) die "unknown service: $1 (known: ${ALL_SERVICES[*]})" ;;
     esac
 }
@@ -436,6 +465,11 @@ stop_services() {
         port_of "$name" >/dev/null
         if pid=$(recorded_pid "$name"); then
             say "$name: stopping pid $pid"
+            # PostgreSQL's own shutdown first; the signals below are for a server it leaves
+            if [[ $name == postgres ]] && pg_stop_fast && ! recorded_pid "$name" >/dev/null; then
+                rm -f "$RUN_DIR/$name.pid"
+                continue
+            fi
             pids+=("$pid")
             # shellcheck disable=SC2207
             victims+=("$pid" $(descendants "$pid"))
@@ -537,6 +571,122 @@ print(f"[services] test buckets ready in S3, Azure and GCS: {' '.join(buckets)}"
 EOF
 }
 
+# Runs a PostgreSQL program as the owner of the server's files: as root the postgres user
+# (initdb and postgres refuse to run as root), otherwise ourselves. From /, since they complain
+# about a working folder their user cannot enter (root's home).
+pg_run() {
+    if [[ $(id -u) == 0 ]]; then
+        (cd / && runuser -u postgres -- "$@")
+    else
+        "$@"
+    fi
+}
+
+# PID of the postmaster running on the data folder DATA (a real path), if one does: the PID its
+# postmaster.pid names, if that process works in DATA (a postmaster works in its data folder),
+# so that a file left by a crash names no other process that got the PID since.
+pg_postmaster() {
+    local data=$1 pid
+    [[ -f $data/postmaster.pid ]] || return 1
+    read -r pid <"$data/postmaster.pid" 2>/dev/null || return 1
+    [[ $pid =~ ^[0-9]+$ && $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$data" ]] || return 1
+    echo "$pid"
+}
+
+# Removes the server's folder $PG_DIR, and the folder in /tmp it may link to.
+pg_remove_dir() {
+    if [[ -L $PG_DIR ]]; then
+        local target
+        target=$(readlink -- "$PG_DIR")
+        if [[ $target == /tmp/slate-pg.* ]]; then rm -rf -- "$target"; fi
+        rm -f -- "$PG_DIR"
+    elif [[ -e $PG_DIR ]]; then
+        rm -rf -- "$PG_DIR"
+    fi
+}
+
+# Makes the server's folder $PG_DIR afresh, owned by the user who runs the server, and sets
+# PG_REAL to its real path. As root that user is postgres, who must be able to reach the folder:
+# not so under root's home (mode 700), where SLATE_TEST_HOME is by default. There, and where the
+# path is too long for the server's unix socket (107 bytes) or has a quote in it (pg_ctl's -o
+# goes through a shell), the folder is made in /tmp instead and $PG_DIR is a link to it.
+# Returns 1 on any failure (it runs with errexit off: its caller handles a failure).
+pg_make_dir() {
+    local dir sock
+    pg_remove_dir || return 1
+    mkdir -p "$PG_DIR" && dir=$(cd "$PG_DIR" && pwd -P) || return 1
+    if [[ $(id -u) == 0 ]]; then chown postgres: "$dir" || return 1; fi
+    chmod 700 "$dir" || return 1
+    sock=$dir/sock/.s.PGSQL.$PG_PORT
+    if ! pg_run test -w "$dir" || ((${#sock} > 107)) || [[ $dir == *"'"* ]]; then
+        rmdir "$dir" && dir=$(mktemp -d /tmp/slate-pg.XXXXXX) || return 1
+        if [[ $(id -u) == 0 ]]; then chown postgres: "$dir" || return 1; fi
+        ln -s "$dir" "$PG_DIR" && dir=$(cd "$dir" && pwd -P) || return 1
+        say "postgres: its folder is $dir ($PG_DIR links to it: the server cannot use $PG_DIR itself)"
+    fi
+    pg_run mkdir -m 700 "$dir/sock" || return 1
+    PG_REAL=$dir
+}
+
+# PostgreSQL: a private server, made afresh by initdb on each start (as the in-memory emulators
+# start empty). It trusts every connection: it listens on 127.0.0.1 only, and on a unix socket
+# in its own folder. pg_ctl starts the postmaster in a session of its own (as setsid does the
+# other services), and the postmaster's PID, from its postmaster.pid, is the one recorded.
+start_postgres() {
+    local log=$RUN_DIR/postgres.log bin pid deadline
+    bin=$(pg_bin) || start_failed "postgres: no PostgreSQL server programs (/usr/lib/postgresql/*/bin/initdb)"
+    if ! service_up postgres; then
+        # one that runs on our folder without a record (this script was killed as it started it)
+        if [[ -e $PG_DIR ]] && pid=$(pg_postmaster "$(readlink -f -- "$PG_DIR")/data"); then
+            start_failed "postgres: a server (pid $pid) runs on $PG_DIR/data but does not answer on port $PG_PORT; try: $0 stop postgres"
+        fi
+        rm -f "$RUN_DIR/postgres.pid"
+        pg_make_dir || start_failed "postgres: cannot make its folder $PG_DIR"
+        printf '=== %s: initdb and pg_ctl start in %s\n' "$(date -Is)" "$PG_REAL" >"$log"
+        pg_run "$bin/initdb" -D "$PG_REAL/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
+            >>"$log" 2>&1 || start_failed "postgres: initdb failed" "$log"
+        # No -l: the server writes to the output pg_ctl got, this log, which the postgres user
+        # might not be able to open itself. -W: the wait is ours, below.
+        pg_run "$bin/pg_ctl" -D "$PG_REAL/data" -W \
+            -o "-p $PG_PORT -k '$PG_REAL/sock' -c listen_addresses=127.0.0.1" start \
+            </dev/null >>"$log" 2>&1 || start_failed "postgres: pg_ctl start failed" "$log"
+        deadline=$((SECONDS + 10))
+        until pid=$(pg_postmaster "$PG_REAL/data"); do
+            ((SECONDS < deadline)) || start_failed "postgres: did not start" "$log"
+            sleep 0.05
+        done
+        service_started postgres "$pid"
+        wait_ready postgres "$pid"
+    fi
+
+    local conn=(-h 127.0.0.1 -p "$PG_PORT" -U postgres -w) found
+    found=$("$bin/psql" "${conn[@]}" -d postgres -X -tAc \
+        "select 1 from pg_database where datname = '$PG_DB'") ||
+        start_failed "postgres: cannot query the server on port $PG_PORT" "$log"
+    if [[ $found == 1 ]]; then
+        say "postgres: database $PG_DB exists"
+    else
+        "$bin/createdb" "${conn[@]}" "$PG_DB" || start_failed "postgres: createdb $PG_DB failed" "$log"
+        say "postgres: created database $PG_DB"
+    fi
+}
+
+# pg_ctl's fast shutdown (open transactions rolled back, connections closed) of the server on
+# our folder, if one runs there. Fails if none does or it did not stop.
+pg_stop_fast() {
+    local data pid bin
+    [[ -e $PG_DIR ]] || return 1
+    data=$(readlink -f -- "$PG_DIR")/data
+    pid=$(pg_postmaster "$data") || return 1
+    bin=$(pg_bin) || return 1
+    say "postgres: pg_ctl stop -m fast (pid $pid)"
+    if ! pg_run "$bin/pg_ctl" -D "$data" stop -m fast -w -t "$STOP_TIMEOUT" \
+        </dev/null >>"$RUN_DIR/postgres.log" 2>&1; then
+        say "postgres: pg_ctl stop failed (see $RUN_DIR/postgres.log)"
+        return 1
+    fi
+}
+
 cmd_start() {
     cmd_install
     mkdir -p "$RUN_DIR"
@@ -579,6 +729,8 @@ cmd_start() {
     start_service s3s-fs env -u RUST_LOG "$S3S_BIN" --host 127.0.0.1 --port "$S3S_PORT" \
         --access-key testing --secret-key testing "$RUN_DIR/s3s-data"
 
+    start_postgres
+
     create_test_buckets || start_failed "creating the test buckets failed"
     say "all services up (logs and PIDs in $RUN_DIR)"
 }
@@ -589,6 +741,17 @@ cmd_stop() {
     stop_services "${names[@]}"
     # s3s-fs keeps its objects in files: a stopped one's go, as the in-memory emulators' do
     if [[ " ${names[*]} " == *" s3s-fs "* ]]; then rm -rf "$RUN_DIR/s3s-data"; fi
+    # PostgreSQL's data goes too, unless a server still runs on it: stop_services stopped the
+    # recorded one, this the one no record names (this script was killed as it started it)
+    if [[ " ${names[*]} " == *" postgres "* ]]; then
+        pg_stop_fast || true
+        local pid
+        if [[ -e $PG_DIR ]] && pid=$(pg_postmaster "$(readlink -f -- "$PG_DIR")/data"); then
+            say "postgres: a server (pid $pid) still runs on $PG_DIR/data; the folder is kept"
+            return 1
+        fi
+        pg_remove_dir
+    fi
 }
 
 cmd_env() {
@@ -599,6 +762,7 @@ export SLATE_TEST_AZURITE_QUEUE=http://127.0.0.1:$AZURITE_QUEUE_PORT/$AZURITE_AC
 export SLATE_TEST_GCS_ENDPOINT=http://127.0.0.1:$FAKEGCS_PORT
 export SLATE_TEST_GCS_WRITE_ENDPOINT=http://127.0.0.1:$GCS_SHIM_PORT
 export SLATE_TEST_S3S_ENDPOINT=http://127.0.0.1:$S3S_PORT
+export SLATE_TEST_PG_URL=postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB
 export PUBSUB_EMULATOR_HOST=127.0.0.1:$PUBSUB_PORT
 export SLATE_TEST_CHROMIUM=$CHROMIUM
 export SLATE_TEST_PLAYWRIGHT=$BROWSER_DIR/node_modules/playwright-core
