@@ -40,8 +40,10 @@ pub struct CleanupArgs {
     /// name changed at every start): only when none of them runs any more.
     #[arg(long)]
     pub any_host: bool,
-    /// The database the copies recorded their uploads in [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// The database the copies recorded their uploads in: a SQLite file, or PostgreSQL as
+    /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
+    /// [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
 }
 

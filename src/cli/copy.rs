@@ -55,8 +55,8 @@ pub struct CopyArgs {
     pub estimate: bool,
     /// The database where uploads under way are recorded, so that a copy cut short (killed,
     /// interrupted) continues from its last chunk when run again [default: the one `sync`
-    /// uses, ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// uses, ~/.local/share/slate/slate.db; or postgres://USER@HOST:PORT/DB]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
 }
 

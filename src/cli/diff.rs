@@ -40,8 +40,10 @@ pub struct DiffArgs {
     /// Leave out keys matching this glob; repeatable.
     #[arg(long)]
     pub exclude: Vec<String>,
-    /// The manifest database [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// The manifest database: a SQLite file, or PostgreSQL as
+    /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
+    /// [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
     /// A local source: list the symlinks that stay inside it as `sync --copy-links` copies
     /// them (a link leading outside the folder is skipped all the same).

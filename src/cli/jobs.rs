@@ -20,8 +20,10 @@ pub struct JobsArgs {
     /// One JSON object per line, as the API shows them.
     #[arg(long)]
     pub json: bool,
-    /// The database [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// The database: a SQLite file, or PostgreSQL as
+    /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
+    /// [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
 }
 
@@ -35,8 +37,10 @@ pub struct StatusArgs {
     /// Wait until the job is finished, then print it.
     #[arg(long)]
     pub wait: bool,
-    /// The database [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// The database: a SQLite file, or PostgreSQL as
+    /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
+    /// [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 
 use crate::core::error::SlateError;
+use crate::state::db::Location;
 use crate::state::manifest::{self, Manifest};
 
 /// Keeps object stores consistent by replicating only what changed.
@@ -66,9 +67,20 @@ pub async fn run(cli: Cli) -> i32 {
 }
 
 /// Opens the database named by `--db`, or the default one.
+/// `--db` (and `SLATE_DB`, `daemon.db`) is a SQLite file's path or a PostgreSQL URL
+/// (`postgres://USER@HOST:PORT/DB`); a value with any other scheme is refused, naming it.
 pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
-    let path = db.clone().unwrap_or_else(manifest::default_path);
-    Manifest::open(&path).map(Arc::new)
+    let loc = match db {
+        None => Location::Sqlite(manifest::default_path()),
+        Some(p) => match p.to_str() {
+            Some(s) => Location::parse(s).map_err(|why| SlateError::BadOption {
+                option: "--db".into(),
+                why,
+            })?,
+            None => Location::Sqlite(p.clone()),
+        },
+    };
+    Manifest::open_at(&loc).map(Arc::new)
 }
 
 /// The listener's bearer token: the first line of `--token-file`, else `SLATE_API_TOKEN`.

@@ -11,8 +11,10 @@ use crate::state::manifest::Manifest;
 
 #[derive(Debug, Args)]
 pub struct PairsArgs {
-    /// The manifest database [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// The manifest database: a SQLite file, or PostgreSQL as
+    /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
+    /// [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
 }
 

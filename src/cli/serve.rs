@@ -23,8 +23,10 @@ pub struct ServeArgs {
     /// Jobs running at once; the others wait queued.
     #[arg(long, default_value_t = 2)]
     pub max_jobs: usize,
-    /// The database (manifest and jobs) [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// The database (manifest and jobs): a SQLite file, or PostgreSQL as
+    /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
+    /// [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
     #[command(flatten)]
     pub tuning: TuningArgs,

@@ -95,8 +95,10 @@ pub struct SyncArgs {
     /// it to finish instead of stopping with exit 2.
     #[arg(long)]
     pub wait: bool,
-    /// The manifest database [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB")]
+    /// The manifest database: a SQLite file, or PostgreSQL as
+    /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
+    /// [default: ~/.local/share/slate/slate.db]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
     #[command(flatten)]
     pub compare: CompareArgs,

@@ -504,11 +504,12 @@ mod tests {
 
     /// (pair, source, raw, reason) of every dead letter, in order.
     fn dead_letters(db: &Manifest) -> Vec<(Option<i64>, String, Vec<u8>, String)> {
-        db.with(|c| {
-            let mut st =
-                c.prepare("SELECT pair_id, source, raw, reason FROM dead_letters ORDER BY id")?;
-            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
-            rows.collect()
+        db.read(|c| {
+            c.query_map(
+                "SELECT pair_id, source, raw, reason FROM dead_letters ORDER BY id",
+                crate::state::db::params![],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
         })
         .unwrap()
     }

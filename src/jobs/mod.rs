@@ -1,6 +1,6 @@
 //! Jobs: copies, reconciles and diffs started through the API (`POST /jobs`) or the dashboard.
 //!
-//! A job is a row of the database (`crate::state::jobs`, schema/0004_jobs.sql) from the
+//! A job is a row of the database (`crate::state::jobs`, schema/sqlite/0004_jobs.sql) from the
 //! moment it is accepted, so that it outlives the process running it: `slate jobs` and
 //! `slate status` read the rows, a restarted server finds the jobs that were running when its
 //! predecessor died and marks them interrupted, and `POST /jobs/{id}/resume` runs them again,

@@ -6,7 +6,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension};
 
 use crate::core::error::Result;
 use crate::state::manifest::Manifest;
@@ -80,7 +80,7 @@ impl Intake {
     }
 }
 
-/// A prefix being expanded (see `schema/0005_expansions.sql`).
+/// A prefix being expanded (see `schema/sqlite/0005_expansions.sql`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expansion {
     pub prefix: String,
@@ -110,20 +110,16 @@ impl<'a> Inbox<'a> {
         let t = now_ms();
         self.m
             .with(|c| {
-                let tx = c.transaction()?;
                 let mut new = 0;
-                {
-                    let mut st = tx.prepare_cached(PUSH_SQL)?;
-                    let mut exists =
-                        tx.prepare_cached("SELECT 1 FROM inbox WHERE pair_id = ?1 AND key = ?2")?;
-                    for (key, kind, token) in events {
-                        if !exists.exists(params![pair_id, key])? {
-                            new += 1;
-                        }
-                        st.execute(params![pair_id, key, *kind as i64, token, t])?;
+                for (key, kind, token) in events {
+                    if !c.exists(
+                        "SELECT 1 FROM inbox WHERE pair_id = ?1 AND key = ?2",
+                        params![pair_id, key],
+                    )? {
+                        new += 1;
                     }
+                    c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
                 }
-                tx.commit()?;
                 Ok(new)
             })
             .inspect(|_| bell().notify_waiters())
@@ -139,31 +135,27 @@ impl<'a> Inbox<'a> {
         let t = now_ms();
         self.m
             .with(|c| {
-                let tx = c.transaction()?;
-                {
-                    let mut row = tx.prepare_cached(PUSH_SQL)?;
-                    for (pair_id, key, kind, token) in &intake.rows {
-                        row.execute(params![pair_id, key, *kind as i64, token, t])?;
-                    }
-                    // a new event for a prefix being expanded starts it over (the folder may
-                    // hold other keys now): a new generation, due at once
-                    let mut pre = tx.prepare_cached(
+                for (pair_id, key, kind, token) in &intake.rows {
+                    c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
+                }
+                // a new event for a prefix being expanded starts it over (the folder may hold
+                // other keys now): a new generation, due at once
+                for (pair_id, prefix) in &intake.prefixes {
+                    c.execute(
                         "INSERT INTO expansions (pair_id, prefix, created_at) VALUES (?1, ?2, ?3)
                          ON CONFLICT (pair_id, prefix) DO UPDATE SET phase = 0, cursor = '',
                             generation = expansions.generation + 1, not_before = 0, attempts = 0,
                             error = NULL",
+                        params![pair_id, prefix, t],
                     )?;
-                    for (pair_id, prefix) in &intake.prefixes {
-                        pre.execute(params![pair_id, prefix, t])?;
-                    }
-                    let mut dead = tx.prepare_cached(
-                        "INSERT INTO dead_letters (pair_id, source, raw, reason, received_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    )?;
-                    for (pair_id, source, raw, reason) in &intake.dead {
-                        dead.execute(params![pair_id, source, raw, reason, t])?;
-                    }
                 }
-                tx.commit()
+                for (pair_id, source, raw, reason) in &intake.dead {
+                    c.execute(
+                        "INSERT INTO dead_letters (pair_id, source, raw, reason, received_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![pair_id, source, raw, reason, t],
+                    )?;
+                }
+                Ok(())
             })
             .inspect(|_| bell().notify_waiters())
     }
@@ -219,26 +211,22 @@ impl<'a> Inbox<'a> {
         let t = now_ms();
         self.m
             .with(|c| {
-                let tx = c.transaction()?;
-                {
-                    let mut st = tx.prepare_cached(PUSH_SQL)?;
-                    for (key, kind, token) in rows {
-                        st.execute(params![pair_id, key, *kind as i64, token, t])?;
-                    }
+                for (key, kind, token) in rows {
+                    c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
                 }
                 if finished {
-                    tx.execute(
+                    c.execute(
                         "DELETE FROM expansions WHERE pair_id = ?1 AND prefix = ?2 AND generation = ?3",
                         params![pair_id, x.prefix, x.generation],
                     )?;
                 } else {
-                    tx.execute(
+                    c.execute(
                         "UPDATE expansions SET phase = ?4, cursor = ?5, attempts = 0, error = NULL
                          WHERE pair_id = ?1 AND prefix = ?2 AND generation = ?3",
                         params![pair_id, x.prefix, x.generation, phase as i64, cursor],
                     )?;
                 }
-                tx.commit()
+                Ok(())
             })
             .inspect(|_| bell().notify_waiters())
     }
@@ -267,25 +255,25 @@ impl<'a> Inbox<'a> {
         let t = now_ms();
         // read in the index's order (pair, first_seen, key): a take reads what it takes
         self.m.read(|c| {
-            let mut st = c.prepare_cached(
+            c.query_map(
                 "SELECT key, kind, token, events, first_seen, attempts FROM inbox
                  WHERE pair_id = ?1 AND not_before <= ?2 ORDER BY first_seen, key LIMIT ?3",
-            )?;
-            let rows = st.query_map(params![pair_id, t, limit as i64], |r| {
-                Ok(Pending {
-                    key: r.get(0)?,
-                    kind: if r.get::<_, i64>(1)? == 1 {
-                        Kind::Delete
-                    } else {
-                        Kind::Upsert
-                    },
-                    token: r.get(2)?,
-                    events: r.get::<_, i64>(3)? as u64,
-                    first_seen: r.get(4)?,
-                    attempts: r.get::<_, i64>(5)? as u32,
-                })
-            })?;
-            rows.collect()
+                params![pair_id, t, limit as i64],
+                |r| {
+                    Ok(Pending {
+                        key: r.get(0)?,
+                        kind: if r.get::<_, i64>(1)? == 1 {
+                            Kind::Delete
+                        } else {
+                            Kind::Upsert
+                        },
+                        token: r.get(2)?,
+                        events: r.get::<_, i64>(3)? as u64,
+                        first_seen: r.get(4)?,
+                        attempts: r.get::<_, i64>(5)? as u32,
+                    })
+                },
+            )
         })
     }
 
@@ -346,15 +334,23 @@ impl<'a> Inbox<'a> {
 
     pub fn stats(&self, pair_id: i64) -> Result<Stats> {
         self.m.read(|c| {
-            let count = |sql: &str| -> rusqlite::Result<u64> {
-                c.query_row(sql, params![pair_id], |r| r.get::<_, i64>(0))
+            let count = |sql: &str, p: &[super::db::Value]| -> super::db::DbResult<u64> {
+                c.query_row(sql, p, |r| r.get::<_, i64>(0))
                     .map(|n| n as u64)
             };
             Ok(Stats {
-                pending: count("SELECT COUNT(*) FROM inbox WHERE pair_id = ?1")?,
+                pending: count(
+                    "SELECT COUNT(*) FROM inbox WHERE pair_id = ?1",
+                    params![pair_id],
+                )?,
                 // two counts, each an index seek (an OR between them would read the table)
-                dead_letters: count("SELECT COUNT(*) FROM dead_letters WHERE pair_id = ?1")?
-                    + count("SELECT COUNT(*) FROM dead_letters WHERE pair_id IS NULL AND ?1 = ?1")?,
+                dead_letters: count(
+                    "SELECT COUNT(*) FROM dead_letters WHERE pair_id = ?1",
+                    params![pair_id],
+                )? + count(
+                    "SELECT COUNT(*) FROM dead_letters WHERE pair_id IS NULL",
+                    params![],
+                )?,
             })
         })
     }
@@ -368,12 +364,13 @@ pub fn now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::db::testing::conformance;
+    use crate::state::db::Location;
 
-    #[test]
-    fn events_coalesce_per_key_and_survive_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("db");
-        let m = Manifest::open(&path).unwrap();
+    conformance!(events_coalesce_per_key_and_survive_reopening);
+
+    fn events_coalesce_per_key_and_survive_reopening(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
         let p = m.pair("a", "b").unwrap().id;
         let ib = Inbox::new(&m);
         let new = ib
@@ -392,7 +389,7 @@ mod tests {
             .unwrap();
         assert_eq!(new, 3);
         drop(m);
-        let m = Manifest::open(&path).unwrap();
+        let m = Manifest::open_at(loc).unwrap();
         let ib = Inbox::new(&m);
         let got = ib.take(p, 10).unwrap();
         assert_eq!(got.len(), 3);

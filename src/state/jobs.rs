@@ -1,8 +1,8 @@
-//! The jobs table (schema/0004_jobs.sql): one row per job started through the API, from the
+//! The jobs table (schema/sqlite/0004_jobs.sql): one row per job started through the API, from the
 //! moment it is accepted, so that it outlives the process running it. A row marked running by
 //! a process that is gone reads as interrupted, whoever reads it.
 
-use rusqlite::params;
+use super::db::{params, DbResult, OptionalExtension, Row};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -179,15 +179,14 @@ fn read_state(state: &str, owner: Option<&str>) -> Option<JobState> {
     }
 }
 
-fn row_to_job(r: &rusqlite::Row) -> rusqlite::Result<Job> {
-    let ts = |i: usize| -> rusqlite::Result<Option<String>> {
-        Ok(r.get::<_, Option<i64>>(i)?.map(rfc3339))
-    };
-    let json_col = |i: usize| -> rusqlite::Result<Option<Value>> {
+fn row_to_job(r: &Row) -> DbResult<Job> {
+    let ts =
+        |i: usize| -> DbResult<Option<String>> { Ok(r.get::<_, Option<i64>>(i)?.map(rfc3339)) };
+    let json_col = |i: usize| -> DbResult<Option<Value>> {
         Ok(r.get::<_, Option<String>>(i)?
             .and_then(|s| serde_json::from_str(&s).ok()))
     };
-    let count = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)? as u64) };
+    let count = |i: usize| -> DbResult<u64> { Ok(r.get::<_, i64>(i)? as u64) };
     let mut state: String = r.get(5)?;
     let owner: Option<String> = r.get(18)?;
     if read_state(&state, owner.as_deref()) == Some(JobState::Interrupted) {
@@ -242,21 +241,25 @@ impl<'a> JobStore<'a> {
 
     /// Stores a new job, queued; returns its id. `options` is the JSON object it was given.
     pub fn insert(&self, kind: &str, src: &str, dst: &str, options: &Value) -> Result<i64> {
+        let t = now_ms();
         self.m.with(|c| {
-            c.execute(
+            c.query_row(
                 "INSERT INTO jobs (kind, src, dst, options, state, created_at, version)
-                 VALUES (?1, ?2, ?3, ?4, 'queued', ?5, 1)",
-                params![kind, src, dst, options.to_string(), now_ms()],
-            )?;
-            Ok(c.last_insert_rowid())
+                 VALUES (?1, ?2, ?3, ?4, 'queued', ?5, 1) RETURNING id",
+                params![kind, src, dst, options.to_string(), t],
+                |r| r.get(0),
+            )
         })
     }
 
     pub fn get(&self, id: i64) -> Result<Option<Job>> {
         self.m.read(|c| {
-            let mut st = c.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"))?;
-            let mut rows = st.query_map([id], row_to_job)?;
-            rows.next().transpose()
+            c.query_row(
+                &format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"),
+                params![id],
+                row_to_job,
+            )
+            .optional()
         })
     }
 
@@ -269,20 +272,28 @@ impl<'a> JobStore<'a> {
     ) -> Result<Vec<Job>> {
         let before = before.unwrap_or(i64::MAX);
         self.m.read(|c| {
-            let mut st = c.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM jobs WHERE id < ?1 ORDER BY id DESC"
-            ))?;
+            // by pages of the index, filtered here (the state as read depends on the owner)
             let mut out = Vec::new();
-            for j in st.query_map([before], row_to_job)? {
-                let j = j?;
-                if state.is_none_or(|s| j.state() == s) {
-                    out.push(j);
-                    if out.len() >= limit {
-                        break;
+            let mut below = before;
+            loop {
+                let page = c.query_map(
+                    &format!("SELECT {COLUMNS} FROM jobs WHERE id < ?1 ORDER BY id DESC LIMIT 200"),
+                    params![below],
+                    row_to_job,
+                )?;
+                let Some(last) = page.last().map(|j| j.id) else {
+                    return Ok(out);
+                };
+                for j in page {
+                    if state.is_none_or(|s| j.state() == s) {
+                        out.push(j);
+                        if out.len() >= limit {
+                            return Ok(out);
+                        }
                     }
                 }
+                below = last;
             }
-            Ok(out)
         })
     }
 
@@ -365,7 +376,8 @@ impl<'a> JobStore<'a> {
             let n = c.execute(
                 "UPDATE jobs SET state = ?2, finished_at = ?3, error = ?4, result = ?5,
                     objects_done = ?6, objects_total = ?7, objects_failed = ?8, bytes_done = ?9,
-                    bytes_total = ?10, total_known = 1, rate = 0, version = MAX(version, ?11) + 1
+                    bytes_total = ?10, total_known = 1, rate = 0,
+                    version = CASE WHEN version > ?11 THEN version ELSE ?11 END + 1
                  WHERE id = ?1 AND state = 'running'",
                 params![
                     id,
@@ -389,9 +401,11 @@ impl<'a> JobStore<'a> {
     /// with the bytes finished jobs copied.
     pub fn count_by_state(&self) -> Result<JobCounts> {
         let rows: Vec<(String, Option<String>, i64)> = self.m.read(|c| {
-            let mut st = c.prepare_cached("SELECT state, owner, bytes_done FROM jobs")?;
-            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-            rows.collect()
+            c.query_map(
+                "SELECT state, owner, bytes_done FROM jobs",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
         })?;
         let mut counts = JobCounts::default();
         for (state, owner, bytes) in rows {
@@ -408,11 +422,11 @@ impl<'a> JobStore<'a> {
     /// and the ids of queued jobs no live process has taken.
     pub fn recover(&self) -> Result<(Vec<i64>, Vec<i64>)> {
         let rows: Vec<(i64, String, Option<String>)> = self.m.with(|c| {
-            let mut st = c.prepare(
+            c.query_map(
                 "SELECT id, state, owner FROM jobs WHERE state IN ('running', 'queued') ORDER BY id",
-            )?;
-            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-            rows.collect()
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
         })?;
         let (mut interrupted, mut queued) = (Vec::new(), Vec::new());
         for (id, state, owner) in rows {
@@ -433,12 +447,14 @@ impl<'a> JobStore<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::db::testing::conformance;
+    use crate::state::db::Location;
+
+    conformance!(jobs_move_through_their_states_and_dead_owners_interrupt);
     use crate::state::owner::owner_tag;
 
-    #[test]
-    fn jobs_move_through_their_states_and_dead_owners_interrupt() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Manifest::open(&dir.path().join("s.db")).unwrap();
+    fn jobs_move_through_their_states_and_dead_owners_interrupt(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
         let s = JobStore::new(&m);
         let a = s.insert("copy", "/a", "/b", &json!({})).unwrap();
         let b = s.insert("copy", "/a", "/b", &json!({})).unwrap();

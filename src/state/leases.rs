@@ -2,7 +2,7 @@
 //! holder pushes forward while it works. A lease whose holder ran on this host and whose
 //! process is gone is free at once; one held elsewhere is free when it expires.
 
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use super::db::{params, DbResult, OptionalExtension, Row};
 
 use super::manifest::Manifest;
 use super::owner::owner_alive;
@@ -23,7 +23,7 @@ pub struct Holder {
 const HOLDER_SQL: &str =
     "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases WHERE name = ?1";
 
-fn holder_row(r: &rusqlite::Row) -> rusqlite::Result<Holder> {
+fn holder_row(r: &Row) -> DbResult<Holder> {
     Ok(Holder {
         owner: r.get(0)?,
         host: r.get(1)?,
@@ -56,8 +56,7 @@ impl<'a> Leases<'a> {
         ttl_ms: i64,
     ) -> Result<Option<Holder>> {
         self.m.with(|c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let held = tx
+            let held = c
                 .query_row(HOLDER_SQL, params![name], holder_row)
                 .optional()?;
             if let Some(h) = held {
@@ -75,7 +74,7 @@ impl<'a> Leases<'a> {
                     return Ok(Some(h));
                 }
             }
-            tx.execute(
+            c.execute(
                 "INSERT INTO leases (name, owner, host, pid, purpose, acquired_at, expires_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, host = excluded.host,
@@ -93,7 +92,6 @@ impl<'a> Leases<'a> {
                     now_ms + ttl_ms
                 ],
             )?;
-            tx.commit()?;
             Ok(None)
         })
     }
@@ -132,11 +130,13 @@ impl<'a> Leases<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::db::testing::conformance;
+    use crate::state::db::Location;
 
-    #[test]
-    fn one_holder_at_a_time_until_expiry_or_death() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Manifest::open(&dir.path().join("db")).unwrap();
+    conformance!(one_holder_at_a_time_until_expiry_or_death);
+
+    fn one_holder_at_a_time_until_expiry_or_death(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
         let l = Leases::new(&m);
         let me = crate::state::owner::owner_tag(std::process::id()).unwrap();
         let a = format!("{me}:a");

@@ -9,25 +9,11 @@
 //! together).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, OptionalExtension};
-
+use super::db::{params, Conn, Db, DbResult, Location, OptionalExtension};
 use crate::core::error::{Result, SlateError};
 pub use crate::core::object::State;
-
-/// Migrations, applied in order; `PRAGMA user_version` is the number of the last one applied.
-const MIGRATIONS: &[&str] = &[
-    include_str!("../../schema/0001_init.sql"),
-    include_str!("../../schema/0002_inbox.sql"),
-    include_str!("../../schema/0003_tombstones.sql"),
-    include_str!("../../schema/0004_jobs.sql"),
-    include_str!("../../schema/0005_expansions.sql"),
-    include_str!("../../schema/0006_leases.sql"),
-    include_str!("../../schema/0007_equality.sql"),
-    include_str!("../../schema/0008_uploads.sql"),
-];
 
 /// Which side of a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +39,8 @@ pub struct PairInfo {
 #[derive(Debug, Clone)]
 pub struct Spill {
     table: String,
+    /// The spill's number in PostgreSQL's `spill_rows` (0 on SQLite).
+    id: i64,
 }
 
 /// A key a reconcile plans to act on: the action (the planner's, as a number), what the
@@ -89,16 +77,11 @@ pub struct Record {
     pub meta: Option<String>,
 }
 
-/// Connections that only read.
-const READERS: usize = 4;
-
-/// The manifest database.
+/// The state database: the manifest and, through the other modules of `state`, the inbox,
+/// jobs, leases and uploads.
 pub struct Manifest {
-    /// The one connection that writes.
-    conn: Mutex<Connection>,
-    /// Connections that only read (`PRAGMA query_only`), taken round-robin.
-    readers: Vec<Mutex<Connection>>,
-    next_reader: std::sync::atomic::AtomicUsize,
+    db: Db,
+    /// The path, or the URL without its password: for messages.
     path: PathBuf,
 }
 
@@ -127,88 +110,29 @@ fn state(size: Option<i64>, etag: Option<String>, mtime: Option<i64>) -> Option<
 }
 
 impl Manifest {
-    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
-    /// A database written by a newer slate is refused.
+    /// Opens (creating if needed) the SQLite database at `path` and brings its schema up to
+    /// date. A database written by a newer slate is refused.
     pub fn open(path: &Path) -> Result<Manifest> {
-        let err = |why: String| SlateError::Manifest {
-            path: path.display().to_string(),
-            why,
-        };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| err(format!("creating {}: {e}", dir.display())))?;
-        }
-        let conn = Connection::open(path).map_err(|e| err(e.to_string()))?;
-        conn.busy_timeout(std::time::Duration::from_secs(30))
-            .map_err(|e| err(e.to_string()))?;
-        // Switching a new database to WAL needs it to itself for a moment, and SQLite answers
-        // "database is locked" at once (without the busy handler) when another process opens
-        // it at the same instant: asked again for as long as the busy timeout.
-        let started = std::time::Instant::now();
-        loop {
-            match conn.execute_batch("PRAGMA journal_mode = WAL;") {
-                Ok(()) => break,
-                Err(rusqlite::Error::SqliteFailure(e, _))
-                    if e.code == rusqlite::ErrorCode::DatabaseBusy
-                        && started.elapsed() < std::time::Duration::from_secs(30) =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(5 + fastrand::u64(..20)));
-                }
-                Err(e) => return Err(err(e.to_string())),
-            }
-        }
-        conn.execute_batch(
-            "PRAGMA synchronous = NORMAL;
-             PRAGMA foreign_keys = ON;
-             PRAGMA temp_store = FILE;
-             PRAGMA cache_size = -32768;",
-        )
-        .map_err(|e| err(e.to_string()))?;
-        // Each migration in its own IMMEDIATE transaction that reads the version again: two
-        // processes opening a new database at once must not both apply migration 1.
-        let mut conn = conn;
-        let known = MIGRATIONS.len() as i64;
-        loop {
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| err(e.to_string()))?;
-            let version: i64 = tx
-                .query_row("PRAGMA user_version", [], |r| r.get(0))
-                .map_err(|e| err(e.to_string()))?;
-            if version > known {
-                return Err(err(format!(
-                    "written by a newer slate (schema version {version}, this slate knows up to {known}); upgrade slate or use another --db"
-                )));
-            }
-            if version == known {
-                break;
-            }
-            let v = version + 1;
-            tx.execute_batch(MIGRATIONS[version as usize])
-                .map_err(|e| err(format!("migration {v:04}: {e}")))?;
-            tx.execute_batch(&format!("PRAGMA user_version = {v}"))
-                .map_err(|e| err(e.to_string()))?;
-            tx.commit().map_err(|e| err(e.to_string()))?;
-        }
-        let mut readers = Vec::with_capacity(READERS);
-        for _ in 0..READERS {
-            let r = Connection::open(path).map_err(|e| err(e.to_string()))?;
-            r.busy_timeout(std::time::Duration::from_secs(30))
-                .map_err(|e| err(e.to_string()))?;
-            r.execute_batch("PRAGMA query_only = ON; PRAGMA cache_size = -2048;")
-                .map_err(|e| err(e.to_string()))?;
-            readers.push(Mutex::new(r));
-        }
+        Manifest::open_at(&Location::Sqlite(path.to_path_buf()))
+    }
+
+    /// Opens the database at `loc`: a SQLite file or a PostgreSQL server.
+    pub fn open_at(loc: &Location) -> Result<Manifest> {
+        let db = Db::open(loc)?;
         Ok(Manifest {
-            conn: Mutex::new(conn),
-            readers,
-            next_reader: Default::default(),
-            path: path.to_path_buf(),
+            path: PathBuf::from(db.shown()),
+            db,
         })
     }
 
+    /// The database's path, or its URL without the password.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// True when the state lives in PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.db.is_postgres()
     }
 
     fn err(&self, e: impl std::fmt::Display) -> SlateError {
@@ -218,31 +142,14 @@ impl Manifest {
         }
     }
 
-    pub(crate) fn with<T>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
-    ) -> Result<T> {
-        let mut conn = self
-            .conn
-            .lock()
-            .map_err(|_| self.err("internal: manifest lock poisoned"))?;
-        f(&mut conn).map_err(|e| self.err(e))
+    /// Runs `f` in one write transaction (see [`Db::write`]: on PostgreSQL it may run again).
+    pub(crate) fn with<T>(&self, f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
+        self.db.write(f)
     }
 
-    /// Runs a read on one of the reading connections (a free one if there is one).
-    pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let n = self.readers.len();
-        let start = self.next_reader.fetch_add(1, Relaxed);
-        for i in 0..n {
-            if let Ok(c) = self.readers[(start + i) % n].try_lock() {
-                return f(&c).map_err(|e| self.err(e));
-            }
-        }
-        let c = self.readers[start % n]
-            .lock()
-            .map_err(|_| self.err("internal: manifest lock poisoned"))?;
-        f(&c).map_err(|e| self.err(e))
+    /// Runs reads.
+    pub(crate) fn read<T>(&self, f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
+        self.db.read(f)
     }
 
     /// The pair for (src, dst), created if new.
@@ -285,34 +192,37 @@ impl Manifest {
     /// How many pairs the database knows.
     pub fn pair_count(&self) -> Result<usize> {
         self.read(|c| {
-            c.query_row("SELECT COUNT(*) FROM pairs", [], |r| r.get::<_, i64>(0))
-                .map(|n| n as usize)
+            c.query_row("SELECT COUNT(*) FROM pairs", params![], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as usize)
         })
     }
 
     /// Every pair, with its object counts.
     pub fn pairs(&self) -> Result<Vec<PairInfo>> {
         self.read(|c| {
-            let mut st = c.prepare(
+            c.query_map(
                 "SELECT p.id, p.src, p.dst, p.created_at, p.last_sync_at,
                     (SELECT COUNT(*) FROM objects o WHERE o.pair_id = p.id AND o.side = 0),
-                    (SELECT COALESCE(SUM(size), 0) FROM objects o WHERE o.pair_id = p.id AND o.side = 0),
+                    (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM objects o
+                       WHERE o.pair_id = p.id AND o.side = 0),
                     (SELECT COUNT(*) FROM objects o WHERE o.pair_id = p.id AND o.side = 1)
                  FROM pairs p ORDER BY p.id",
-            )?;
-            let rows = st.query_map([], |r| {
-                Ok(PairInfo {
-                    id: r.get(0)?,
-                    src: r.get(1)?,
-                    dst: r.get(2)?,
-                    created_at: r.get(3)?,
-                    last_sync_at: r.get(4)?,
-                    src_objects: r.get::<_, i64>(5)? as u64,
-                    src_bytes: r.get::<_, i64>(6)? as u64,
-                    dst_objects: r.get::<_, i64>(7)? as u64,
-                })
-            })?;
-            rows.collect()
+                params![],
+                |r| {
+                    Ok(PairInfo {
+                        id: r.get(0)?,
+                        src: r.get(1)?,
+                        dst: r.get(2)?,
+                        created_at: r.get(3)?,
+                        last_sync_at: r.get(4)?,
+                        src_objects: r.get::<_, i64>(5)? as u64,
+                        src_bytes: r.get::<_, i64>(6)? as u64,
+                        dst_objects: r.get::<_, i64>(7)? as u64,
+                    })
+                },
+            )
         })
     }
 
@@ -335,7 +245,7 @@ impl Manifest {
                 "SELECT MAX(t) FROM (
                     SELECT sequencer AS t FROM objects WHERE pair_id = ?1 AND side = 0 AND key = ?2
                     UNION ALL
-                    SELECT sequencer FROM tombstones WHERE pair_id = ?1 AND key = ?2)",
+                    SELECT sequencer FROM tombstones WHERE pair_id = ?1 AND key = ?2) AS tokens",
                 params![pair_id, key],
                 |r| r.get(0),
             )
@@ -385,20 +295,17 @@ impl Manifest {
         }
         let t = now();
         self.with(|c| {
-            let tx = c.transaction()?;
             {
-                let mut st = tx.prepare_cached(
-                    "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, hash, synced_at,
+                let sql = "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, hash, synced_at,
                         equal_by, meta)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                      ON CONFLICT (pair_id, side, key) DO UPDATE SET size = excluded.size,
                         etag = excluded.etag, last_modified = excluded.last_modified,
                         hash = COALESCE(excluded.hash, objects.hash), synced_at = excluded.synced_at,
                         equal_by = COALESCE(excluded.equal_by, objects.equal_by),
-                        meta = COALESCE(excluded.meta, objects.meta)",
-                )?;
+                        meta = COALESCE(excluded.meta, objects.meta)";
                 for r in recs {
-                    st.execute(params![
+                    c.execute(sql, params![
                         pair_id,
                         r.side as i64,
                         r.key,
@@ -412,32 +319,38 @@ impl Manifest {
                     ])?;
                 }
             }
-            tx.commit()
+            Ok(())
         })
     }
 
     /// Forgets keys on both sides (after a delete), in one transaction.
     pub fn forget(&self, pair_id: i64, keys: &[String]) -> Result<()> {
         self.with(|c| {
-            let tx = c.transaction()?;
-            {
-                // `side IN (0, 1)`: without the side SQLite cannot seek the primary key
-                // (pair_id, side, key) and reads every row of the pair for each key
-                let mut st = tx.prepare_cached(
+            // `side IN (0, 1)`: without the side SQLite cannot seek the primary key
+            // (pair_id, side, key) and reads every row of the pair for each key
+            for k in keys {
+                c.execute(
                     "DELETE FROM objects WHERE pair_id = ?1 AND side IN (0, 1) AND key = ?2",
+                    params![pair_id, k],
                 )?;
-                for k in keys {
-                    st.execute(params![pair_id, k])?;
-                }
             }
-            tx.commit()
+            Ok(())
         })
     }
 
-    /// A new, empty spill: a temporary table (on the writing connection, named for this run
-    /// only) holding the rows a reconcile planned to act on. Only differences go there: a run
-    /// that finds nothing to do writes nothing.
+    /// A new, empty spill: the rows a reconcile planned to act on. Only differences go there:
+    /// a run that finds nothing to do writes nothing. On SQLite a temporary table of the
+    /// writing connection, named for this run only; on PostgreSQL the rows of the shared
+    /// unlogged table `spill_rows` under a new spill number.
     pub fn spill_new(&self) -> Result<Spill> {
+        if self.db.is_postgres() {
+            let id =
+                self.with(|c| c.query_row("SELECT nextval('spill_ids')", params![], |r| r.get(0)))?;
+            return Ok(Spill {
+                table: "spill_rows".into(),
+                id,
+            });
+        }
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let table = format!("temp.\"plan_{n}\"");
@@ -451,24 +364,47 @@ impl Manifest {
                  ) WITHOUT ROWID;"
             ))
         })?;
-        Ok(Spill { table })
+        Ok(Spill { table, id: 0 })
     }
 
-    /// Adds planned rows to a spill, in one transaction.
+    /// `spill = N AND ` on PostgreSQL's shared table, nothing on a SQLite temporary table.
+    fn spill_scope(&self, spill: &Spill) -> String {
+        if self.db.is_postgres() {
+            format!("spill = {} AND ", spill.id)
+        } else {
+            String::new()
+        }
+    }
+
+    /// Adds planned rows to a spill, in one transaction (a key added again replaces its row).
     pub fn spill_add(&self, spill: &Spill, rows: &[Planned]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let t = &spill.table;
+        let cols =
+            "key, action, s_size, s_etag, s_mtime, d_size, d_etag, d_mtime, prune_src, prune_dst";
+        let set = "action = excluded.action, s_size = excluded.s_size, s_etag = excluded.s_etag,
+            s_mtime = excluded.s_mtime, d_size = excluded.d_size, d_etag = excluded.d_etag,
+            d_mtime = excluded.d_mtime, prune_src = excluded.prune_src, prune_dst = excluded.prune_dst";
+        let sql = if self.db.is_postgres() {
+            format!(
+                "INSERT INTO spill_rows (spill, {cols}) VALUES ({}, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 ON CONFLICT (spill, key) DO UPDATE SET {set}",
+                spill.id
+            )
+        } else {
+            format!(
+                "INSERT INTO {} ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 ON CONFLICT (key) DO UPDATE SET {set}",
+                spill.table
+            )
+        };
         self.with(|c| {
-            let tx = c.transaction()?;
-            {
-                let mut st = tx.prepare_cached(&format!(
-                    "INSERT OR REPLACE INTO {t} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
-                ))?;
-                for r in rows {
-                    let (s, d) = (r.src.as_ref(), r.dst.as_ref());
-                    st.execute(params![
+            for r in rows {
+                let (s, d) = (r.src.as_ref(), r.dst.as_ref());
+                c.execute(
+                    &sql,
+                    params![
                         r.key,
                         r.action as i64,
                         s.map(|s| s.size as i64),
@@ -479,10 +415,10 @@ impl Manifest {
                         d.and_then(|d| d.mtime_ms),
                         r.prune_src,
                         r.prune_dst
-                    ])?;
-                }
+                    ],
+                )?;
             }
-            tx.commit()
+            Ok(())
         })
     }
 
@@ -501,14 +437,15 @@ impl Manifest {
             SpillFilter::PruneSrc => "prune_src = 1".to_string(),
             SpillFilter::PruneDst => "prune_dst = 1".to_string(),
         };
+        let scope = self.spill_scope(spill);
         // `key > ''` holds for every key: one statement that can seek the primary key
         let after = after.unwrap_or("");
+        let sql = format!(
+            "SELECT key, action, s_size, s_etag, s_mtime, d_size, d_etag, d_mtime, prune_src, prune_dst
+             FROM {t} WHERE {scope}key > ?1 AND {cond} ORDER BY key LIMIT ?2"
+        );
         self.with(|c| {
-            let mut st = c.prepare_cached(&format!(
-                "SELECT key, action, s_size, s_etag, s_mtime, d_size, d_etag, d_mtime, prune_src, prune_dst
-                 FROM {t} WHERE key > ?1 AND {cond} ORDER BY key LIMIT ?2"
-            ))?;
-            let rows = st.query_map(params![after, limit as i64], |r| {
+            c.query_map(&sql, params![after, limit as i64], |r| {
                 Ok(Planned {
                     key: r.get(0)?,
                     action: r.get::<_, i64>(1)? as u8,
@@ -517,13 +454,18 @@ impl Manifest {
                     prune_src: r.get(8)?,
                     prune_dst: r.get(9)?,
                 })
-            })?;
-            rows.collect()
+            })
         })
     }
 
     /// Drops a spill.
     pub fn spill_drop(&self, spill: &Spill) -> Result<()> {
+        if self.db.is_postgres() {
+            return self.with(|c| {
+                c.execute("DELETE FROM spill_rows WHERE spill = ?1", params![spill.id])
+                    .map(|_| ())
+            });
+        }
         self.with(|c| c.execute_batch(&format!("DROP TABLE IF EXISTS {}", spill.table)))
     }
 
@@ -559,34 +501,33 @@ impl Manifest {
              WHERE pair_id = ?1 AND side = ?2 AND key > ?3 ORDER BY key LIMIT ?4"
         };
         self.read(|c| {
-            let mut st = c.prepare_cached(sql)?;
-            let rows = st.query_map(params![pair_id, side as i64, after, limit as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    State {
-                        size: r.get::<_, i64>(1)?.max(0) as u64,
-                        etag: r.get(2)?,
-                        mtime_ms: r.get(3)?,
-                    },
-                ))
-            })?;
-            rows.collect()
+            c.query_map(
+                sql,
+                params![pair_id, side as i64, after, limit as i64],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        State {
+                            size: r.get::<_, i64>(1)?.max(0) as u64,
+                            etag: r.get(2)?,
+                            mtime_ms: r.get(3)?,
+                        },
+                    ))
+                },
+            )
         })
     }
 
     /// Forgets keys of one side only (rows for objects a full pass no longer saw there).
     pub fn forget_side(&self, pair_id: i64, side: Side, keys: &[String]) -> Result<()> {
         self.with(|c| {
-            let tx = c.transaction()?;
-            {
-                let mut st = tx.prepare_cached(
+            for k in keys {
+                c.execute(
                     "DELETE FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
+                    params![pair_id, side as i64, k],
                 )?;
-                for k in keys {
-                    st.execute(params![pair_id, side as i64, k])?;
-                }
             }
-            tx.commit()
+            Ok(())
         })
     }
 
@@ -635,17 +576,17 @@ impl Manifest {
         // one statement each way: an OR would keep SQLite from seeking the key range
         let sql = if strict {
             "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key > ?3
-               AND (?4 IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
+               AND (CAST(?4 AS TEXT) IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
         } else {
             "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key >= ?3
-               AND (?4 IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
+               AND (CAST(?4 AS TEXT) IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
         };
         self.read(|c| {
-            let mut st = c.prepare_cached(sql)?;
-            let rows = st.query_map(params![pair_id, side as i64, lo, hi, limit as i64], |r| {
-                r.get(0)
-            })?;
-            rows.collect()
+            c.query_map(
+                sql,
+                params![pair_id, side as i64, lo, &hi, limit as i64],
+                |r| r.get(0),
+            )
         })
     }
 
@@ -665,6 +606,15 @@ impl Manifest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::db::params;
+    use crate::state::db::testing::conformance;
+    use crate::state::db::Location;
+
+    conformance!(
+        tokens_and_tombstones_keep_the_newest,
+        migrates_records_scans_and_refuses_newer_schemas,
+        spills_and_pages_sort_keys_by_bytes
+    );
 
     fn st(size: u64, etag: &str) -> State {
         State {
@@ -674,10 +624,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tokens_and_tombstones_keep_the_newest() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Manifest::open(&dir.path().join("s.db")).unwrap();
+    fn tokens_and_tombstones_keep_the_newest(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
         let p = m.pair("az://c/a", "/tmp/a").unwrap().id;
         assert_eq!(m.last_token(p, "k").unwrap(), None);
         // no object row yet: nothing to attach the token to
@@ -711,11 +659,8 @@ mod tests {
         assert_eq!(m.last_token(p, "gone").unwrap(), None);
     }
 
-    #[test]
-    fn migrates_records_scans_and_refuses_newer_schemas() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/slate.db");
-        let m = Manifest::open(&path).unwrap();
+    fn migrates_records_scans_and_refuses_newer_schemas(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
         let p = m.pair("s3://a/x", "gs://b/y").unwrap();
         assert_eq!(m.pair("s3://a/x", "gs://b/y").unwrap().id, p.id);
         m.record(
@@ -774,13 +719,109 @@ mod tests {
         );
         m.forget(p.id, &["gone".into()]).unwrap();
         assert_eq!(m.count(p.id, Side::Dst).unwrap(), 0);
-        drop(m);
 
         // a database from a newer slate is refused with a clear error
-        let c = Connection::open(&path).unwrap();
-        c.execute_batch("PRAGMA user_version = 99").unwrap();
-        drop(c);
-        let e = Manifest::open(&path).err().unwrap().to_string();
-        assert!(e.contains("newer slate") && e.contains("slate.db"), "{e}");
+        match loc {
+            Location::Sqlite(path) => {
+                drop(m);
+                let c = rusqlite::Connection::open(path).unwrap();
+                c.execute_batch("PRAGMA user_version = 99").unwrap();
+            }
+            Location::Postgres(_) => {
+                m.with(|c| c.execute("UPDATE slate_schema SET version = 99", params![]))
+                    .unwrap();
+                drop(m);
+            }
+        }
+        let e = Manifest::open_at(loc).err().unwrap().to_string();
+        assert!(e.contains("newer slate") && e.contains(&loc.shown()), "{e}");
+    }
+
+    fn spills_and_pages_sort_keys_by_bytes(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a/x", "/tmp/y").unwrap().id;
+        // byte order: 'B' < 'a', "a-b" < "a/b" < "a0" < "z" < "é" (UTF-8 0xC3)
+        let keys = ["z", "é", "a/b", "a-b", "B", "a0", "a/c/d"];
+        let recs: Vec<Record> = keys
+            .iter()
+            .map(|k| Record {
+                side: Side::Src,
+                key: k.to_string(),
+                state: st(3, "e"),
+                hash: None,
+                equal_by: Some("copied"),
+                meta: Some("m".into()),
+            })
+            .collect();
+        m.record(p, &recs).unwrap();
+        let page: Vec<String> = m
+            .side_page(p, Side::Src, "", true, 100)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(page, ["B", "a-b", "a/b", "a/c/d", "a0", "z", "é"]);
+        assert_eq!(
+            m.keys_under_page(p, Side::Src, "a/", "", 100).unwrap(),
+            ["a/b", "a/c/d"]
+        );
+        assert_eq!(
+            m.keys_under_page(p, Side::Src, "a/", "a/b", 100).unwrap(),
+            ["a/c/d"]
+        );
+        assert_eq!(m.meta_of(p, Side::Src, "z").unwrap().as_deref(), Some("m"));
+        assert_eq!(m.pairs().unwrap()[0].src_bytes, 21);
+
+        let planned = |key: &str, action: u8, prune_dst: bool| Planned {
+            key: key.into(),
+            action,
+            src: Some(st(3, "e")),
+            dst: None,
+            prune_src: false,
+            prune_dst,
+        };
+        let a = m.spill_new().unwrap();
+        let b = m.spill_new().unwrap();
+        m.spill_add(
+            &a,
+            &[
+                planned("z", 1, false),
+                planned("a/b", 1, true),
+                planned("é", 2, false),
+            ],
+        )
+        .unwrap();
+        m.spill_add(&a, &[planned("z", 2, false)]).unwrap(); // added again: replaced
+        m.spill_add(&b, &[planned("other", 1, false)]).unwrap();
+        let ones = m.spill_page(&a, SpillFilter::Action(1), None, 10).unwrap();
+        assert_eq!(ones, vec![planned("a/b", 1, true)], "spills are apart");
+        let twos: Vec<String> = m
+            .spill_page(&a, SpillFilter::Action(2), None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(twos, ["z", "é"]);
+        let after: Vec<String> = m
+            .spill_page(&a, SpillFilter::Action(2), Some("z"), 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(after, ["é"]);
+        assert_eq!(
+            m.spill_page(&a, SpillFilter::PruneDst, None, 10)
+                .unwrap()
+                .len(),
+            1
+        );
+        m.spill_drop(&a).unwrap();
+        assert_eq!(
+            m.spill_page(&b, SpillFilter::Action(1), None, 10)
+                .unwrap()
+                .len(),
+            1
+        );
+        m.spill_drop(&b).unwrap();
     }
 }

@@ -5,7 +5,7 @@
 //! no longer runs on this host is *abandoned*, and the next copy to the same destination
 //! adopts it ([`Uploads::adopt`]) to resume or abort it.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, DbResult, OptionalExtension, Row};
 
 use super::manifest::Manifest;
 use super::owner::owner_alive;
@@ -69,7 +69,7 @@ pub fn decode_digests(b: &[u8]) -> Option<Vec<u128>> {
 const COLUMNS: &str = "id, dst, key, upload_id, temp, src, src_token, size, chunk_size, owner, \
                        host, started_at, meta";
 
-fn upload_row(r: &rusqlite::Row) -> rusqlite::Result<Upload> {
+fn upload_row(r: &Row) -> DbResult<Upload> {
     Ok(Upload {
         id: r.get(0)?,
         dst: r.get(1)?,
@@ -100,10 +100,10 @@ impl<'a> Uploads<'a> {
     /// Records an upload that began (its `id` is ignored); returns its id.
     pub fn begin(&self, u: &Upload) -> Result<i64> {
         self.m.with(|c| {
-            c.execute(
+            c.query_row(
                 "INSERT INTO uploads (dst, key, upload_id, temp, src, src_token, size, \
                  chunk_size, owner, host, started_at, meta)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING id",
                 params![
                     u.dst,
                     u.key,
@@ -118,8 +118,8 @@ impl<'a> Uploads<'a> {
                     u.started_at,
                     u.meta
                 ],
-            )?;
-            Ok(c.last_insert_rowid())
+                |r| r.get(0),
+            )
         })
     }
 
@@ -133,8 +133,9 @@ impl<'a> Uploads<'a> {
     ) -> Result<()> {
         self.m.with(|c| {
             c.execute(
-                "INSERT OR REPLACE INTO upload_parts (upload, part, etag, digests)
-                 VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO upload_parts (upload, part, etag, digests) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (upload, part) DO UPDATE SET etag = excluded.etag,
+                    digests = excluded.digests",
                 params![id, part as i64, etag, encode_digests(digests)],
             )
             .map(|_| ())
@@ -145,19 +146,19 @@ impl<'a> Uploads<'a> {
     /// is left out (the chunk is written again).
     pub fn parts(&self, id: i64) -> Result<Vec<Part>> {
         self.m.with(|c| {
-            let mut st = c.prepare(
+            let rows = c.query_map(
                 "SELECT part, etag, digests FROM upload_parts WHERE upload = ?1 ORDER BY part",
+                params![id],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                    ))
+                },
             )?;
-            let rows = st.query_map(params![id], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, Option<String>>(1)?,
-                    r.get::<_, Vec<u8>>(2)?,
-                ))
-            })?;
             let mut out = Vec::new();
-            for r in rows {
-                let (part, etag, blob) = r?;
+            for (part, etag, blob) in rows {
                 if let (Ok(part), Some(digests)) = (u32::try_from(part), decode_digests(&blob)) {
                     out.push(Part {
                         part,
@@ -194,11 +195,11 @@ impl<'a> Uploads<'a> {
     /// All uploads recorded for `dst` (every destination when None), oldest first.
     pub fn list(&self, dst: Option<&str>) -> Result<Vec<Upload>> {
         self.m.with(|c| {
-            let mut st = c.prepare(&format!(
-                "SELECT {COLUMNS} FROM uploads WHERE ?1 IS NULL OR dst = ?1 ORDER BY id"
-            ))?;
-            let rows = st.query_map(params![dst], upload_row)?;
-            rows.collect()
+            c.query_map(
+                &format!("SELECT {COLUMNS} FROM uploads WHERE CAST(?1 AS TEXT) IS NULL OR dst = ?1 ORDER BY id"),
+                params![dst],
+                upload_row,
+            )
         })
     }
 
@@ -232,15 +233,17 @@ impl<'a> Uploads<'a> {
     ) -> Result<Vec<Upload>> {
         let key_prefix = key_prefix.trim_end_matches('/');
         let candidates = self.m.with(|c| {
-            let mut st = c.prepare(&format!(
-                "SELECT {COLUMNS} FROM uploads
-                 WHERE (?1 IS NULL OR dst = ?1)
+            c.query_map(
+                &format!(
+                    "SELECT {COLUMNS} FROM uploads
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR dst = ?1)
                    AND (?2 = '' OR key = ?2 OR substr(key, 1, length(?2) + 1) = ?2 || '/')
                    AND (?4 OR host = ?3)
                  ORDER BY id"
-            ))?;
-            let rows = st.query_map(params![dst, key_prefix, host, any_host], upload_row)?;
-            rows.collect::<rusqlite::Result<Vec<Upload>>>()
+                ),
+                params![dst, key_prefix, host, any_host],
+                upload_row,
+            )
         })?;
         let mut taken = Vec::new();
         for mut u in candidates {
@@ -273,6 +276,13 @@ impl<'a> Uploads<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::db::testing::conformance;
+    use crate::state::db::Location;
+
+    conformance!(
+        parts_are_recorded_and_forgotten_with_their_upload,
+        only_uploads_of_dead_processes_on_this_host_are_adopted
+    );
     use crate::state::owner::owner_tag;
 
     fn upload(dst: &str, key: &str, owner: &str) -> Upload {
@@ -306,10 +316,8 @@ mod tests {
         assert_eq!(decode_digests(&[0u8; 17]), None);
     }
 
-    #[test]
-    fn parts_are_recorded_and_forgotten_with_their_upload() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Manifest::open(&dir.path().join("db")).unwrap();
+    fn parts_are_recorded_and_forgotten_with_their_upload(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
         let u = Uploads::new(&m);
         let id = u.begin(&upload("s3://b", "k", "1:1")).unwrap();
         u.part_done(id, 2, Some("\"p2\""), &[7, 8]).unwrap();
@@ -338,10 +346,8 @@ mod tests {
         assert!(u.parts(id).unwrap().is_empty());
     }
 
-    #[test]
-    fn only_uploads_of_dead_processes_on_this_host_are_adopted() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Manifest::open(&dir.path().join("db")).unwrap();
+    fn only_uploads_of_dead_processes_on_this_host_are_adopted(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
         let u = Uploads::new(&m);
         let me = owner_tag(std::process::id()).unwrap();
         let (pid, _) = me.split_once(':').unwrap();
