@@ -70,6 +70,11 @@ pub struct SyncArgs {
     /// [default: the config's daemon.drift_check_interval, else 86400]
     #[arg(long)]
     pub drift_check_secs: Option<u64>,
+    /// Daemon: how long a worker's claim on a pending key lasts without renewal (renewed every
+    /// third of it while the worker lives): how soon the keys of a worker that died pass to
+    /// the other workers sharing the database
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(3..=3600))]
+    pub claim_secs: u64,
     /// Print the plan (one line per copy or delete) and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -152,6 +157,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         full: args.full,
         copy,
         wait: if args.wait { Wait::Yes } else { Wait::No },
+        unless_synced: false,
         rule: args.compare.rule(),
         purpose: if args.once {
             "sync --once".into()
@@ -248,6 +254,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
     let manifest = open_db(&db)?;
     let quiet = args.tuning.quiet;
     if !args.once {
+        crate::state::inbox::set_claim_ttl(std::time::Duration::from_secs(args.claim_secs));
         let drift = match (
             args.drift_check_secs,
             cfg.daemon.drift_check_interval.as_deref(),

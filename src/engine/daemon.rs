@@ -174,6 +174,32 @@ async fn start_consumers(
     Ok(tasks)
 }
 
+/// How long the `applies` rows (who applied which key, when) are kept.
+const APPLIES_KEPT: Duration = Duration::from_secs(6 * 3600);
+
+/// Renews this worker's claims on pending keys every third of their life, until `stop`; a
+/// worker that dies stops renewing and its keys pass to the others when the claims expire.
+fn renew_claims(db: Arc<Manifest>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        let every = inbox::claim_ttl() / 3;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let d = db.clone();
+            let renewed = blocking(move || {
+                let ib = Inbox::new(&d);
+                ib.prune_applies(APPLIES_KEPT.as_millis() as i64)?;
+                ib.renew_claims(inbox::worker())
+            });
+            if let Err(e) = renewed.await {
+                tracing::warn!(error = %e, "renewing this worker's claims failed; retried");
+            }
+        }
+    });
+}
+
 /// Runs every pair until `stop` turns true. Returns each pair's label and counters when it
 /// stopped. Setup errors (a bad option, a missing queue or bucket) end the start with an
 /// error before anything runs; errors of a running pair are the supervisor's.
@@ -186,12 +212,24 @@ pub async fn run_all(
 ) -> Result<Vec<Arc<PairHandle>>> {
     // tombstones outlive any queue's retention (SQS keeps messages 14 days at most)
     // dead letters are kept 30 days for a person to look at, then dropped
+    // who applied what is kept APPLIES_KEPT; a worker started again on this host frees the
+    // claims its dead predecessor held at once (others' expire by themselves)
     let d = db.clone();
     blocking(move || {
         d.prune_tombstones(15 * 86_400)?;
-        Inbox::new(&d).prune_dead_letters(30 * 86_400_000)
+        let ib = Inbox::new(&d);
+        ib.prune_applies(APPLIES_KEPT.as_millis() as i64)?;
+        let freed = ib.release_dead_claims(&inbox::worker().host)?;
+        if freed > 0 {
+            tracing::info!(
+                keys = freed,
+                "freed the claims of a worker of this host that is gone"
+            );
+        }
+        ib.prune_dead_letters(30 * 86_400_000)
     })
     .await?;
+    renew_claims(db.clone(), stop.clone());
     let mut queues: BTreeMap<EventSource, Arc<Fanout>> = BTreeMap::new();
     let mut handles = Vec::new();
     for p in &pairs {
@@ -515,7 +553,10 @@ async fn run_pair(
     // the backfill when the pair was never reconciled; a local folder keeps no record of what
     // changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
-        let o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
+        let mut o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
+        // workers sharing a database start together: one backfills a cloud pair, the others
+        // wait for its lease and then find it done (a local folder is each host's own)
+        o.unless_synced = src.scheme != Scheme::Local;
         // objects the backfill could not copy are not left for the next drift check: they
         // become pending keys, retried with the inbox's backoff like any event's
         let failed_keys = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -603,8 +644,12 @@ async fn run_pair(
             r = expander.step() => r?,
             _ = &mut shutdown => break Ok(()),
         };
-        let (m, batch) = (db.clone(), opts.batch);
-        let pending = blocking(move || Inbox::new(&m).take(pair_id, batch)).await?;
+        // no more than it applies at once: what a worker claims, the others cannot take
+        let at_once = engine.ctx.opts.transfers.unwrap_or(DAEMON_KEYS_AT_ONCE);
+        let (m, batch) = (db.clone(), opts.batch.min(at_once).max(1));
+        // claimed: workers sharing the database each apply keys of their own
+        let pending =
+            blocking(move || Inbox::new(&m).claim(pair_id, batch, inbox::worker())).await?;
         if pending.is_empty() {
             if !expanded {
                 tokio::select! {
@@ -713,6 +758,7 @@ async fn apply_pending(
     pair_id: i64,
     p: inbox::Pending,
 ) -> Result<()> {
+    let started_at = inbox::now();
     let r = engine
         .reconcile_with_token(&p.key, p.token.as_deref())
         .await;
@@ -742,7 +788,16 @@ async fn apply_pending(
                 Applied::Stale => stats.stale.fetch_add(1, Relaxed),
             };
             tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
-            blocking(move || Inbox::new(&m).done(pair_id, &key, events)).await
+            let outcome = a.name();
+            blocking(move || {
+                let apply = inbox::Apply {
+                    worker: inbox::worker(),
+                    started_at,
+                    outcome,
+                };
+                Inbox::new(&m).settle(pair_id, &key, events, &apply)
+            })
+            .await
         }
         Err(e) if e.is_permanent_for_key() => {
             // no retry can mend the key itself (it cannot be addressed or written there):
@@ -753,7 +808,12 @@ async fn apply_pending(
             blocking(move || {
                 let ib = Inbox::new(&m);
                 ib.dead_letter(Some(pair_id), "apply", key.as_bytes(), &why)?;
-                ib.done(pair_id, &key, events)
+                let apply = inbox::Apply {
+                    worker: inbox::worker(),
+                    started_at,
+                    outcome: "dead-lettered",
+                };
+                ib.settle(pair_id, &key, events, &apply)
             })
             .await
         }

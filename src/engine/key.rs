@@ -48,6 +48,21 @@ pub enum Applied {
     Filtered,
 }
 
+impl Applied {
+    /// The outcome's name in the `applies` table.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Applied::Copied { .. } => "copied",
+            Applied::Deleted => "deleted",
+            Applied::Unchanged => "unchanged",
+            Applied::MetaUpdated => "metadata",
+            Applied::AlreadyGone => "already-gone",
+            Applied::Stale => "stale",
+            Applied::Filtered => "filtered",
+        }
+    }
+}
+
 /// A pair's reconcile of single keys: the copier's shared state and the manifest.
 pub struct Engine {
     pub db: Arc<Manifest>,

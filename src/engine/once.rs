@@ -90,6 +90,9 @@ pub struct SyncOptions {
     pub wait: Wait,
     /// What the run is, for the lease's holder line (`sync --once`, `drift check`, `job 12`).
     pub purpose: String,
+    /// Skip the run when the pair turns out, once its lease is held, to have been reconciled
+    /// already (a daemon's first backfill, which another worker may have finished meanwhile).
+    pub unless_synced: bool,
     /// How keys the manifest cannot vouch for are compared (`--checksum`, `--size-only`).
     pub rule: Rule,
 }
@@ -598,6 +601,15 @@ pub async fn sync_once(
     let (plan, pair) = open_pair(&db, src, dst).await?;
     let label = format!("{src} -> {dst}");
     let lease = PairLease::take(&db, pair.id, &label, &opts.purpose, opts.wait).await?;
+    if opts.unless_synced {
+        let (m, s, d) = (db.clone(), src.to_string(), dst.to_string());
+        let now = blocking(move || m.find_pair(&s, &d)).await?;
+        if now.is_some_and(|p| p.last_sync_at.is_some()) {
+            tracing::info!(pair = %label, "reconciled meanwhile by another worker: nothing to do");
+            lease.release().await;
+            return Ok(SyncReport::default());
+        }
+    }
     let d = db.clone();
     let spill = SpillGuard {
         db: db.clone(),

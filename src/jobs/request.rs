@@ -254,6 +254,7 @@ impl JobRequest {
                 copy: copy.clone(),
                 // a job waits for another reconcile of its pair to finish
                 wait: Wait::Yes,
+                unless_synced: false,
                 rule,
                 purpose: format!("job ({})", self.kind.name()),
             },

@@ -526,11 +526,15 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/sqlite/0006_leases.sql"),
     include_str!("../../schema/sqlite/0007_equality.sql"),
     include_str!("../../schema/sqlite/0008_uploads.sql"),
+    include_str!("../../schema/sqlite/0009_claims.sql"),
 ];
 
 /// PostgreSQL migrations, applied in order; the table `slate_schema` holds the last one
 /// applied. (PostgreSQL came with SQLite's eighth: its first migration is all of those.)
-const POSTGRES_MIGRATIONS: &[&str] = &[include_str!("../../schema/postgres/0001_init.sql")];
+const POSTGRES_MIGRATIONS: &[&str] = &[
+    include_str!("../../schema/postgres/0001_init.sql"),
+    include_str!("../../schema/postgres/0002_claims.sql"),
+];
 
 /// Connections of a SQLite database that only read.
 const READERS: usize = 4;
@@ -698,7 +702,17 @@ impl Db {
     /// Runs `f` in one write transaction. On PostgreSQL a transaction that collided with
     /// another's, or whose connection dropped before it committed, is run again: `f` must
     /// only touch the database.
-    pub fn write<T>(&self, mut f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
+    pub fn write<T>(&self, f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
+        self.write_as("BEGIN ISOLATION LEVEL SERIALIZABLE", f)
+    }
+
+    /// [`Db::write`] at PostgreSQL's READ COMMITTED: for statements that lock what they take
+    /// themselves (`FOR UPDATE SKIP LOCKED`), which SERIALIZABLE would only make collide.
+    pub fn write_locking<T>(&self, f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
+        self.write_as("BEGIN ISOLATION LEVEL READ COMMITTED", f)
+    }
+
+    fn write_as<T>(&self, begin: &str, mut f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
         match &self.backend {
             Backend::Lite(l) => {
                 let c = l
@@ -728,7 +742,7 @@ impl Db {
                     attempt += 1;
                     let client = self.pg_client(pg, started)?;
                     let outcome = (|| {
-                        wait(client.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE"))?;
+                        wait(client.batch_execute(begin))?;
                         match f(&Conn::Pg(&client)) {
                             Ok(v) => {
                                 wait(client.batch_execute("COMMIT")).map_err(|e| {

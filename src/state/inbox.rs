@@ -6,7 +6,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::db::{params, OptionalExtension};
+use super::db::{params, DbResult, OptionalExtension, Row};
+use super::owner::{host_name, owner_alive, owner_tag};
 
 use crate::core::error::Result;
 use crate::state::manifest::Manifest;
@@ -259,20 +260,7 @@ impl<'a> Inbox<'a> {
                 "SELECT key, kind, token, events, first_seen, attempts FROM inbox
                  WHERE pair_id = ?1 AND not_before <= ?2 ORDER BY first_seen, key LIMIT ?3",
                 params![pair_id, t, limit as i64],
-                |r| {
-                    Ok(Pending {
-                        key: r.get(0)?,
-                        kind: if r.get::<_, i64>(1)? == 1 {
-                            Kind::Delete
-                        } else {
-                            Kind::Upsert
-                        },
-                        token: r.get(2)?,
-                        events: r.get::<_, i64>(3)? as u64,
-                        first_seen: r.get(4)?,
-                        attempts: r.get::<_, i64>(5)? as u32,
-                    })
-                },
+                pending_row,
             )
         })
     }
@@ -283,11 +271,18 @@ impl<'a> Inbox<'a> {
     /// got some after the take, whatever the clock says.
     pub fn done(&self, pair_id: i64, key: &str, events: u64) -> Result<()> {
         self.m.with(|c| {
-            c.execute(
+            let gone = c.execute(
                 "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3",
                 params![pair_id, key, events as i64],
-            )
-            .map(|_| ())
+            )?;
+            if gone == 0 {
+                c.execute(
+                    "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
+                     WHERE pair_id = ?1 AND key = ?2",
+                    params![pair_id, key],
+                )?;
+            }
+            Ok(())
         })
     }
 
@@ -296,7 +291,9 @@ impl<'a> Inbox<'a> {
         let t = now_ms();
         self.m.with(|c| {
             c.execute(
-                "UPDATE inbox SET attempts = attempts + 1, not_before = ?3 WHERE pair_id = ?1 AND key = ?2",
+                "UPDATE inbox SET attempts = attempts + 1, not_before = ?3, claimed_by = NULL,
+                    claimed_host = NULL, claim_until = 0
+                 WHERE pair_id = ?1 AND key = ?2",
                 params![pair_id, key, t + delay_ms],
             )
             .map(|_| ())
@@ -356,6 +353,236 @@ impl<'a> Inbox<'a> {
     }
 }
 
+/// A worker that claims pending keys: one per daemon process, named by its process (PID and
+/// start time, as leases are) and a random part, on its host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worker {
+    pub id: String,
+    pub host: String,
+}
+
+impl Worker {
+    /// This process as a worker.
+    pub fn this_process() -> Worker {
+        let me =
+            owner_tag(std::process::id()).unwrap_or_else(|| format!("{}:0", std::process::id()));
+        Worker {
+            id: format!("{me}:{:08x}", fastrand::u32(..)),
+            host: host_name(),
+        }
+    }
+}
+
+/// This process as a worker (one for all its pairs).
+pub fn worker() -> &'static Worker {
+    static ME: std::sync::OnceLock<Worker> = std::sync::OnceLock::new();
+    ME.get_or_init(Worker::this_process)
+}
+
+/// How long a claim on a pending key lives unless its worker renews it
+/// ([`Inbox::renew_claims`], every third of it): how soon a dead worker's keys pass to another
+/// (`sync --claim-secs`; 60 s unless set).
+static CLAIM_TTL_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(60_000);
+
+/// Sets this process's claim lifetime (see [`claim_ttl`]).
+pub fn set_claim_ttl(ttl: std::time::Duration) {
+    let ms = i64::try_from(ttl.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1_000);
+    CLAIM_TTL_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// This process's claim lifetime.
+pub fn claim_ttl() -> std::time::Duration {
+    std::time::Duration::from_millis(CLAIM_TTL_MS.load(std::sync::atomic::Ordering::Relaxed) as u64)
+}
+
+fn claim_ttl_ms() -> i64 {
+    CLAIM_TTL_MS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// What a worker did with a key it claimed, for [`Inbox::settle`] and the `applies` table.
+#[derive(Debug, Clone)]
+pub struct Apply<'a> {
+    pub worker: &'a Worker,
+    /// When the worker began the key (unix ms).
+    pub started_at: i64,
+    /// `copied`, `deleted`, `unchanged`, `failed`, …
+    pub outcome: &'a str,
+}
+
+/// One row of the `applies` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub key: String,
+    pub worker: String,
+    pub host: String,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub outcome: String,
+}
+
+fn pending_row(r: &Row) -> DbResult<Pending> {
+    Ok(Pending {
+        key: r.get(0)?,
+        kind: if r.get::<_, i64>(1)? == 1 {
+            Kind::Delete
+        } else {
+            Kind::Upsert
+        },
+        token: r.get(2)?,
+        events: r.get::<_, i64>(3)? as u64,
+        first_seen: r.get(4)?,
+        attempts: r.get::<_, i64>(5)? as u32,
+    })
+}
+
+impl Inbox<'_> {
+    /// Claims for `w` up to `limit` keys of the pair that are due and that no live claim
+    /// holds, oldest first, until [`claim_ttl`] from now: competing workers on one database
+    /// each get keys of their own (PostgreSQL skips the rows another worker is claiming at the
+    /// same moment, `FOR UPDATE SKIP LOCKED`; SQLite has one writer at a time anyway).
+    pub fn claim(&self, pair_id: i64, limit: usize, w: &Worker) -> Result<Vec<Pending>> {
+        self.claim_at(pair_id, limit, w, now_ms(), claim_ttl_ms())
+    }
+
+    /// [`Inbox::claim`] as of `t` (unix ms), for `ttl_ms`.
+    pub fn claim_at(
+        &self,
+        pair_id: i64,
+        limit: usize,
+        w: &Worker,
+        t: i64,
+        ttl_ms: i64,
+    ) -> Result<Vec<Pending>> {
+        let lock = if self.m.is_postgres() {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "UPDATE inbox SET claimed_by = ?3, claimed_host = ?4, claim_until = ?5
+             WHERE (pair_id, key) IN (
+                SELECT pair_id, key FROM inbox
+                WHERE pair_id = ?1 AND not_before <= ?2 AND claim_until <= ?2
+                ORDER BY first_seen, key LIMIT ?6{lock})
+             RETURNING key, kind, token, events, first_seen, attempts"
+        );
+        let mut rows = self.m.with_locking(|c| {
+            c.query_map(
+                &sql,
+                params![pair_id, t, w.id, w.host, t + ttl_ms, limit as i64],
+                pending_row,
+            )
+        })?;
+        rows.sort_by(|a, b| (a.first_seen, &a.key).cmp(&(b.first_seen, &b.key)));
+        Ok(rows)
+    }
+
+    /// Pushes the expiry of every claim `w` holds to [`claim_ttl`] from now; returns how
+    /// many it holds.
+    pub fn renew_claims(&self, w: &Worker) -> Result<u64> {
+        let until = now_ms() + claim_ttl_ms();
+        self.m.with_locking(|c| {
+            c.execute(
+                "UPDATE inbox SET claim_until = ?2 WHERE claimed_by = ?1",
+                params![w.id, until],
+            )
+            .map(|n| n as u64)
+        })
+    }
+
+    /// Frees the claims of workers on `host` whose process is gone (a worker killed and
+    /// started again there), without waiting for them to expire; returns how many.
+    pub fn release_dead_claims(&self, host: &str) -> Result<u64> {
+        let owners: Vec<String> = self.m.read(|c| {
+            c.query_map(
+                "SELECT DISTINCT claimed_by FROM inbox WHERE claimed_by IS NOT NULL AND claimed_host = ?1",
+                params![host],
+                |r| r.get(0),
+            )
+        })?;
+        let mut freed = 0;
+        for o in owners.into_iter().filter(|o| !owner_alive(o)) {
+            freed += self.m.with_locking(|c| {
+                c.execute(
+                    "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
+                     WHERE claimed_by = ?1",
+                    params![o],
+                )
+            })? as u64;
+        }
+        Ok(freed)
+    }
+
+    /// Settles a key `a.worker` claimed and applied, in one transaction: records who applied
+    /// it and when, then removes its row as [`Inbox::done`] does, or, when events arrived
+    /// for it meanwhile, frees the claim so that the key is applied again.
+    pub fn settle(&self, pair_id: i64, key: &str, events: u64, a: &Apply) -> Result<()> {
+        let t = now_ms();
+        self.m.with_locking(|c| {
+            c.execute(
+                "INSERT INTO applies (pair_id, key, worker, host, started_at, finished_at, outcome)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    pair_id,
+                    key,
+                    a.worker.id,
+                    a.worker.host,
+                    a.started_at,
+                    t,
+                    a.outcome
+                ],
+            )?;
+            let gone = c.execute(
+                "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3",
+                params![pair_id, key, events as i64],
+            )?;
+            if gone == 0 {
+                c.execute(
+                    "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
+                     WHERE pair_id = ?1 AND key = ?2 AND claimed_by = ?3",
+                    params![pair_id, key, a.worker.id],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The `applies` rows of a pair, by key and start (tests, and an operator's questions).
+    pub fn applies(&self, pair_id: i64) -> Result<Vec<Applied>> {
+        self.m.read(|c| {
+            c.query_map(
+                "SELECT key, worker, host, started_at, finished_at, outcome FROM applies
+                 WHERE pair_id = ?1 ORDER BY key, started_at",
+                params![pair_id],
+                |r| {
+                    Ok(Applied {
+                        key: r.get(0)?,
+                        worker: r.get(1)?,
+                        host: r.get(2)?,
+                        started_at: r.get(3)?,
+                        finished_at: r.get(4)?,
+                        outcome: r.get(5)?,
+                    })
+                },
+            )
+        })
+    }
+
+    /// Drops `applies` rows older than `max_age_ms`; returns how many.
+    pub fn prune_applies(&self, max_age_ms: i64) -> Result<u64> {
+        let t = now_ms();
+        self.m.with(|c| {
+            c.execute(
+                "DELETE FROM applies WHERE finished_at < ?1",
+                params![t - max_age_ms],
+            )
+            .map(|n| n as u64)
+        })
+    }
+}
+
 /// Milliseconds now (what `done` compares with).
 pub fn now() -> i64 {
     now_ms()
@@ -367,7 +594,134 @@ mod tests {
     use crate::state::db::testing::conformance;
     use crate::state::db::Location;
 
-    conformance!(events_coalesce_per_key_and_survive_reopening);
+    conformance!(
+        events_coalesce_per_key_and_survive_reopening,
+        claims_give_each_key_to_one_worker_until_they_expire,
+        concurrent_claims_never_share_a_key
+    );
+
+    fn worker(id: &str) -> Worker {
+        Worker {
+            id: id.into(),
+            host: "h1".into(),
+        }
+    }
+
+    fn keys(p: &[Pending]) -> Vec<&str> {
+        p.iter().map(|p| p.key.as_str()).collect()
+    }
+
+    fn claims_give_each_key_to_one_worker_until_they_expire(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a", "s3://b").unwrap().id;
+        let ib = Inbox::new(&m);
+        let evs: Vec<_> = (0..5)
+            .map(|i| (format!("k{i}"), Kind::Upsert, None))
+            .collect();
+        ib.push(p, &evs).unwrap();
+        let t = now_ms();
+        let (a, b) = (worker("1:1:a"), worker("2:2:b"));
+        let got_a = ib.claim_at(p, 3, &a, t, 1_000).unwrap();
+        let got_b = ib.claim_at(p, 3, &b, t, 1_000).unwrap();
+        assert_eq!(keys(&got_a), ["k0", "k1", "k2"]);
+        assert_eq!(keys(&got_b), ["k3", "k4"], "a's claims are not b's");
+        assert!(ib.claim_at(p, 3, &b, t + 500, 1_000).unwrap().is_empty());
+        // a settles k0 (recorded), and k1 got a new event while a held it: it stays, free
+        ib.push(p, &[("k1".into(), Kind::Delete, None)]).unwrap();
+        for k in &got_a[..2] {
+            let apply = Apply {
+                worker: &a,
+                started_at: t,
+                outcome: "copied",
+            };
+            ib.settle(p, &k.key, k.events, &apply).unwrap();
+        }
+        let again = ib.claim_at(p, 10, &b, t + 600, 1_000).unwrap();
+        assert_eq!(keys(&again), ["k1"], "the key with a newer event, freed");
+        assert_eq!(again[0].kind, Kind::Delete);
+        // nobody renews: at expiry a's last claim (k2) passes to b, with b's own
+        assert_eq!(
+            keys(&ib.claim_at(p, 10, &b, t + 1_000, 1_000).unwrap()),
+            ["k2", "k3", "k4"]
+        );
+        // a failed key waits its backoff, unclaimed
+        ib.retry_later(p, "k3", 60_000).unwrap();
+        assert!(ib
+            .claim_at(p, 10, &a, t + 2_500, 1_000)
+            .unwrap()
+            .iter()
+            .all(|x| x.key != "k3"));
+        let applied = ib.applies(p).unwrap();
+        assert_eq!(
+            applied
+                .iter()
+                .map(|x| (x.key.as_str(), x.worker.as_str(), x.outcome.as_str()))
+                .collect::<Vec<_>>(),
+            [("k0", "1:1:a", "copied"), ("k1", "1:1:a", "copied")]
+        );
+        assert!(applied
+            .iter()
+            .all(|x| x.host == "h1" && x.finished_at >= x.started_at));
+        assert_eq!(ib.prune_applies(-1_000).unwrap(), 2);
+        // a dead worker's claims on this host are freed at once; a live one's stay
+        let me = Worker::this_process();
+        ib.push(
+            p,
+            &[
+                ("k9".into(), Kind::Upsert, None),
+                ("k8".into(), Kind::Upsert, None),
+            ],
+        )
+        .unwrap();
+        let t = now_ms();
+        let dead = Worker {
+            id: "4194304:1:dead".into(),
+            host: me.host.clone(),
+        };
+        assert_eq!(ib.claim_at(p, 1, &dead, t, 60_000).unwrap().len(), 1);
+        assert_eq!(ib.claim_at(p, 1, &me, t, 60_000).unwrap().len(), 1);
+        assert_eq!(ib.release_dead_claims(&me.host).unwrap(), 1);
+        assert_eq!(
+            ib.claim_at(p, 10, &a, t, 60_000).unwrap().len(),
+            1,
+            "the dead one's key"
+        );
+        assert_eq!(ib.renew_claims(&me).unwrap(), 1);
+    }
+
+    fn concurrent_claims_never_share_a_key(loc: &Location) {
+        let m = std::sync::Arc::new(Manifest::open_at(loc).unwrap());
+        let p = m.pair("s3://a", "s3://b").unwrap().id;
+        let evs: Vec<_> = (0..600)
+            .map(|i| (format!("k{i:04}"), Kind::Upsert, None))
+            .collect();
+        Inbox::new(&m).push(p, &evs).unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|n| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    // each thread its own connection pool, as separate workers have
+                    let w = worker(&format!("{n}:{n}:w"));
+                    let mut mine = Vec::new();
+                    loop {
+                        let got = Inbox::new(&m).claim(p, 7, &w).unwrap();
+                        if got.is_empty() {
+                            return mine;
+                        }
+                        mine.extend(got.into_iter().map(|x| x.key));
+                    }
+                })
+            })
+            .collect();
+        let mut all: Vec<String> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!((n, all.len()), (600, 600), "every key claimed once");
+    }
 
     fn events_coalesce_per_key_and_survive_reopening(loc: &Location) {
         let m = Manifest::open_at(loc).unwrap();

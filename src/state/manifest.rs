@@ -147,6 +147,12 @@ impl Manifest {
         self.db.write(f)
     }
 
+    /// [`Manifest::with`] for statements that lock the rows they take (see
+    /// [`Db::write_locking`]).
+    pub(crate) fn with_locking<T>(&self, f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
+        self.db.write_locking(f)
+    }
+
     /// Runs reads.
     pub(crate) fn read<T>(&self, f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
         self.db.read(f)

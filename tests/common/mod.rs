@@ -793,3 +793,84 @@ impl Daemon {
         self.child.signal(libc::SIGTERM)
     }
 }
+
+/// The test PostgreSQL server (`scripts/services.sh` starts it): a database there.
+pub fn pg_url() -> String {
+    var(
+        "SLATE_TEST_PG_URL",
+        "postgres://postgres@127.0.0.1:5440/slate_test",
+    )
+}
+
+/// A fresh database of a test's own on the test PostgreSQL server, dropped with the value.
+pub struct PgDb {
+    pub url: String,
+    name: String,
+}
+
+fn pg_admin(sql: &str) {
+    let url = pg_url();
+    rt().block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e} (scripts/services.sh start)"));
+        tokio::spawn(conn);
+        client.batch_execute(sql).await.expect(sql);
+    });
+}
+
+impl PgDb {
+    pub fn new(tag: &str) -> PgDb {
+        let name = format!("slate_{tag}_{}_{}", std::process::id(), fastrand::u32(..));
+        pg_admin(&format!("CREATE DATABASE {name}"));
+        let base = pg_url();
+        let cut = base.rfind('/').expect("a URL with a database");
+        PgDb {
+            url: format!("{}/{name}", &base[..cut]),
+            name,
+        }
+    }
+
+    /// The database as `--db` takes it.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(&self.url)
+    }
+
+    /// Rows of a query (every column read as text).
+    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        let url = self.url.clone();
+        rt().block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            tokio::spawn(conn);
+            let rows = client.simple_query(sql).await.expect(sql);
+            rows.into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
+    /// A query's single number.
+    pub fn count(&self, sql: &str) -> i64 {
+        self.query(sql)
+            .first()
+            .and_then(|r| r.first().cloned().flatten())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no number from {sql}"))
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        pg_admin(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
+}
