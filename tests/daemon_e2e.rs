@@ -268,85 +268,10 @@ fn one_process_keeps_every_pair_of_the_config() {
     assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
 
-/// An Azure Blob event in the Event Grid schema, or in CloudEvents 1.0.
-fn blob_event(
-    container: &str,
-    key: &str,
-    kind: &str,
-    size: usize,
-    seq: u64,
-    cloud: bool,
-) -> String {
-    let topic = "/subscriptions/0/resourceGroups/rg/providers/Microsoft.Storage/storageAccounts/devstoreaccount1";
-    let subject = format!("/blobServices/default/containers/{container}/blobs/{key}");
-    let data = serde_json::json!({
-        "api": if kind == "BlobCreated" { "PutBlob" } else { "DeleteBlob" },
-        "contentLength": size,
-        "blobType": "BlockBlob",
-        "url": format!("http://127.0.0.1:10000/devstoreaccount1/{container}/{key}"),
-        "sequencer": format!("{seq:032X}"),
-    });
-    let v = if cloud {
-        serde_json::json!({"specversion": "1.0", "type": format!("Microsoft.Storage.{kind}"),
-            "source": topic, "subject": subject, "id": unique("ev"),
-            "time": "2026-11-30T10:00:00Z", "data": data})
-    } else {
-        serde_json::json!({"topic": topic, "subject": subject,
-            "eventType": format!("Microsoft.Storage.{kind}"), "id": unique("ev"),
-            "eventTime": "2026-11-30T10:00:00Z", "data": data, "dataVersion": "",
-            "metadataVersion": "1"})
-    };
-    v.to_string()
-}
-
 fn dead_letters(db: &std::path::Path) -> i64 {
     let conn = rusqlite::Connection::open(db).expect("db");
     conn.query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get(0))
         .expect("count")
-}
-
-/// A subscription on the emulator's GCS notification topic (push to `endpoint`, or pull),
-/// deleted when dropped so that the emulator stops delivering to a finished test.
-struct Subscription(String);
-
-impl Subscription {
-    fn new(name: &str, endpoint: Option<String>) -> Subscription {
-        let name = unique(name);
-        let mut body = serde_json::json!({
-            "topic": "projects/test-project/topics/gcs-events",
-            "ackDeadlineSeconds": 10,
-        });
-        if let Some(e) = endpoint {
-            body["pushConfig"] = serde_json::json!({ "pushEndpoint": e });
-        }
-        let r = reqwest::blocking::Client::new()
-            .put(Self::url(&name))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .expect("subscription");
-        assert!(
-            r.status().is_success(),
-            "subscription {name}: {}",
-            r.status()
-        );
-        Subscription(name)
-    }
-
-    fn url(name: &str) -> String {
-        format!(
-            "{}/v1/projects/test-project/subscriptions/{name}",
-            pubsub_url()
-        )
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let _ = reqwest::blocking::Client::new()
-            .delete(Self::url(&self.0))
-            .send();
-    }
 }
 
 /// Where a daemon under test replicates to.

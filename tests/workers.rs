@@ -43,29 +43,168 @@ fn assert_one_worker_at_a_time(rows: &[(String, String, i64, i64, String)]) {
     }
 }
 
-#[test]
-fn three_workers_share_one_sqs_queue_and_one_dies() {
-    let pg = PgDb::new("workers_sqs");
-    let db = pg.path();
+/// A source bucket whose changes reach a cloud queue: how to write, delete and read it.
+struct Source {
+    url: String,
+    /// `--events`
+    events: String,
+    put: Box<dyn Fn(&str, &[u8]) + Send + Sync>,
+    delete: Box<dyn Fn(&str) + Send + Sync>,
+    read: Box<dyn Fn() -> BTreeMap<String, Vec<u8>> + Send + Sync>,
+    /// What must live as long as the test (a subscription).
+    _keep: Box<dyn std::any::Any>,
+}
+
+/// Runs `op(i)` for every i in `0..n`, 8 at a time.
+fn in_parallel(n: u64, op: &(dyn Fn(u64) + Sync)) {
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            s.spawn(move || {
+                for i in (t..n).step_by(8) {
+                    op(i);
+                }
+            });
+        }
+    });
+}
+
+/// S3 on moto, whose notifications reach an SQS queue.
+fn sqs_source() -> Source {
     let (bucket, queue) = sqs_bucket("w");
     let store = s3(&bucket);
-    let initial: BTreeMap<String, Vec<u8>> = (0..500)
-        .map(|i| {
-            (
-                format!("k{i:03}.bin"),
-                bytes(i, 200 + (i as usize % 7) * 300),
-            )
-        })
-        .collect();
-    rt().block_on(seed(&store, "data", &initial));
+    let (w, d, r) = (store.clone(), store.clone(), store);
+    Source {
+        url: format!("s3://{bucket}/data"),
+        events: format!("sqs://{queue}"),
+        put: Box::new(move |k, data| {
+            let path = object_store::path::Path::from(format!("data/{k}"));
+            rt().block_on(w.put(&path, data.to_vec().into()))
+                .expect("put");
+        }),
+        delete: Box::new(move |k| {
+            let path = object_store::path::Path::from(format!("data/{k}"));
+            rt().block_on(d.delete(&path)).expect("delete");
+        }),
+        read: Box::new(move || rt().block_on(read_all(&r, "data"))),
+        _keep: Box::new(()),
+    }
+}
+
+/// GCS on fake-gcs-server, which publishes each change to the Pub/Sub emulator's topic; a
+/// pull subscription of the test's own.
+fn pubsub_source() -> Source {
+    let sub = Subscription::new("slate-workers", None);
+    let prefix = unique("wk");
+    let (p1, p2, p3) = (prefix.clone(), prefix.clone(), prefix.clone());
+    Source {
+        url: format!("gs://slate-src/{prefix}"),
+        events: format!("pubsub://projects/test-project/subscriptions/{}", sub.0),
+        put: Box::new(move |k, data| {
+            let d = [(k.to_string(), data.to_vec())].into();
+            rt().block_on(seed(&gcs_writer("slate-src"), &p1, &d));
+        }),
+        delete: Box::new(move |k| {
+            let path = object_store::path::Path::from(format!("{p2}/{k}"));
+            rt().block_on(gcs("slate-src").delete(&path))
+                .expect("delete");
+        }),
+        read: Box::new(move || rt().block_on(read_all(&gcs("slate-src"), &p3))),
+        _keep: Box::new(sub),
+    }
+}
+
+/// Azure Blob on Azurite, each change followed by the event Event Grid would put on a Storage
+/// Queue (no Event Grid emulator exists), sequencers increasing.
+fn azqueue_source() -> Source {
+    let prefix = unique("wk");
+    let queue = unique("slate-wq").to_ascii_lowercase();
+    let spec = format!("azqueue://devstoreaccount1/{queue}");
+    // SAFETY of env: the test's own process reads these to reach Azurite's queue.
+    unsafe {
+        std::env::set_var("AZURE_STORAGE_USE_EMULATOR", "true");
+        std::env::set_var("AZURITE_QUEUE_STORAGE_URL", azurite_queue_url());
+    }
+    let q = slate::events::azqueue::AzQueueSource::open(&spec).expect("queue");
+    // one runtime for the queue's client: its pooled connections live in the runtime
+    let qrt = std::sync::Arc::new(rt());
+    qrt.block_on(q.create()).expect("create queue");
+    let q = std::sync::Arc::new(q);
+    let seq = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1000));
+    let send =
+        move |key: &str, kind: &str, size: usize, q: &slate::events::azqueue::AzQueueSource| {
+            let n = seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let ev = blob_event("slate-src", key, kind, size, n, false);
+            qrt.block_on(q.send(&b64(&ev))).expect("send");
+        };
+    let send = std::sync::Arc::new(send);
+    let (p1, p2, p3) = (prefix.clone(), prefix.clone(), prefix.clone());
+    let (q1, q2, s1, s2) = (q.clone(), q, send.clone(), send);
+    Source {
+        url: format!("az://slate-src/{prefix}"),
+        events: spec,
+        put: Box::new(move |k, data| {
+            let d = [(k.to_string(), data.to_vec())].into();
+            rt().block_on(seed(&az("slate-src"), &p1, &d));
+            s1(&format!("{p1}/{k}"), "BlobCreated", data.len(), &q1);
+        }),
+        delete: Box::new(move |k| {
+            let path = object_store::path::Path::from(format!("{p2}/{k}"));
+            rt().block_on(az("slate-src").delete(&path))
+                .expect("delete");
+            s2(&format!("{p2}/{k}"), "BlobDeleted", 0, &q2);
+        }),
+        read: Box::new(move || rt().block_on(read_all(&az("slate-src"), &p3))),
+        _keep: Box::new(()),
+    }
+}
+
+/// The key the burst's change `i` (of 200) touches: 120 overwrites, 40 new keys, 40 deletes.
+fn burst_key(i: u64) -> String {
+    match i {
+        0..=119 => format!("k{:03}.bin", i * 4),
+        120..=159 => format!("new{i}.bin"),
+        _ => format!("k{:03}.bin", (i - 160) * 4 + 1),
+    }
+}
+
+#[test]
+fn three_workers_share_one_sqs_queue_and_one_dies() {
+    three_workers(sqs_source(), "workers_sqs");
+}
+
+#[test]
+fn three_workers_share_one_pubsub_subscription_and_one_dies() {
+    three_workers(pubsub_source(), "workers_pubsub");
+}
+
+#[test]
+fn three_workers_share_one_azure_queue_and_one_dies() {
+    three_workers(azqueue_source(), "workers_azq");
+}
+
+/// Three workers on one PostgreSQL and one queue: 500 objects backfilled, then a burst of 200
+/// changes during which one worker is killed with -9 while it holds keys.
+fn three_workers(src: Source, tag: &str) {
+    let pg = PgDb::new(tag);
+    let db = pg.path();
+    in_parallel(500, &|i| {
+        (src.put)(
+            &format!("k{i:03}.bin"),
+            &bytes(i, 200 + (i as usize % 7) * 300),
+        );
+    });
 
     let dir = tempfile::tempdir().expect("tmp");
     let dst = dir.path().join("replica");
-    let su = format!("s3://{bucket}/data");
+    let su = src.url.clone();
     let du = dst.display().to_string();
-    let events = format!("sqs://{queue}");
     let claim = CLAIM_SECS.to_string();
-    let extra = ["--events", events.as_str(), "--claim-secs", claim.as_str()];
+    let extra = [
+        "--events",
+        src.events.as_str(),
+        "--claim-secs",
+        claim.as_str(),
+    ];
     // started together: one backfills, the others wait for the pair's lease and find it done
     let mut workers: Vec<Daemon> = std::thread::scope(|s| {
         let starts: Vec<_> = (0..3)
@@ -88,70 +227,76 @@ fn three_workers_share_one_sqs_queue_and_one_dies() {
 
     // a burst of 200 changes: overwrites, new keys and deletes
     let burst_start = now_ms();
-    let store2 = store.clone();
-    let burst = std::thread::spawn(move || {
-        rt().block_on(async {
-            use futures::StreamExt;
-            futures::stream::iter(0..200u64)
-                .map(|i| {
-                    let store = store2.clone();
-                    async move {
-                        let path = object_store::path::Path::from(match i {
-                            0..=119 => format!("data/k{:03}.bin", i * 4),
-                            120..=159 => format!("data/new{i}.bin"),
-                            _ => format!("data/k{:03}.bin", (i - 160) * 4 + 1),
-                        });
-                        if i < 160 {
-                            store
-                                .put(&path, bytes(1000 + i, 777).into())
-                                .await
-                                .expect("put");
-                        } else {
-                            store.delete(&path).await.expect("delete");
-                        }
-                    }
-                })
-                .buffer_unordered(8)
-                .collect::<Vec<_>>()
-                .await;
-        })
+    let (pid, killed_at, held) = std::thread::scope(|s| {
+        let burst = s.spawn(|| {
+            in_parallel(200, &|i| {
+                if i < 160 {
+                    (src.put)(&burst_key(i), &bytes(1000 + i, 777));
+                } else {
+                    (src.delete)(&burst_key(i));
+                }
+            })
+        });
+        // kill worker 1 while it holds claims on burst keys (the kill lands mid-run)
+        let pid = workers[1].child.id();
+        let mine = format!("claimed_by LIKE '{pid}:%'");
+        wait_for("worker 1 holding claims of the burst", 60, || {
+            pg.count(&format!("SELECT COUNT(*) FROM inbox WHERE {mine}")) > 0
+        });
+        workers[1].child.kill9();
+        let killed_at = now_ms();
+        let held: Vec<(String, i64)> = pg
+            .query(&format!("SELECT key, claim_until FROM inbox WHERE {mine}"))
+            .into_iter()
+            .map(|r| {
+                let key = r[0].clone().unwrap_or_default();
+                (key, r[1].clone().unwrap_or_default().parse().unwrap_or(0))
+            })
+            .collect();
+        assert!(!held.is_empty(), "the killed worker held keys when it died");
+        burst.join().expect("burst");
+        (pid, killed_at, held)
     });
 
-    // kill worker 1 while it holds claims on burst keys (the kill lands mid-run)
-    let pid = workers[1].child.id();
-    let mine = format!("claimed_by LIKE '{pid}:%'");
-    wait_for("worker 1 holding claims of the burst", 60, || {
-        pg.count(&format!("SELECT COUNT(*) FROM inbox WHERE {mine}")) > 0
-    });
-    workers[1].child.kill9();
-    let killed_at = now_ms();
-    let held: Vec<(String, i64)> = pg
-        .query(&format!("SELECT key, claim_until FROM inbox WHERE {mine}"))
-        .into_iter()
-        .map(|r| {
-            let key = r[0].clone().unwrap_or_default();
-            (key, r[1].clone().unwrap_or_default().parse().unwrap_or(0))
-        })
-        .collect();
-    assert!(!held.is_empty(), "the killed worker held keys when it died");
-    burst.join().expect("burst");
-
-    let want = rt().block_on(read_all(&store, "data"));
+    let want = (src.read)();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let got = read_local(&dst);
+        // a worker killed mid-copy leaves its temporary file (hidden, slate's own name, the
+        // PID in it), swept when a worker next starts on the host; nothing else may differ
+        let mut got = read_local(&dst);
+        got.retain(|k, _| !k.starts_with(&format!(".slate-tmp-{pid}-")));
         let pending = pg.count("SELECT COUNT(*) FROM inbox");
         if got == want && pending == 0 {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "replica not equal within 120 s: {} keys pending, {} vs {} objects\n{}",
-            pending,
-            got.len(),
-            want.len(),
-            log_tail(&workers[0].log_text())
-        );
+        if Instant::now() >= deadline {
+            let differ: Vec<&String> = got
+                .keys()
+                .chain(want.keys())
+                .filter(|k| got.get(*k) != want.get(*k))
+                .collect();
+            let first = differ.first().map(|k| k.as_str()).unwrap_or("");
+            let rows = pg.query(&format!(
+                "SELECT worker, started_at, finished_at, outcome FROM applies WHERE key = '{first}'"
+            ));
+            let logs: Vec<String> = workers
+                .iter()
+                .map(|w| {
+                    w.log_text()
+                        .lines()
+                        .filter(|l| l.contains(first))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .collect();
+            panic!(
+                "replica not equal within 120 s: {pending} keys pending, {} vs {} objects; \
+                 differing: {differ:?}; applies of {first}: {rows:?}\n{}",
+                got.len(),
+                want.len(),
+                logs.join("\n---\n")
+            );
+        }
         std::thread::sleep(Duration::from_millis(300));
     }
     wait_equal_within(&db, &su, &du, 60, Some(&workers[0].log));
@@ -165,11 +310,7 @@ fn three_workers_share_one_sqs_queue_and_one_dies() {
         .map(|r| r.0.as_str())
         .collect();
     for i in 0..200u64 {
-        let key = match i {
-            0..=119 => format!("k{:03}.bin", i * 4),
-            120..=159 => format!("new{i}.bin"),
-            _ => format!("k{:03}.bin", (i - 160) * 4 + 1),
-        };
+        let key = burst_key(i);
         assert!(applied.contains(key.as_str()), "{key} was never applied");
     }
     // the dead worker's keys were taken over by another once its claims expired, not later

@@ -98,6 +98,8 @@ pub struct Ledger {
     dst: String,
     owner: String,
     host: String,
+    /// The keys whose uploads it adopts (a prefix, or one key).
+    prefix: String,
     /// Adopted rows not yet resumed or aborted, by key.
     adopted: Mutex<HashMap<String, Upload>>,
     /// Adopted rows of a key adopted twice (the older ones): aborted at the end of the run.
@@ -158,42 +160,88 @@ impl Ledger {
             (None, Side::Cloud { loc, .. }) => loc.prefix.clone(),
             (None, Side::Local { .. }) => String::new(),
         };
+        let ledger = Ledger {
+            db,
+            dst: id,
+            owner,
+            host,
+            prefix,
+            adopted: Mutex::new(HashMap::new()),
+            extra: Mutex::new(Vec::new()),
+        };
+        ledger.adopt_now()?;
+        Ok(ledger)
+    }
+
+    /// Adopts the uploads that processes of this host which no longer run left under the
+    /// ledger's prefix (at open, and in a long-running daemon now and then: a worker beside it
+    /// killed mid-copy); returns their ids.
+    pub fn adopt_now(&self) -> Result<Vec<i64>, SlateError> {
+        let poisoned = || SlateError::Manifest {
+            path: self.db.path().display().to_string(),
+            why: "internal: upload lock poisoned".into(),
+        };
         // checked and marked under one lock: two ledgers of this process never take one row
         let taken = {
-            let mut h = HELD.lock().map_err(|_| SlateError::Manifest {
-                path: db.path().display().to_string(),
-                why: "internal: upload lock poisoned".into(),
-            })?;
+            let mut h = HELD.lock().map_err(|_| poisoned())?;
             let h = h.get_or_insert_with(HashSet::new);
-            let taken =
-                Uploads::new(&db).adopt(Some(&id), &prefix, &owner, &host, &|r| h.contains(&r))?;
+            let taken = Uploads::new(&self.db).adopt(
+                Some(&self.dst),
+                &self.prefix,
+                &self.owner,
+                &self.host,
+                &|r| h.contains(&r),
+            )?;
             h.extend(taken.iter().map(|u| u.id));
             taken
         };
         if !taken.is_empty() {
             tracing::info!(
-                dst = %id,
+                dst = %self.dst,
                 "{} upload(s) left by a slate that stopped: resumed when their objects come up, \
                  aborted at the end otherwise",
                 taken.len()
             );
         }
         // one row per key resumes (the newest); older ones of the same key only wait to go
-        let mut adopted = HashMap::new();
-        let mut extra = Vec::new();
+        let ids = taken.iter().map(|u| u.id).collect();
+        let mut adopted = self.adopted.lock().map_err(|_| poisoned())?;
+        let mut extra = self.extra.lock().map_err(|_| poisoned())?;
         for u in taken {
             if let Some(old) = adopted.insert(u.key.clone(), u) {
-                extra.push(old);
+                if old.id > adopted[&old.key].id {
+                    // the row already held was the newer one: keep it
+                    let newer = adopted.insert(old.key.clone(), old);
+                    extra.extend(newer);
+                } else {
+                    extra.push(old);
+                }
             }
         }
-        Ok(Ledger {
-            db,
-            dst: id,
-            owner,
-            host,
-            adopted: Mutex::new(adopted),
-            extra: Mutex::new(extra),
-        })
+        Ok(ids)
+    }
+
+    /// Aborts the adopted rows among `ids` that no copy took meanwhile.
+    pub async fn release_ids(&self, dst: &Side, ids: &[i64]) {
+        let mut rest = Vec::new();
+        if let Ok(mut a) = self.adopted.lock() {
+            let keys: Vec<String> = a
+                .iter()
+                .filter(|(_, u)| ids.contains(&u.id))
+                .map(|(k, _)| k.clone())
+                .collect();
+            rest.extend(keys.iter().filter_map(|k| a.remove(k)));
+        }
+        if let Ok(mut e) = self.extra.lock() {
+            let (go, stay): (Vec<Upload>, Vec<Upload>) =
+                e.drain(..).partition(|u| ids.contains(&u.id));
+            *e = stay;
+            rest.extend(go);
+        }
+        for u in rest {
+            tracing::info!(key = %u.key, "aborting an upload a stopped slate left: its object was not copied again");
+            self.abort(&u, dst).await;
+        }
     }
 
     /// The adopted upload of `key`, if any (taken: this copy resumes or aborts it).

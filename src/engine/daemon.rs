@@ -611,10 +611,36 @@ async fn run_pair(
         // first; what none of them took by then is aborted (unless the pair stopped first:
         // its ledger is gone then, and what it held is free for the pair's next start)
         let dst_side = ctx.dst.clone();
+        let (first, later) = (l.clone(), l);
         tokio::spawn(async move {
             tokio::time::sleep(RELEASE_ADOPTED_AFTER).await;
-            if let Some(l) = l.upgrade() {
+            if let Some(l) = first.upgrade() {
                 l.release_unused(&dst_side).await;
+            }
+        });
+        // a worker beside this one (on this host, sharing the database) killed mid-copy: its
+        // uploads are adopted once its claims have expired, so that the worker that applies
+        // its keys here continues them, and aborted a while later if none did
+        let (dst_side, every) = (
+            ctx.dst.clone(),
+            (inbox::claim_ttl() * 2).max(Duration::from_secs(30)),
+        );
+        tokio::spawn(async move {
+            // adopted at one round, aborted at the next unless a copy took them meanwhile
+            let mut adopted: Vec<i64> = Vec::new();
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(l) = later.upgrade() else { return };
+                if !adopted.is_empty() {
+                    l.release_ids(&dst_side, &adopted).await;
+                }
+                adopted = match blocking(move || l.adopt_now()).await {
+                    Ok(ids) => ids,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "looking for uploads that stopped workers left failed");
+                        Vec::new()
+                    }
+                };
             }
         });
     }
