@@ -43,12 +43,15 @@ fn assert_one_worker_at_a_time(rows: &[(String, String, i64, i64, String)]) {
     }
 }
 
+/// Writes an object of a source (and delivers its event where the store does not).
+type Put = Box<dyn Fn(&str, &[u8]) + Send + Sync>;
+
 /// A source bucket whose changes reach a cloud queue: how to write, delete and read it.
 struct Source {
     url: String,
     /// `--events`
     events: String,
-    put: Box<dyn Fn(&str, &[u8]) + Send + Sync>,
+    put: Put,
     delete: Box<dyn Fn(&str) + Send + Sync>,
     read: Box<dyn Fn() -> BTreeMap<String, Vec<u8>> + Send + Sync>,
     /// What must live as long as the test (a subscription).
