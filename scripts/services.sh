@@ -14,6 +14,8 @@
 #                                      playwright-core, pinned by tests/browser/package-lock.json,
 #                                      into $SLATE_TEST_HOME/browser. scripts/test.sh runs it
 #                                      before cargo test; `env` prints where both are.
+#   scripts/services.sh restart-postgres  stop PostgreSQL (fast) and start it again on the same
+#                                      data (tests/workers.rs: workers reconnect)
 #
 # Services (NAME, what, port variable and default):
 #   moto           moto_server: S3 + SQS (+ S3 event notifications)   SLATE_MOTO_PORT           5000
@@ -763,6 +765,8 @@ export SLATE_TEST_GCS_ENDPOINT=http://127.0.0.1:$FAKEGCS_PORT
 export SLATE_TEST_GCS_WRITE_ENDPOINT=http://127.0.0.1:$GCS_SHIM_PORT
 export SLATE_TEST_S3S_ENDPOINT=http://127.0.0.1:$S3S_PORT
 export SLATE_TEST_PG_URL=postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB
+export SLATE_PG_PORT=$PG_PORT
+export SLATE_RUN_DIR=$RUN_DIR
 export PUBSUB_EMULATOR_HOST=127.0.0.1:$PUBSUB_PORT
 export SLATE_TEST_CHROMIUM=$CHROMIUM
 export SLATE_TEST_PLAYWRIGHT=$BROWSER_DIR/node_modules/playwright-core
@@ -783,8 +787,26 @@ cmd_status() {
     return $rc
 }
 
+# PostgreSQL stopped (fast: open transactions rolled back, connections closed) and started
+# again on the same data, as a failover or an upgrade would: for the tests of workers that must
+# reconnect and lose nothing.
+cmd_restart_postgres() {
+    local data bin pid
+    [[ -e $PG_DIR ]] || die "postgres: no server folder $PG_DIR (start it first)"
+    data=$(readlink -f -- "$PG_DIR")/data
+    pid=$(pg_postmaster "$data") || die "postgres: no server runs on $data"
+    bin=$(pg_bin) || die "postgres: no PostgreSQL server programs"
+    say "postgres: restarting (pid $pid)"
+    pg_run "$bin/pg_ctl" -D "$data" restart -m fast -w -t "$STOP_TIMEOUT" \
+        -o "-p $PG_PORT -k '$(dirname "$data")/sock' -c listen_addresses=127.0.0.1" \
+        </dev/null >>"$RUN_DIR/postgres.log" 2>&1 || die "postgres: restart failed (see $RUN_DIR/postgres.log)"
+    pid=$(pg_postmaster "$data") || die "postgres: not running after the restart"
+    echo "$pid $(proc_start_time "$pid")" >"$RUN_DIR/postgres.pid"
+    say "postgres: restarted (pid $pid)"
+}
+
 usage() {
-    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -795,5 +817,6 @@ case ${1:-} in
     env) cmd_env ;;
     status) cmd_status ;;
     browser) cmd_browser ;;
+    restart-postgres) cmd_restart_postgres ;;
     *) usage ;;
 esac

@@ -359,3 +359,90 @@ fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+#[test]
+fn workers_reconnect_when_postgresql_restarts_and_lose_nothing() {
+    let src = sqs_source();
+    let pg = PgDb::new("workers_restart");
+    let db = pg.path();
+    in_parallel(100, &|i| (src.put)(&format!("k{i:03}.bin"), &bytes(i, 500)));
+    let dir = tempfile::tempdir().expect("tmp");
+    let dst = dir.path().join("replica");
+    let (su, du) = (src.url.clone(), dst.display().to_string());
+    let claim = CLAIM_SECS.to_string();
+    let extra = [
+        "--events",
+        src.events.as_str(),
+        "--claim-secs",
+        claim.as_str(),
+    ];
+    let mut workers: Vec<Daemon> = (0..2)
+        .map(|i| Daemon::start(&db, &su, &du, &extra, &dir.path().join(format!("w{i}.log"))))
+        .collect();
+    wait_equal_within(&db, &su, &du, 120, Some(&workers[0].log));
+
+    // 150 changes; PostgreSQL restarts when a third of them are applied
+    let burst_start = now_ms();
+    let restarted = std::thread::scope(|s| {
+        let burst = s.spawn(|| {
+            in_parallel(150, &|i| {
+                if i < 120 {
+                    (src.put)(&format!("k{:03}.bin", i % 100), &bytes(5000 + i, 600));
+                } else {
+                    (src.delete)(&format!("k{:03}.bin", i - 20));
+                }
+            })
+        });
+        wait_for("a third of the burst applied", 60, || {
+            pg.count(&format!(
+                "SELECT COUNT(*) FROM applies WHERE started_at >= {burst_start}"
+            )) >= 50
+        });
+        let out = std::process::Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services.sh"))
+            .arg("restart-postgres")
+            .output()
+            .expect("restart-postgres");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let restarted = now_ms();
+        burst.join().expect("burst");
+        restarted
+    });
+
+    let want = (src.read)();
+    wait_for(
+        "the replica equal to the source, nothing pending",
+        120,
+        || {
+            read_local(&dst) == want
+                && std::panic::catch_unwind(|| pg.count("SELECT COUNT(*) FROM inbox")).unwrap_or(1)
+                    == 0
+        },
+    );
+    wait_equal_within(&db, &su, &du, 60, Some(&workers[0].log));
+    let rows = applies(&pg);
+    assert_one_worker_at_a_time(&rows);
+    // the restart landed mid-run: the workers went on applying changes after it
+    let after = rows.iter().filter(|r| r.2 >= restarted).count();
+    assert!(after > 0, "no change applied after the restart");
+    eprintln!("{after} keys applied after the restart");
+    for (i, w) in workers.iter_mut().enumerate() {
+        assert!(w.alive(), "worker {i} is up:\n{}", log_tail(&w.log_text()));
+    }
+    for w in &workers {
+        for l in w
+            .log_text()
+            .lines()
+            .filter(|l| (l.contains("WARN") || l.contains("ERROR")) && !l.contains("DEBUG"))
+        {
+            eprintln!("{l}");
+        }
+    }
+    for w in &mut workers {
+        assert_eq!(w.stop(), Some(0));
+    }
+}
