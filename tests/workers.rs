@@ -433,15 +433,6 @@ fn workers_reconnect_when_postgresql_restarts_and_lose_nothing() {
     for (i, w) in workers.iter_mut().enumerate() {
         assert!(w.alive(), "worker {i} is up:\n{}", log_tail(&w.log_text()));
     }
-    for w in &workers {
-        for l in w
-            .log_text()
-            .lines()
-            .filter(|l| (l.contains("WARN") || l.contains("ERROR")) && !l.contains("DEBUG"))
-        {
-            eprintln!("{l}");
-        }
-    }
     for w in &mut workers {
         assert_eq!(w.stop(), Some(0));
     }
