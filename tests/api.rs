@@ -22,8 +22,13 @@ struct Server {
 
 impl Server {
     fn start(db: &Path, log: &Path, token: Option<&str>) -> Server {
+        Server::start_with(db, log, token, &[])
+    }
+
+    fn start_with(db: &Path, log: &Path, token: Option<&str>, extra: &[&str]) -> Server {
         let mut c = slate_db(db);
         c.args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+            .args(extra)
             .env("RUST_LOG", "slate=info,warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).expect("log"));
@@ -560,4 +565,100 @@ fn the_openapi_document_matches_the_routes() {
         assert_ne!(status, 405, "{m} {p}");
         assert!(!body.contains("no route"), "{m} {p}: {body}");
     }
+}
+
+#[test]
+fn jobs_run_on_any_worker_sharing_one_postgresql() {
+    // two servers, one job slot each, on one PostgreSQL database
+    let pg = PgDb::new("jobs");
+    let db = pg.path();
+    let dir = tempfile::tempdir().expect("tmp");
+    let one = ["--max-jobs", "1"];
+    let a = Server::start_with(&db, &dir.path().join("a.log"), None, &one);
+    let b = Server::start_with(&db, &dir.path().join("b.log"), None, &one);
+    let src = dir.path().join("src");
+    seed_local(&src, &files(8, 1 << 20));
+    let slow = |dst: &str, rate: &str| {
+        json!({"kind": "copy", "src": src.display().to_string(),
+               "dst": dir.path().join(dst).display().to_string(),
+               "options": {"bwlimit": rate, "transfers": 2}})
+    };
+    // 8 MiB at 2 MiB/s on A; a second job accepted by A while its slot is taken runs on B
+    let first = post_job(&a, &slow("d1", "2M"), None)["id"]
+        .as_i64()
+        .expect("id");
+    wait_for("the first job running", 30, || {
+        get_job(&b, first)["state"] == "running"
+    });
+    let second = post_job(&a, &slow("d2", "4M"), None)["id"]
+        .as_i64()
+        .expect("id");
+    wait_for("the second job running while the first runs", 30, || {
+        get_job(&b, second)["state"] == "running"
+    });
+    assert_eq!(get_job(&a, first)["state"], "running");
+    let started_on = |s: &Server, id: i64| {
+        read_log(&s.log)
+            .lines()
+            .any(|l| l.contains("job started") && l.contains(&format!("job={id}")))
+    };
+    assert!(
+        started_on(&a, first) && !started_on(&b, first),
+        "A runs its first job"
+    );
+    assert!(
+        started_on(&b, second) && !started_on(&a, second),
+        "B took the one A had no slot for"
+    );
+    // B follows A's job: its progress, then its end, over B's own event stream
+    wait_for("A's job's progress seen through B", 30, || {
+        get_job(&b, first)["bytes_done"].as_u64().unwrap_or(0) > 0
+    });
+    let (st, events) = read_events(&b.url(&format!("/jobs/{first}/events")), None);
+    assert_eq!(st, 200);
+    let end = events.last().expect("events");
+    assert_eq!(
+        (end.event.as_str(), &end.data["state"]),
+        ("end", &json!("succeeded")),
+        "{events:?}"
+    );
+    assert!(events.iter().any(|e| e.event == "progress"), "{events:?}");
+    assert_eq!(read_local(&dir.path().join("d1")).len(), 8);
+
+    // a job running on A, cancelled through B, stops on A and leaves no partial object
+    let third = post_job(&a, &slow("d3", "1M"), None)["id"]
+        .as_i64()
+        .expect("id");
+    wait_for("the third job under way", 30, || {
+        let j = get_job(&b, third);
+        j["state"] == "running" && j["bytes_done"].as_u64().unwrap_or(0) > 0
+    });
+    let runner = if started_on(&a, third) { &a } else { &b };
+    let other = if started_on(&a, third) { &b } else { &a };
+    let (st, v) = call(
+        reqwest::Method::DELETE,
+        &other.url(&format!("/jobs/{third}")),
+        None,
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    wait_for(
+        "the runner stopping the job cancelled elsewhere",
+        15,
+        || read_log(&runner.log).contains("no longer running in the database"),
+    );
+    assert_eq!(get_job(runner, third)["state"], "cancelled");
+    let d3 = dir.path().join("d3");
+    wait_for("no temporary file left", 15, || {
+        std::fs::read_dir(&d3)
+            .map(|rd| {
+                rd.flatten()
+                    .all(|e| !e.file_name().to_string_lossy().starts_with(".slate-tmp"))
+            })
+            .unwrap_or(true)
+    });
+    assert!(
+        read_local(&d3).iter().all(|(_, v)| v.len() == 1 << 20),
+        "only whole objects are visible"
+    );
 }

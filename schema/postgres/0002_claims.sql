@@ -17,3 +17,6 @@ CREATE TABLE applies (
 );
 CREATE INDEX applies_by_key ON applies (pair_id, key, started_at);
 CREATE INDEX applies_by_time ON applies (finished_at);
+
+ALTER TABLE jobs ADD COLUMN host TEXT COLLATE "C";
+ALTER TABLE jobs ADD COLUMN heartbeat_at BIGINT;

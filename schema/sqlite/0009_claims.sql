@@ -22,3 +22,9 @@ CREATE TABLE applies (
 );
 CREATE INDEX applies_by_key ON applies (pair_id, key, started_at);
 CREATE INDEX applies_by_time ON applies (finished_at);
+
+-- Jobs on any worker: the host of the process running a job, and when it last wrote its
+-- progress (every second while it runs): a worker of another host cannot ask whether that
+-- process lives, and reads a job whose heartbeat stopped as interrupted.
+ALTER TABLE jobs ADD COLUMN host TEXT;
+ALTER TABLE jobs ADD COLUMN heartbeat_at INTEGER;

@@ -43,6 +43,8 @@ pub struct Jobs {
     slots: Arc<tokio::sync::Semaphore>,
     live: Mutex<HashMap<i64, Arc<Live>>>,
     owner: String,
+    /// Set at shutdown: no more queued jobs are taken.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -60,6 +62,7 @@ impl Jobs {
             slots: Arc::new(tokio::sync::Semaphore::new(max_running.max(1))),
             live: Mutex::new(HashMap::new()),
             owner: owner_tag(std::process::id()).unwrap_or_else(|| std::process::id().to_string()),
+            stopping: Default::default(),
         })
     }
 
@@ -114,7 +117,9 @@ impl Jobs {
     fn overlay(&self, mut j: Job) -> Job {
         if j.state() == JobState::Running {
             let live = self.live.lock().ok().and_then(|l| l.get(&j.id).cloned());
-            if let Some(live) = live {
+            if let Some(live) =
+                live.filter(|l| l.claimed.load(std::sync::atomic::Ordering::Relaxed))
+            {
                 if let Ok(s) = live.snapshot.lock() {
                     s.apply(&mut j);
                 }

@@ -24,6 +24,9 @@ pub(super) struct Live {
     /// The latest progress, shown instead of the row's.
     pub(super) snapshot: Mutex<Progress>,
     abort: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Set once this process claimed the job (another worker may have taken it first): only
+    /// then is its snapshot the job's progress.
+    pub(super) claimed: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -130,6 +133,7 @@ impl Jobs {
     /// Marks the jobs this process runs as interrupted and stops them (shutdown): a restart or
     /// a resume continues them.
     pub async fn interrupt_all(&self) {
+        self.stopping.store(true, Relaxed);
         let ids: Vec<(i64, Arc<Live>)> = self
             .live
             .lock()
@@ -145,12 +149,40 @@ impl Jobs {
         }
     }
 
+    /// Takes, until the jobs are interrupted for a shutdown, the queued jobs this process
+    /// does not follow yet (every 2 s): accepted by another worker whose slots are full, or
+    /// left queued by a worker that died. Whichever worker claims one first runs it.
+    pub async fn follow_queue(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if self.stopping.load(Relaxed) {
+                return;
+            }
+            if self.slots.available_permits() == 0 {
+                continue;
+            }
+            let m = self.manifest.clone();
+            let Ok(ids) = blocking(move || JobStore::new(&m).queued()).await else {
+                continue;
+            };
+            let known: Vec<i64> = self
+                .live
+                .lock()
+                .map(|l| l.keys().copied().collect())
+                .unwrap_or_default();
+            for id in ids.into_iter().filter(|id| !known.contains(id)) {
+                self.spawn(id);
+            }
+        }
+    }
+
     /// Runs the job in the background as soon as a slot is free.
     pub(super) fn spawn(self: &Arc<Self>, id: i64) {
         let live = Arc::new(Live {
             counters: Arc::new(Counters::default()),
             snapshot: Mutex::new(Progress::default()),
             abort: Mutex::new(None),
+            claimed: Default::default(),
         });
         if let Ok(mut l) = self.live.lock() {
             l.insert(id, live.clone());
@@ -174,6 +206,7 @@ impl Jobs {
         let Some(job) = self.claim(id).await? else {
             return Ok(());
         };
+        live.claimed.store(true, Relaxed);
         let resumed = job.started_at.is_some();
         let req = JobRequest {
             kind: Kind::parse(&job.kind).unwrap_or(Kind::Copy),
@@ -296,7 +329,15 @@ async fn tick(manifest: Arc<Manifest>, id: i64, live: Arc<Live>, version: Arc<At
         if last_write.elapsed() >= Duration::from_secs(1) {
             last_write = Instant::now();
             let (m, s) = (manifest.clone(), last.clone());
-            let _ = blocking(move || JobStore::new(&m).progress(id, &s)).await;
+            if let Ok(false) = blocking(move || JobStore::new(&m).progress(id, &s)).await {
+                // cancelled (or found interrupted) through another worker: stop here too
+                tracing::info!(
+                    job = id,
+                    "the job is no longer running in the database: stopping it"
+                );
+                live.abort();
+                return;
+            }
         }
     }
 }

@@ -188,6 +188,8 @@ pub struct Setup {
 pub async fn start(setup: Setup) -> Result<Served> {
     let jobs = Jobs::new(setup.db.clone(), setup.copy, setup.max_jobs);
     let (interrupted, queued) = jobs.recover().await?;
+    // workers sharing a database take each other's queued jobs when they have a free slot
+    tokio::spawn(jobs.clone().follow_queue());
     let has_token = setup.token.is_some();
     let registry = metrics::registry(setup.running.clone(), setup.db.clone(), setup.hub.clone());
     let server = Arc::new(Server {

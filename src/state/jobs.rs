@@ -10,7 +10,7 @@ use crate::core::error::Result;
 use crate::core::units::rfc3339;
 use crate::state::inbox::now as now_ms;
 use crate::state::manifest::Manifest;
-use crate::state::owner::owner_alive;
+use crate::state::owner::{host_name, owner_alive};
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,12 +169,34 @@ pub struct JobCounts {
 
 const COLUMNS: &str = "id, kind, src, dst, options, state, objects_done, objects_total, \
      objects_failed, bytes_done, bytes_total, total_known, rate, created_at, started_at, \
-     finished_at, error, result, owner, version";
+     finished_at, error, result, owner, version, host, heartbeat_at";
+
+/// How long a running job of another host may go without writing its progress (its worker
+/// writes it every second) before it reads as interrupted.
+pub const JOB_STALE_MS: i64 = 30_000;
 
 /// The state a row reads as: a running job whose process is gone was interrupted.
-fn read_state(state: &str, owner: Option<&str>) -> Option<JobState> {
+fn read_state(
+    state: &str,
+    owner: Option<&str>,
+    host: Option<&str>,
+    heartbeat_at: Option<i64>,
+) -> Option<JobState> {
     match JobState::parse(state)? {
-        JobState::Running if !owner.is_some_and(owner_alive) => Some(JobState::Interrupted),
+        JobState::Running => {
+            let alive = match host {
+                // on this host (or recorded before hosts were): the process can be asked
+                Some(h) if h != host_name() => {
+                    heartbeat_at.is_some_and(|t| now_ms() - t < JOB_STALE_MS)
+                }
+                _ => owner.is_some_and(owner_alive),
+            };
+            Some(if alive {
+                JobState::Running
+            } else {
+                JobState::Interrupted
+            })
+        }
         s => Some(s),
     }
 }
@@ -189,7 +211,11 @@ fn row_to_job(r: &Row) -> DbResult<Job> {
     let count = |i: usize| -> DbResult<u64> { Ok(r.get::<_, i64>(i)? as u64) };
     let mut state: String = r.get(5)?;
     let owner: Option<String> = r.get(18)?;
-    if read_state(&state, owner.as_deref()) == Some(JobState::Interrupted) {
+    let host: Option<String> = r.get(20)?;
+    let heartbeat: Option<i64> = r.get(21)?;
+    if read_state(&state, owner.as_deref(), host.as_deref(), heartbeat)
+        == Some(JobState::Interrupted)
+    {
         state = JobState::Interrupted.name().into();
     }
     Ok(Job {
@@ -221,7 +247,7 @@ fn transition_sql(to: JobState, list: &str) -> String {
     let set = match to {
         JobState::Running => {
             "state = 'running', owner = ?2, started_at = ?3, finished_at = NULL, error = NULL, \
-             runs = runs + 1"
+             runs = runs + 1, host = ?4, heartbeat_at = ?3"
         }
         JobState::Queued => "state = 'queued', owner = NULL, finished_at = NULL",
         _ => "state = ?2, finished_at = ?3, rate = 0",
@@ -315,7 +341,7 @@ impl<'a> JobStore<'a> {
         let t = now_ms();
         self.m.with(|c| {
             let n = match to {
-                JobState::Running => c.execute(&sql, params![id, owner, t])?,
+                JobState::Running => c.execute(&sql, params![id, owner, t, host_name()])?,
                 JobState::Queued => c.execute(&sql, params![id])?,
                 other => c.execute(&sql, params![id, other.name(), t])?,
             };
@@ -323,12 +349,15 @@ impl<'a> JobStore<'a> {
         })
     }
 
-    /// Writes a running job's progress (ignored once it is no longer running).
-    pub fn progress(&self, id: i64, p: &Progress) -> Result<()> {
+    /// Writes a running job's progress, and its heartbeat; false (nothing written) once it
+    /// is no longer running: cancelled, perhaps through another worker.
+    pub fn progress(&self, id: i64, p: &Progress) -> Result<bool> {
+        let t = now_ms();
         self.m.with(|c| {
             c.execute(
                 "UPDATE jobs SET objects_done = ?2, objects_total = ?3, objects_failed = ?4,
-                    bytes_done = ?5, bytes_total = ?6, total_known = ?7, rate = ?8, version = ?9
+                    bytes_done = ?5, bytes_total = ?6, total_known = ?7, rate = ?8, version = ?9,
+                    heartbeat_at = ?10
                  WHERE id = ?1 AND state = 'running'",
                 params![
                     id,
@@ -339,10 +368,22 @@ impl<'a> JobStore<'a> {
                     p.bytes_total as i64,
                     p.total_known as i64,
                     p.rate,
-                    p.version as i64
+                    p.version as i64,
+                    t
                 ],
             )
-            .map(|_| ())
+            .map(|n| n > 0)
+        })
+    }
+
+    /// The ids of the queued jobs, oldest first: what a worker with a free slot may take.
+    pub fn queued(&self) -> Result<Vec<i64>> {
+        self.m.read(|c| {
+            c.query_map(
+                "SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1000",
+                params![],
+                |r| r.get(0),
+            )
         })
     }
 
@@ -400,16 +441,17 @@ impl<'a> JobStore<'a> {
     /// How many jobs are in each state (as read: a dead process's running job is interrupted),
     /// with the bytes finished jobs copied.
     pub fn count_by_state(&self) -> Result<JobCounts> {
-        let rows: Vec<(String, Option<String>, i64)> = self.m.read(|c| {
+        type Line = (String, Option<String>, i64, Option<String>, Option<i64>);
+        let rows: Vec<Line> = self.m.read(|c| {
             c.query_map(
-                "SELECT state, owner, bytes_done FROM jobs",
+                "SELECT state, owner, bytes_done, host, heartbeat_at FROM jobs",
                 params![],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
         })?;
         let mut counts = JobCounts::default();
-        for (state, owner, bytes) in rows {
-            let Some(state) = read_state(&state, owner.as_deref()) else {
+        for (state, owner, bytes, host, beat) in rows {
+            let Some(state) = read_state(&state, owner.as_deref(), host.as_deref(), beat) else {
                 continue;
             };
             counts.by_state[state as usize] += 1;
@@ -421,16 +463,18 @@ impl<'a> JobStore<'a> {
     /// Jobs marked running by processes that are gone become interrupted; returns their ids
     /// and the ids of queued jobs no live process has taken.
     pub fn recover(&self) -> Result<(Vec<i64>, Vec<i64>)> {
-        let rows: Vec<(i64, String, Option<String>)> = self.m.with(|c| {
+        type Line = (i64, String, Option<String>, Option<String>, Option<i64>);
+        let rows: Vec<Line> = self.m.read(|c| {
             c.query_map(
-                "SELECT id, state, owner FROM jobs WHERE state IN ('running', 'queued') ORDER BY id",
+                "SELECT id, state, owner, host, heartbeat_at FROM jobs
+                 WHERE state IN ('running', 'queued') ORDER BY id",
                 params![],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
         })?;
         let (mut interrupted, mut queued) = (Vec::new(), Vec::new());
-        for (id, state, owner) in rows {
-            match read_state(&state, owner.as_deref()) {
+        for (id, state, owner, host, beat) in rows {
+            match read_state(&state, owner.as_deref(), host.as_deref(), beat) {
                 Some(JobState::Interrupted) if state == "running" => {
                     let to = JobState::Interrupted;
                     let moved = self.transition(id, &[JobState::Running], to, None)?;
@@ -447,10 +491,60 @@ impl<'a> JobStore<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::db::params;
     use crate::state::db::testing::conformance;
     use crate::state::db::Location;
 
-    conformance!(jobs_move_through_their_states_and_dead_owners_interrupt);
+    conformance!(
+        jobs_move_through_their_states_and_dead_owners_interrupt,
+        a_job_of_another_host_lives_by_its_heartbeat
+    );
+
+    fn a_job_of_another_host_lives_by_its_heartbeat(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let s = JobStore::new(&m);
+        let id = s.insert("copy", "/a", "/b", &json!({})).unwrap();
+        let me = owner_tag(std::process::id()).unwrap();
+        assert!(s
+            .transition(id, &[JobState::Queued], JobState::Running, Some(&me))
+            .unwrap());
+        assert!(
+            s.progress(id, &Progress::default()).unwrap(),
+            "running: written"
+        );
+        assert_eq!(s.get(id).unwrap().unwrap().state(), JobState::Running);
+        // as if another host's worker ran it: its PID means nothing here, its heartbeat does
+        let moved = |beat: i64| {
+            m.with(|c| {
+                c.execute(
+                    "UPDATE jobs SET host = 'elsewhere', owner = '1:1', heartbeat_at = ?2 WHERE id = ?1",
+                    params![id, beat],
+                )
+            })
+            .unwrap()
+        };
+        moved(now_ms() - 1_000);
+        assert_eq!(s.get(id).unwrap().unwrap().state(), JobState::Running);
+        assert_eq!(
+            s.count_by_state().unwrap().by_state[JobState::Running as usize],
+            1
+        );
+        moved(now_ms() - JOB_STALE_MS - 1_000);
+        assert_eq!(s.get(id).unwrap().unwrap().state(), JobState::Interrupted);
+        let (interrupted, _) = s.recover().unwrap();
+        assert_eq!(interrupted, vec![id]);
+        // cancelled through any worker: the runner's next progress write says so
+        let other = s.insert("copy", "/a", "/c", &json!({})).unwrap();
+        assert_eq!(s.queued().unwrap(), vec![other]);
+        assert!(s
+            .transition(other, &[JobState::Queued], JobState::Running, Some(&me))
+            .unwrap());
+        assert!(s
+            .transition(other, &[JobState::Running], JobState::Cancelled, None)
+            .unwrap());
+        assert!(!s.progress(other, &Progress::default()).unwrap());
+        assert!(s.queued().unwrap().is_empty());
+    }
     use crate::state::owner::owner_tag;
 
     fn jobs_move_through_their_states_and_dead_owners_interrupt(loc: &Location) {
