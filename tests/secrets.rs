@@ -1342,3 +1342,78 @@ fn the_checker_finds_every_form_of_a_secret() {
     );
     t.assert_clean(&[s]);
 }
+
+#[test]
+fn a_database_password_never_shows() {
+    // in the URL, in PGPASSWORD, and in SLATE_DB behind --help; a server that refuses, one
+    // that is not there, and a scheme slate does not serve
+    let secret = "pg-Secret-8c1f2e";
+    let dir = tempfile::tempdir().expect("tmp");
+    let good = pg_url();
+    let cut = good.find("://").map(|i| i + 3).expect("a URL");
+    let with_pw = format!("{}postgres:{secret}@{}", &good[..cut], &good[cut..]);
+    let cases: Vec<(Vec<String>, Vec<(&str, String)>)> = vec![
+        (
+            vec!["pairs".into(), "--db".into(), with_pw.clone(), "-vv".into()],
+            vec![],
+        ),
+        (
+            vec![
+                "pairs".into(),
+                "--db".into(),
+                format!("postgres://u:{secret}@127.0.0.1:1/x"),
+            ],
+            vec![],
+        ),
+        (
+            vec![
+                "pairs".into(),
+                "--db".into(),
+                "postgres://u@127.0.0.1:1/x".into(),
+            ],
+            vec![("PGPASSWORD", secret.to_string())],
+        ),
+        (
+            vec![
+                "pairs".into(),
+                "--db".into(),
+                format!("mysql://u:{secret}@h/db"),
+            ],
+            vec![],
+        ),
+        (
+            vec!["sync".into(), "--help".into()],
+            vec![("SLATE_DB", with_pw.clone())],
+        ),
+    ];
+    for (args, env) in cases {
+        let mut c = slate();
+        c.args(&args).current_dir(dir.path());
+        for (k, v) in &env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("run");
+        let text = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(
+            !text.contains(secret),
+            "{args:?}: the password shows:\n{text}"
+        );
+    }
+    // the refused scheme is named, with exit 2; nothing was created for it
+    let out = slate()
+        .args(["pairs", "--db", &format!("mysql://u:{secret}@h/db")])
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("mysql://u:***@h/db"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("dir").count(),
+        0,
+        "nothing created"
+    );
+}

@@ -66,7 +66,16 @@ impl From<tokio_postgres::Error> for DbError {
         let text = match e.as_db_error() {
             // the server's own message, without the driver's "db error: " prefix
             Some(d) => format!("{}: {}", d.severity(), d.message()),
-            None => e.to_string(),
+            // "error connecting to server: Connection refused (os error 111)"
+            None => {
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text = format!("{text}: {c}");
+                    cause = c.source();
+                }
+                text
+            }
         };
         match e.code() {
             Some(c)
