@@ -1352,7 +1352,8 @@ fn a_database_password_never_shows() {
     let good = pg_url();
     let cut = good.find("://").map(|i| i + 3).expect("a URL");
     let with_pw = format!("{}postgres:{secret}@{}", &good[..cut], &good[cut..]);
-    let cases: Vec<(Vec<String>, Vec<(&str, String)>)> = vec![
+    type Case = (Vec<String>, Vec<(&'static str, String)>);
+    let cases: Vec<Case> = vec![
         (
             vec!["pairs".into(), "--db".into(), with_pw.clone(), "-vv".into()],
             vec![],
