@@ -545,8 +545,8 @@ impl Limiter {
             self.gauge.rtt_micros.store((rtt * 1e6) as u64, Relaxed);
         }
         if Instant::now() >= st.meter.start {
-            st.meter.latency += latency.as_secs_f64();
-            st.meter.requests += 1;
+            // the congestion rules and the settle time judge by round trips only
+            st.meter.request(latency, round_trip);
         }
         self.tick(st);
     }
