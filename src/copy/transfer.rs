@@ -663,7 +663,13 @@ async fn chunk_with_retry(
 ) -> Result<ChunkOut, ChunkError> {
     let side = &ctx.src;
     let started = tokio::time::Instant::now();
-    ctx.retry(End::Src)
+    // a large range's time is mostly its body's: its first byte is the round-trip sample
+    // (`Ctx::moved`), not the whole request
+    let retry = match range.end - range.start > BULK {
+        true => ctx.retry(End::Src).bulk(),
+        false => ctx.retry(End::Src),
+    };
+    retry
         .run(item_key, retryable, |_| {
             let sink = sink.clone();
             let range = range.clone();
