@@ -8,8 +8,9 @@
 //!   `a/b/`; `c.txt` → the empty prefix, the bucket's root). S3 partitions by leading key
 //!   bytes, and the folder is the unit users spread load over, so it is the one we can name.
 //! - A prefix gets a lane when it is first throttled: a pace starting at the rate the side
-//!   sent requests at over the last second (all prefixes: an upper bound of this one's), at
-//!   most the store's published rate (S3's 3,500 writes or 5,500 reads a second; the same for
+//!   sent requests at over its last busy whole second (all prefixes: an upper bound of this
+//!   one's; before the first whole second, over the part of it so far once that is 100 ms
+//!   long), at most the store's published rate (S3's 3,500 writes or 5,500 reads a second; the same for
 //!   the other stores), halved on each throttle of that prefix (once per round of requests: not for a
 //!   request that started before the last cut, nor within [`CUT_GAP`] of it), raised by one
 //!   request a second per success. Requests to a paced prefix wait for their slot; other
@@ -88,7 +89,8 @@ pub struct Lanes {
     many: usize,
     /// Requests sent since the start of the current second, and when it started.
     sent: (Instant, u64),
-    /// Requests a second the side sent over its last whole second (None: not a second yet).
+    /// Requests a second the side sent over its last busy whole second (None: not a second
+    /// yet); a second that idled into more is no measure and leaves it as it was.
     sent_rate: Option<f64>,
     /// Throttles that slowed a prefix, ever (for `/metrics`).
     pub backoffs: u64,
@@ -114,8 +116,11 @@ impl Lanes {
         let (since, n) = self.sent;
         let took = now.saturating_duration_since(since);
         if took >= Duration::from_secs(1) {
-            // a second that idled into many says nothing of the rate when busy
-            self.sent_rate = (took < Duration::from_secs(2)).then(|| n as f64 / took.as_secs_f64());
+            // a second that idled into many says nothing of the rate when busy: the last
+            // busy second's rate stands
+            if took < Duration::from_secs(2) {
+                self.sent_rate = Some(n as f64 / took.as_secs_f64());
+            }
             self.sent = (now, 1);
         } else {
             self.sent.1 = n + 1;
@@ -128,6 +133,16 @@ impl Lanes {
 
     pub fn is_empty(&self) -> bool {
         self.lanes.is_empty()
+    }
+
+    /// Requests a second the side sends at, as far as measured at `now`: over its last busy
+    /// whole second, else over the part of the current one (once 100 ms long).
+    fn side_rate(&self, now: Instant) -> Option<f64> {
+        let (since, n) = self.sent;
+        let took = now.saturating_duration_since(since);
+        self.sent_rate.or_else(|| {
+            (took >= Duration::from_millis(100) && n > 0).then(|| n as f64 / took.as_secs_f64())
+        })
     }
 
     /// The pace of `prefix` now (None: not paced).
@@ -184,7 +199,7 @@ impl Lanes {
                     // what the prefix got at most, not what the store allows: a lane halves
                     // from where the throttle found it
                     rate: self
-                        .sent_rate
+                        .side_rate(now)
                         .map_or(self.start, |r| r.clamp(FLOOR, self.start)),
                     next: now,
                     // a new lane: any request of this round cuts it once
@@ -372,6 +387,38 @@ mod tests {
                 rate: 1750.0
             }
         );
+    }
+
+    #[test]
+    fn a_new_lane_before_the_first_second_or_after_a_gap_uses_what_was_measured() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // requests 5 ms apart (200 a second) to a/ and b/ from t0, for `busy` ms; then one
+        // more at `last` ms (None: none); a/ throttled at `at` ms → the new lane's rate
+        let table: &[(u64, Option<u64>, u64, f64)] = &[
+            // 150 ms into the first second: 30 requests in 0.15 s, 200/s, halved
+            (150, None, 150, 100.0),
+            // under 100 ms: too short to tell, the published rate halved
+            (50, None, 50, 1750.0),
+            // a busy second and a bit, then 5 s idle: the gap leaves the last busy second's
+            // rate, not the published one
+            (1_100, Some(6_100), 6_100, 100.0),
+        ];
+        for &(busy, last, throttled, want) in table {
+            let mut l = Lanes::new(3500.0);
+            l.sent = (t0, 0);
+            for i in 0..busy / 5 {
+                l.slot(if i % 2 == 0 { "a/k" } else { "b/k" }, at(i * 5));
+            }
+            if let Some(t) = last {
+                l.slot("b/k", at(t));
+            }
+            let v = l.throttled("a/k", at(throttled), at(throttled));
+            let Verdict::Prefix { rate, .. } = v else {
+                panic!("{busy} {last:?}: {v:?}");
+            };
+            assert!((rate - want).abs() < 1.0, "{busy} {last:?}: {rate}");
+        }
     }
 
     #[test]
