@@ -71,7 +71,8 @@ pub struct TuningArgs {
     pub transfers: Option<usize>,
     /// Chunks in flight per large object: fixed at N. Without it slate adapts: from 4, more
     /// while the throughput grows with them, fewer when they add nothing or a store
-    /// throttles; at most 32 and the memory budget's share of each large object in flight.
+    /// throttles; at most 32, the memory budget's share of each large object in flight, and
+    /// half of an object's chunks when it has more than four.
     #[arg(long)]
     pub streams: Option<usize>,
     /// Chunk and multipart part size, a multiple of 1 MiB from 5 MiB: fixed. Without it

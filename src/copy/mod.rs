@@ -190,8 +190,14 @@ pub fn raise_open_files() {
 /// to the system when freed, for good: by default the threshold rises to the size of the
 /// largest buffer freed, after which buffers of a few hundred KiB (small objects held whole,
 /// hundreds in flight) come from the heap arenas, which keep their pages when freed, so the
-/// resident size stays near the highest ever in flight. One mmap per object costs a few
-/// microseconds against a request's milliseconds.
+/// resident size stays near the highest ever in flight. The price is CPU, not nothing: every
+/// buffer of 128 KiB or more is a fresh mapping, which the kernel zeroes and faults in page by
+/// page as it is first written, and unmaps when freed. On a shared 2-core development machine
+/// (while a build ran) an mmap, a write per 4 KiB page and a munmap took about 170 µs for
+/// 256 KiB, 6 ms for 8 MiB and 65 ms for 64 MiB, about 1 µs a page. Chunks of 32 MiB and
+/// more were mappings before as well (glibc's threshold rises at most to 32 MiB); what this
+/// adds is the cost for buffers between 128 KiB and 32 MiB, which the measured runs paid
+/// without losing speed (3,000 objects at 20 ms) for a resident size of a fraction.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets a malloc parameter, called once before any thread starts

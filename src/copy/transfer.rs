@@ -165,10 +165,12 @@ impl Limits {
         Limits { src, dst }
     }
 
-    /// Waits until the prefixes of `src` and `dst` (keys), when paced, have a free slot, so
-    /// that a copy waits for a throttled prefix before it holds a slot others could use.
-    pub async fn ready(&self, src: &str, dst: &str) {
-        if let Some(l) = &self.src {
+    /// When the prefixes of `src` and `dst` (keys; `src` None: the copy sends no request for
+    /// the source key, as a server-side copy) are paced, reserves the first request's slot of
+    /// each and waits for it, so that a copy waits for a throttled prefix before it holds a
+    /// slot others could use, and the copies waiting on one prefix start one slot apart.
+    pub async fn ready(&self, src: Option<&str>, dst: &str) {
+        if let (Some(l), Some(src)) = (&self.src, src) {
             l.ready(src).await;
         }
         if let Some(l) = &self.dst {
@@ -663,7 +665,13 @@ async fn chunk_with_retry(
 ) -> Result<ChunkOut, ChunkError> {
     let side = &ctx.src;
     let started = tokio::time::Instant::now();
-    ctx.retry(End::Src)
+    // a large range's time is mostly its body's: its first byte is the round-trip sample
+    // (`Ctx::moved`), not the whole request
+    let retry = match range.end - range.start > BULK {
+        true => ctx.retry(End::Src).bulk(),
+        false => ctx.retry(End::Src),
+    };
+    retry
         .run(item_key, retryable, |_| {
             let sink = sink.clone();
             let range = range.clone();
@@ -687,7 +695,10 @@ async fn chunk_with_retry(
 pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     // a slot under both sides' adaptive limits; like the in-flight count, dropped on every way
     // out: done, failed, or cancelled mid-copy
-    ctx.limits.ready(&item.src, &item.dst).await;
+    let read = !server_side_copy(ctx, item);
+    ctx.limits
+        .ready(read.then_some(item.src.as_str()), &item.dst)
+        .await;
     let _slots = ctx.limits.acquire().await;
     let _in_flight = crate::core::metrics::InFlight::start();
     ctx.active.fetch_add(1, Relaxed);
@@ -701,8 +712,13 @@ pub async fn copy_one(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
     Ok(out)
 }
 
+/// Whether `item` is copied by the destination store (no request reads the source key).
+fn server_side_copy(ctx: &Ctx, item: &Item) -> bool {
+    ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT)
+}
+
 async fn copy_inner(ctx: &Ctx, item: &Item) -> Result<Outcome, SlateError> {
-    if ctx.server_side || (ctx.cross.is_some() && item.size <= MAX_COPY_OBJECT) {
+    if server_side_copy(ctx, item) {
         return server_side(ctx, item).await;
     }
     let out = match &ctx.dst {

@@ -98,9 +98,11 @@ enum Phase {
 /// Streams per object when the user did not say (`--streams`): a hill climb on the copy's
 /// throughput, one step per measured window. The width doubles from [`START_STREAMS`] while
 /// the throughput grows with it, settles on the last width that paid, then probes a quarter
-/// up and a quarter down in turn (up kept when it pays, down kept when nothing is lost), and
-/// halves when the store throttles. Pure: the caller measures the windows
-/// (`transfer::Ctx::chunk_done`).
+/// up and a quarter down in turn (up kept when it pays, down kept when nothing is lost): an
+/// up probe that paid is followed by another, a down probe kept by another. It halves when
+/// the store throttles, and once [`HOLD`] windows pass without a throttle it doubles again
+/// while that pays, so a throttle that has passed costs a few windows, not the climb back a
+/// quarter at a time. Pure: the caller measures the windows (`transfer::Ctx::chunk_done`).
 #[derive(Debug, Clone)]
 pub struct Steer {
     width: usize,
@@ -109,6 +111,9 @@ pub struct Steer {
     base: Option<f64>,
     /// The next probe goes up.
     up_next: bool,
+    /// The widest the width was before the throttles that halved it: once they have passed
+    /// (a hold without one) it grows again, doubling while that pays.
+    recover: Option<usize>,
 }
 
 impl Default for Steer {
@@ -118,6 +123,7 @@ impl Default for Steer {
             phase: Phase::Grow,
             base: None,
             up_next: true,
+            recover: None,
         }
     }
 }
@@ -132,6 +138,7 @@ impl Steer {
     /// throttled in it); returns the width for the next window.
     pub fn step(&mut self, rate: f64, throttled: bool) -> usize {
         if throttled {
+            self.recover = Some(self.recover.unwrap_or(0).max(self.width));
             self.width = (self.width / 2).max(1);
             self.phase = Phase::Hold(0);
             self.base = None;
@@ -162,11 +169,20 @@ impl Steer {
             }
             Phase::Hold(_) => {
                 self.base = Some((base + rate) / 2.0);
-                self.probe();
+                match self.recover.take() {
+                    // the throttle has passed: double again while it pays
+                    Some(before) if before > self.width => {
+                        self.phase = Phase::Grow;
+                        self.grow();
+                    }
+                    _ => self.probe(),
+                }
             }
             Phase::Up { from } => {
                 if rate >= base * GAIN {
                     self.base = Some(rate);
+                    // more streams paid: try more again next
+                    self.up_next = true;
                 } else {
                     self.width = from;
                 }
@@ -323,6 +339,81 @@ mod tests {
         // a link every stream adds to: up to the most
         let open = climb(|w| w as f64 * 10e6, 20);
         assert_eq!(*open.last().unwrap(), MAX_STREAMS, "{open:?}");
+    }
+
+    /// Runs a [`Steer`] for `windows` windows against a link whose throughput in window `i`
+    /// at `w` streams is `rate(i, w)`, throttled in the windows `throttles` lists; returns the
+    /// widths it chose.
+    fn script(
+        rate: impl Fn(usize, usize) -> f64,
+        throttles: &[usize],
+        windows: usize,
+    ) -> Vec<usize> {
+        let mut s = Steer::default();
+        (0..windows)
+            .map(|i| {
+                let r = rate(i, s.width());
+                s.step(r, throttles.contains(&i))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn after_a_throttle_the_streams_recover_within_a_few_windows() {
+        // every stream adds 10 MB/s (a long link of window-bound flows): 32 streams
+        let open = |_: usize, w: usize| w as f64 * 10e6;
+        // (throttled in windows, the window the width must be back at 32 by)
+        let table: &[(&[usize], usize)] = &[
+            // one throttle: 32 → 16, then back within 6 windows
+            (&[10], 16),
+            // two in a row: 32 → 16 → 8, back to 32 within 6 windows of the last
+            (&[10, 11], 17),
+            // a throttle while it recovers halves again, and it recovers from that too
+            (&[10, 14], 20),
+        ];
+        for (throttles, by) in table {
+            let widths = script(open, throttles, 40);
+            assert_eq!(widths[throttles[0] - 1], MAX_STREAMS, "{widths:?}");
+            let last = throttles.iter().max().copied().unwrap_or(0);
+            assert!(widths[last] < MAX_STREAMS, "halved: {widths:?}");
+            assert_eq!(widths[*by], MAX_STREAMS, "{throttles:?}: {widths:?}");
+            assert!(widths[*by..].iter().all(|w| *w >= 24), "{widths:?}");
+        }
+        // a link that 8 streams fill: the recovery doubles only while that pays, and the
+        // probes bring the width back near 8
+        let full = |_: usize, w: usize| (w as f64 * 10e6).min(80e6);
+        let widths = script(full, &[10], 40);
+        assert!(
+            widths[24..].iter().all(|w| (6..=12).contains(w)),
+            "{widths:?}"
+        );
+        assert!((6..=10).contains(&widths[39]), "{widths:?}");
+    }
+
+    #[test]
+    fn an_up_probe_that_paid_is_followed_by_another() {
+        // a link full at 120 MB/s (12 streams of 10 MB/s) for 40 windows, then open (another
+        // copy finished): up probes pay, one after another, with no down probe between them
+        let opens = |i: usize, w: usize| {
+            let r = w as f64 * 10e6;
+            if i < 40 {
+                r.min(120e6)
+            } else {
+                r
+            }
+        };
+        let widths = script(opens, &[], 80);
+        assert!(widths[30..40].iter().all(|w| *w <= 16), "{widths:?}");
+        let at = widths[40..].iter().position(|w| *w == MAX_STREAMS);
+        // five probes of a quarter up, four windows each, after at most a probe down
+        assert!(at.is_some_and(|n| n <= 28), "{:?}: {widths:?}", at);
+        // from the first probe up that paid, the width only grows until it is at the most
+        let first = widths[40..]
+            .iter()
+            .position(|w| *w > widths[40])
+            .unwrap_or(0);
+        let grown = &widths[40 + first..40 + at.unwrap_or(0) + 1];
+        assert!(grown.windows(2).all(|p| p[1] >= p[0]), "{widths:?}");
     }
 
     #[test]

@@ -111,7 +111,10 @@ pub struct Window {
     pub objects: f64,
     /// Bytes moved a second.
     pub bytes: f64,
-    /// Mean latency of the requests that succeeded, seconds (0: none finished).
+    /// Mean latency of the requests that succeeded and carried no large body (round trips),
+    /// seconds (0: none finished). A part's or a large PUT's time is mostly its body's, which
+    /// says nothing of queues: counted, it would hold the mean far above the lowest seen in a
+    /// copy of large objects, and every probe would look congested.
     pub latency: f64,
     /// The limit during the window.
     pub limit: usize,
@@ -299,10 +302,15 @@ impl MinFilter {
 /// What the current window has counted.
 #[derive(Debug)]
 struct Meter {
+    /// When the window starts: up to a second ahead while a new limit settles (see
+    /// [`Limiter::tick`]), so always measured from with `saturating_duration_since`.
     start: Instant,
     objects: u64,
     bytes: u64,
+    /// Summed latency of the round trips (requests without a large body) and their count.
     latency: f64,
+    round_trips: u64,
+    /// Requests that succeeded, round trips or not.
     requests: u64,
     busy: bool,
 }
@@ -314,8 +322,33 @@ impl Meter {
             objects: 0,
             bytes: 0,
             latency: 0.0,
+            round_trips: 0,
             requests: 0,
             busy: false,
+        }
+    }
+
+    /// A request succeeded after `latency`; `round_trip`: it carried no large body.
+    fn request(&mut self, latency: Duration, round_trip: bool) {
+        self.requests += 1;
+        if round_trip {
+            self.latency += latency.as_secs_f64();
+            self.round_trips += 1;
+        }
+    }
+
+    /// The window, `secs` long, under `limit`.
+    fn window(&self, secs: f64, limit: usize, busy: bool) -> Window {
+        Window {
+            objects: self.objects as f64 / secs,
+            bytes: self.bytes as f64 / secs,
+            latency: if self.round_trips > 0 {
+                self.latency / self.round_trips as f64
+            } else {
+                0.0
+            },
+            limit,
+            busy: self.busy || busy,
         }
     }
 }
@@ -530,9 +563,9 @@ impl Limiter {
         }
     }
 
-    /// A request to `key` succeeded after `latency`: its prefix's pace recovers, the window
-    /// counts the latency. `round_trip`: the request carried no large body, so its latency
-    /// is a round-trip sample too (a part upload's is mostly its body's time).
+    /// A request to `key` succeeded after `latency`: its prefix's pace recovers. `round_trip`:
+    /// the request carried no large body, so its latency is a round-trip sample and counts in
+    /// the window's latency (a part upload's is mostly its body's time, so neither).
     pub fn succeeded_key(&self, key: &str, latency: Duration, round_trip: bool) {
         self.pacing.lock().succeeded(key);
         self.succeeded();
@@ -545,8 +578,8 @@ impl Limiter {
             self.gauge.rtt_micros.store((rtt * 1e6) as u64, Relaxed);
         }
         if Instant::now() >= st.meter.start {
-            st.meter.latency += latency.as_secs_f64();
-            st.meter.requests += 1;
+            // the congestion rules and the settle time judge by round trips only
+            st.meter.request(latency, round_trip);
         }
         self.tick(st);
     }
@@ -601,7 +634,8 @@ impl Limiter {
     /// 8 requests or objects in it (or 1 s long), and feeds it to the controller.
     fn tick(&self, mut st: std::sync::MutexGuard<'_, State>) {
         let now = Instant::now();
-        let elapsed = now.duration_since(st.meter.start);
+        // the start is ahead while a new limit settles
+        let elapsed = now.saturating_duration_since(st.meter.start);
         let rtt = st.rtt.get().unwrap_or(0.0);
         let due = Duration::from_secs_f64((3.0 * rtt).clamp(0.05, 1.0));
         let enough = st.meter.requests + st.meter.objects >= 8;
@@ -612,17 +646,7 @@ impl Limiter {
         let m = std::mem::replace(&mut st.meter, Meter::new(now));
         st.rtt.roll();
         let limit = st.aimd.limit();
-        let w = Window {
-            objects: m.objects as f64 / secs,
-            bytes: m.bytes as f64 / secs,
-            latency: if m.requests > 0 {
-                m.latency / m.requests as f64
-            } else {
-                0.0
-            },
-            limit,
-            busy: m.busy || st.in_flight >= limit,
-        };
+        let w = m.window(secs, limit, st.in_flight >= limit);
         tracing::trace!(
             store = self.gauge.store,
             side = self.gauge.side,
@@ -915,6 +939,46 @@ mod tests {
             seen[30..].iter().all(|l| (40..=100).contains(l)),
             "settles near 50: {seen:?}"
         );
+    }
+
+    #[test]
+    fn large_bodies_with_long_latency_do_not_count_as_congestion() {
+        // a mixed copy after slow start: each window 8 small requests of 50 ms (the round
+        // trip) and 8 part uploads of 3 s (their bodies' time), the throughput flat (more in
+        // flight brings nothing measurable, as on a far link): not a queue, so probes that
+        // bring nothing are kept and the limit still grows
+        let run = |parts_as_round_trips: bool| {
+            let mut g = Gradient::new(1024);
+            g.cut();
+            let mut limit = START;
+            let mut seen = Vec::new();
+            for i in 0..20 {
+                let mut m = Meter::new(Instant::now());
+                m.objects = 100;
+                for _ in 0..8 {
+                    m.request(Duration::from_millis(50), true);
+                    // the first window has small requests only: the lowest latency seen
+                    if i > 0 {
+                        m.request(Duration::from_secs(3), parts_as_round_trips);
+                    }
+                }
+                let w = m.window(1.0, limit, true);
+                if !parts_as_round_trips {
+                    assert!((w.latency - 0.05).abs() < 1e-9, "{w:?}");
+                }
+                if let Some(n) = g.window(w) {
+                    limit = n;
+                }
+                seen.push(limit);
+            }
+            seen
+        };
+        let mixed = run(false);
+        assert!(*mixed.last().unwrap_or(&0) >= START + 5, "{mixed:?}");
+        // counted as round trips, the parts would hold the mean at 30× the lowest: every
+        // probe taken back, the limit stuck
+        let counted = run(true);
+        assert!(counted.iter().all(|l| *l <= START + 1), "{counted:?}");
     }
 
     #[test]

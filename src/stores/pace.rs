@@ -8,12 +8,17 @@
 //!   `a/b/`; `c.txt` → the empty prefix, the bucket's root). S3 partitions by leading key
 //!   bytes, and the folder is the unit users spread load over, so it is the one we can name.
 //! - A prefix gets a lane when it is first throttled: a pace starting at the rate the side
-//!   sent requests at over the last second (all prefixes: an upper bound of this one's), at
-//!   most the store's published rate (S3's 3,500 writes or 5,500 reads a second; the same for
+//!   sent requests at over its last busy whole second (all prefixes: an upper bound of this
+//!   one's; before the first whole second, over the part of it so far once that is 100 ms
+//!   long), at most the store's published rate (S3's 3,500 writes or 5,500 reads a second; the same for
 //!   the other stores), halved on each throttle of that prefix (once per round of requests: not for a
 //!   request that started before the last cut, nor within [`CUT_GAP`] of it), raised by one
 //!   request a second per success. Requests to a paced prefix wait for their slot; other
 //!   prefixes never wait.
+//! - A copy that will send to a paced prefix first reserves a slot ([`Lanes::reserve`]) and
+//!   waits for it before it takes an object slot; its first request to that key is sent in
+//!   the reserved slot. Copies waiting on one prefix are thus released one slot apart, not
+//!   all at once when the next slot comes (to sit on object slots while they wait again).
 //! - A lane that is back at the full rate, or idle for a minute, is dropped; at most
 //!   [`MAX_LANES`] lanes are kept (the least recently used goes first).
 //! - The whole store is throttling, and the side's concurrency limit is cut as before, when the
@@ -88,8 +93,12 @@ pub struct Lanes {
     many: usize,
     /// Requests sent since the start of the current second, and when it started.
     sent: (Instant, u64),
-    /// Requests a second the side sent over its last whole second (None: not a second yet).
+    /// Requests a second the side sent over its last busy whole second (None: not a second
+    /// yet); a second that idled into more is no measure and leaves it as it was.
     sent_rate: Option<f64>,
+    /// Slots reserved by copies waiting to start ([`Lanes::reserve`]): key → the slot its
+    /// first request is sent in.
+    reserved: HashMap<String, Instant>,
     /// Throttles that slowed a prefix, ever (for `/metrics`).
     pub backoffs: u64,
 }
@@ -106,6 +115,7 @@ impl Lanes {
             backoffs: 0,
             sent: (Instant::now(), 0),
             sent_rate: None,
+            reserved: HashMap::new(),
         }
     }
 
@@ -114,12 +124,25 @@ impl Lanes {
         let (since, n) = self.sent;
         let took = now.saturating_duration_since(since);
         if took >= Duration::from_secs(1) {
-            // a second that idled into many says nothing of the rate when busy
-            self.sent_rate = (took < Duration::from_secs(2)).then(|| n as f64 / took.as_secs_f64());
+            // a second that idled into many says nothing of the rate when busy: the last
+            // busy second's rate stands
+            if took < Duration::from_secs(2) {
+                self.sent_rate = Some(n as f64 / took.as_secs_f64());
+            }
             self.sent = (now, 1);
         } else {
             self.sent.1 = n + 1;
         }
+    }
+
+    /// Requests a second the side sends at, as far as measured at `now`: over its last busy
+    /// whole second, else over the part of the current one (once 100 ms long).
+    fn side_rate(&self, now: Instant) -> Option<f64> {
+        let (since, n) = self.sent;
+        let took = now.saturating_duration_since(since);
+        self.sent_rate.or_else(|| {
+            (took >= Duration::from_millis(100) && n > 0).then(|| n as f64 / took.as_secs_f64())
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -135,7 +158,8 @@ impl Lanes {
         self.lanes.get(prefix).map(|l| l.rate)
     }
 
-    /// A request to `key` at `now`: when it may be sent (None: at once).
+    /// A request to `key` at `now`: when it may be sent (None: at once). A slot reserved
+    /// for `key` ([`Self::reserve`]) is used, not a new one taken.
     pub fn slot(&mut self, key: &str, now: Instant) -> Option<Instant> {
         self.count_sent(now);
         let prefix = prefix_of(key);
@@ -146,17 +170,37 @@ impl Lanes {
                 *first = Some((prefix.to_string(), now));
             }
         }
+        let reserved = self.reserved.remove(key);
         let lane = self.lanes.get_mut(prefix)?;
         lane.used = now;
-        let at = lane.next.max(now);
-        lane.next = at + Duration::from_secs_f64(1.0 / lane.rate);
+        let at = match reserved {
+            Some(at) => at,
+            None => {
+                let at = lane.next.max(now);
+                lane.next = at + Duration::from_secs_f64(1.0 / lane.rate);
+                at
+            }
+        };
         (at > now).then_some(at)
     }
 
-    /// When `key`'s prefix has its next free slot, if later than `now`, without taking it.
-    pub fn due(&self, key: &str, now: Instant) -> Option<Instant> {
-        let lane = self.lanes.get(prefix_of(key))?;
-        (lane.next > now).then_some(lane.next)
+    /// A copy that will send a request to `key` is about to start at `now`: when its prefix
+    /// is paced, takes the next slot for that request (its first [`Self::slot`] for `key`
+    /// gets it) and returns it if later than `now`. Copies that wait here for one prefix
+    /// are spaced one slot apart. Reservations never used (a copy that sent nothing to `key`)
+    /// are forgotten after [`IDLE`].
+    pub fn reserve(&mut self, key: &str, now: Instant) -> Option<Instant> {
+        let lane = self.lanes.get_mut(prefix_of(key))?;
+        lane.used = now;
+        if let Some(at) = self.reserved.get(key) {
+            return (*at > now).then_some(*at);
+        }
+        let at = lane.next.max(now);
+        lane.next = at + Duration::from_secs_f64(1.0 / lane.rate);
+        self.reserved
+            .retain(|_, t| now.saturating_duration_since(*t) < IDLE);
+        self.reserved.insert(key.to_string(), at);
+        (at > now).then_some(at)
     }
 
     /// A request to `key` that started at `started` was throttled at `now`.
@@ -184,7 +228,7 @@ impl Lanes {
                     // what the prefix got at most, not what the store allows: a lane halves
                     // from where the throttle found it
                     rate: self
-                        .sent_rate
+                        .side_rate(now)
                         .map_or(self.start, |r| r.clamp(FLOOR, self.start)),
                     next: now,
                     // a new lane: any request of this round cuts it once
@@ -257,12 +301,13 @@ impl Pacing {
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits until `key`'s prefix has a free slot, without taking it: a copy waits here
-    /// before it takes one of the objects in flight, so that copies of a paced prefix do not
-    /// hold the slots others could use.
+    /// When `key`'s prefix is paced, reserves the slot of the copy's first request to `key`
+    /// and waits for it ([`Lanes::reserve`]): a copy waits here before it takes one of the
+    /// objects in flight, so that copies of a paced prefix do not hold the slots others
+    /// could use, and copies waiting on one prefix start one slot apart.
     pub async fn ready(&self, key: &str) {
         let now = tokio::time::Instant::now();
-        let at = self.lock().due(key, now.into_std());
+        let at = self.lock().reserve(key, now.into_std());
         if let Some(at) = at {
             tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
         }
@@ -329,16 +374,88 @@ mod tests {
         // slots: b/ goes at once; a/ at 876/s gets spaced slots
         assert_eq!(l.slot("b/x", at(300)), None);
         let first = l.slot("a/x", at(300));
-        let due = l.due("a/z", at(300)).expect("a/ is busy");
-        assert_eq!(l.due("b/z", at(300)), None, "b/ is free");
+        assert_eq!(l.reserve("b/z", at(300)), None, "b/ is free");
         let second = l.slot("a/y", at(300)).expect("a/ waits");
-        assert_eq!(second, due, "looking did not take the slot");
         assert!(first.is_none(), "the first slot is free");
         let gap = second - at(300);
         assert!(
             (gap.as_secs_f64() - 1.0 / 876.0).abs() < 1e-6,
             "spaced by 1/rate: {gap:?}"
         );
+    }
+
+    #[test]
+    fn copies_waiting_on_one_prefix_are_released_one_slot_apart() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Lanes::new(100.0);
+        l.slot("b/0", t0);
+        l.throttled("a/0", t0, t0);
+        assert_eq!(l.rate("a/"), Some(50.0));
+        // ten copies of a/ want to start at once: each reserves the next slot, 20 ms apart
+        let slots: Vec<Option<Instant>> =
+            (0..10).map(|i| l.reserve(&format!("a/{i}"), t0)).collect();
+        assert_eq!(slots[0], None, "the first slot is free");
+        for (i, s) in slots.iter().enumerate().skip(1) {
+            let s = s.expect("later slots wait");
+            let want = t0 + Duration::from_secs_f64(i as f64 / 50.0);
+            assert!(
+                s.max(want) - s.min(want) < Duration::from_micros(10),
+                "{i}: {s:?}"
+            );
+        }
+        // asking again keeps the reservation; b/ is not paced
+        assert_eq!(l.reserve("a/3", t0), slots[3]);
+        assert_eq!(l.reserve("b/1", t0), None);
+        // each copy's first request goes in its reserved slot, taking no other; a second
+        // request to the same key, and a request of a copy that reserved nothing, queue
+        // behind all the reservations
+        let woke = |i: usize| slots[i].unwrap_or(t0);
+        assert_eq!(l.slot("a/5", woke(5)), None);
+        assert_eq!(l.slot("a/0", at(1)), None);
+        let after = t0 + Duration::from_secs_f64(10.0 / 50.0);
+        let again = l.slot("a/5", woke(5)).expect("paced");
+        assert!(again >= after - Duration::from_micros(10), "{again:?}");
+        let other = l.slot("a/x", woke(5)).expect("paced");
+        assert!(other > again, "{other:?}");
+        // a reservation never used is forgotten
+        let late = t0 + IDLE + Duration::from_secs(1);
+        l.reserve("a/new", late);
+        assert_eq!(l.reserved.len(), 1, "{:?}", l.reserved.keys());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_waiters_of_a_paced_prefix_wake_spread_over_time() {
+        let p = std::sync::Arc::new(Pacing::new(100.0));
+        let t0 = tokio::time::Instant::now();
+        {
+            let mut l = p.lock();
+            l.slot("b/0", t0.into_std());
+            l.throttled("a/0", t0.into_std(), t0.into_std());
+        }
+        // 20 copies of a/ wait at once; a/ is paced at 50 a second
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let p = p.clone();
+                tokio::spawn(async move {
+                    p.ready(&format!("a/{i}")).await;
+                    tokio::time::Instant::now() - t0
+                })
+            })
+            .collect();
+        let mut woke = Vec::new();
+        for t in tasks {
+            woke.push(t.await.expect("task"));
+        }
+        woke.sort();
+        // one at a time, 20 ms apart: not all at the next slot
+        for pair in woke.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= Duration::from_millis(19),
+                "released together: {woke:?}"
+            );
+        }
+        assert!(woke[19] >= Duration::from_millis(370), "{woke:?}");
     }
 
     #[test]
@@ -372,6 +489,38 @@ mod tests {
                 rate: 1750.0
             }
         );
+    }
+
+    #[test]
+    fn a_new_lane_before_the_first_second_or_after_a_gap_uses_what_was_measured() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // requests 5 ms apart (200 a second) to a/ and b/ from t0, for `busy` ms; then one
+        // more at `last` ms (None: none); a/ throttled at `at` ms → the new lane's rate
+        let table: &[(u64, Option<u64>, u64, f64)] = &[
+            // 150 ms into the first second: 30 requests in 0.15 s, 200/s, halved
+            (150, None, 150, 100.0),
+            // under 100 ms: too short to tell, the published rate halved
+            (50, None, 50, 1750.0),
+            // a busy second and a bit, then 5 s idle: the gap leaves the last busy second's
+            // rate, not the published one
+            (1_100, Some(6_100), 6_100, 100.0),
+        ];
+        for &(busy, last, throttled, want) in table {
+            let mut l = Lanes::new(3500.0);
+            l.sent = (t0, 0);
+            for i in 0..busy / 5 {
+                l.slot(if i % 2 == 0 { "a/k" } else { "b/k" }, at(i * 5));
+            }
+            if let Some(t) = last {
+                l.slot("b/k", at(t));
+            }
+            let v = l.throttled("a/k", at(throttled), at(throttled));
+            let Verdict::Prefix { rate, .. } = v else {
+                panic!("{busy} {last:?}: {v:?}");
+            };
+            assert!((rate - want).abs() < 1.0, "{busy} {last:?}: {rate}");
+        }
     }
 
     #[test]

@@ -56,7 +56,8 @@ pub struct Retry {
     pub store: Option<&'static str>,
     /// The adaptive limit told about throttles and successes; None: none.
     pub limit: Option<Arc<Limiter>>,
-    /// The requests carry large bodies (part uploads): their time is no round-trip sample.
+    /// The requests carry large bodies (part uploads, large PUTs, large ranges read): their
+    /// time is no round-trip sample, nor counted in the limit's latency.
     pub bulk: bool,
 }
 
