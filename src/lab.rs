@@ -294,6 +294,23 @@ mod tests {
         assert_eq!(lab.counters.down.load(Relaxed), 12);
     }
 
+    /// Sends `n` bytes through the lab to the echo server and reads them back; the seconds
+    /// it took.
+    async fn echo_through(addr: std::net::SocketAddr, n: usize) -> f64 {
+        let s = TcpStream::connect(addr).await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let t = std::time::Instant::now();
+        let send = tokio::spawn(async move {
+            w.write_all(&vec![7u8; n]).await.unwrap();
+            w.shutdown().await.unwrap();
+        });
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        send.await.unwrap();
+        assert_eq!(got.len(), n);
+        t.elapsed().as_secs_f64()
+    }
+
     #[tokio::test]
     async fn the_flow_cap_holds_each_connection_and_not_the_link() {
         // 2 MiB through a connection at 4 MiB/s: at least 0.4 s (less the first burst), alone
@@ -308,20 +325,7 @@ mod tests {
         .await
         .unwrap();
         let n = 2usize << 20;
-        let one = |addr| async move {
-            let s = TcpStream::connect(addr).await.unwrap();
-            let (mut r, mut w) = s.into_split();
-            let t = std::time::Instant::now();
-            let send = tokio::spawn(async move {
-                w.write_all(&vec![7u8; n]).await.unwrap();
-                w.shutdown().await.unwrap();
-            });
-            let mut got = Vec::new();
-            r.read_to_end(&mut got).await.unwrap();
-            send.await.unwrap();
-            assert_eq!(got.len(), n);
-            t.elapsed().as_secs_f64()
-        };
+        let one = |addr| echo_through(addr, n);
         let alone = one(lab.addr).await;
         let (a, b, c, d) = tokio::join!(one(lab.addr), one(lab.addr), one(lab.addr), one(lab.addr));
         let floor = (n as f64 - flow as f64 / 10.0) / flow as f64;
@@ -350,19 +354,8 @@ mod tests {
         let lab = Lab::start(echo().await, Link::rtt(Duration::ZERO, Some(rate)), 0)
             .await
             .unwrap();
-        let s = TcpStream::connect(lab.addr).await.unwrap();
-        let (mut r, mut w) = s.into_split();
         let n = 4usize << 20;
-        let t = std::time::Instant::now();
-        let send = tokio::spawn(async move {
-            w.write_all(&vec![7u8; n]).await.unwrap();
-            w.shutdown().await.unwrap();
-        });
-        let mut got = Vec::new();
-        r.read_to_end(&mut got).await.unwrap();
-        send.await.unwrap();
-        let took = t.elapsed().as_secs_f64();
-        assert_eq!(got.len(), n);
+        let took = echo_through(lab.addr, n).await;
         let floor = (n as f64 - rate as f64 / 10.0) / rate as f64;
         assert!(took >= floor, "{n} bytes at {rate}/s took {took:.3} s");
         assert_eq!(lab.counters.down.load(Relaxed), n as u64);

@@ -319,14 +319,10 @@ impl<'a> Inbox<'a> {
 
     /// Drops dead letters older than `max_age_ms`; returns how many.
     pub fn prune_dead_letters(&self, max_age_ms: i64) -> Result<u64> {
-        let t = now_ms();
-        self.m.with(|c| {
-            c.execute(
-                "DELETE FROM dead_letters WHERE received_at < ?1",
-                params![t - max_age_ms],
-            )
-            .map(|n| n as u64)
-        })
+        self.prune(
+            "DELETE FROM dead_letters WHERE received_at < ?1",
+            max_age_ms,
+        )
     }
 
     pub fn stats(&self, pair_id: i64) -> Result<Stats> {
@@ -572,14 +568,14 @@ impl Inbox<'_> {
 
     /// Drops `applies` rows older than `max_age_ms`; returns how many.
     pub fn prune_applies(&self, max_age_ms: i64) -> Result<u64> {
+        self.prune("DELETE FROM applies WHERE finished_at < ?1", max_age_ms)
+    }
+
+    /// Runs a `DELETE … WHERE time < ?1` with now less `max_age_ms`; returns how many went.
+    fn prune(&self, sql: &str, max_age_ms: i64) -> Result<u64> {
         let t = now_ms();
-        self.m.with(|c| {
-            c.execute(
-                "DELETE FROM applies WHERE finished_at < ?1",
-                params![t - max_age_ms],
-            )
-            .map(|n| n as u64)
-        })
+        self.m
+            .with(|c| c.execute(sql, params![t - max_age_ms]).map(|n| n as u64))
     }
 }
 

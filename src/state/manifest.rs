@@ -109,6 +109,20 @@ fn state(size: Option<i64>, etag: Option<String>, mtime: Option<i64>) -> Option<
     })
 }
 
+/// A pair from `id, src, dst, created_at, last_sync_at, src objects, src bytes, dst objects`.
+fn pair_row(r: &super::db::Row) -> DbResult<PairInfo> {
+    Ok(PairInfo {
+        id: r.get(0)?,
+        src: r.get(1)?,
+        dst: r.get(2)?,
+        created_at: r.get(3)?,
+        last_sync_at: r.get(4)?,
+        src_objects: r.get::<_, i64>(5)?.max(0) as u64,
+        src_bytes: r.get::<_, i64>(6)?.max(0) as u64,
+        dst_objects: r.get::<_, i64>(7)?.max(0) as u64,
+    })
+}
+
 impl Manifest {
     /// Opens (creating if needed) the SQLite database at `path` and brings its schema up to
     /// date. A database written by a newer slate is refused.
@@ -176,20 +190,10 @@ impl Manifest {
     pub fn find_pair(&self, src: &str, dst: &str) -> Result<Option<PairInfo>> {
         self.read(|c| {
             c.query_row(
-                "SELECT id, src, dst, created_at, last_sync_at FROM pairs WHERE src = ?1 AND dst = ?2",
+                "SELECT id, src, dst, created_at, last_sync_at, 0, 0, 0 FROM pairs
+                 WHERE src = ?1 AND dst = ?2",
                 params![src, dst],
-                |r| {
-                    Ok(PairInfo {
-                        id: r.get(0)?,
-                        src: r.get(1)?,
-                        dst: r.get(2)?,
-                        created_at: r.get(3)?,
-                        last_sync_at: r.get(4)?,
-                        src_objects: 0,
-                        src_bytes: 0,
-                        dst_objects: 0,
-                    })
-                },
+                pair_row,
             )
             .optional()
         })
@@ -216,18 +220,7 @@ impl Manifest {
                     (SELECT COUNT(*) FROM objects o WHERE o.pair_id = p.id AND o.side = 1)
                  FROM pairs p ORDER BY p.id",
                 params![],
-                |r| {
-                    Ok(PairInfo {
-                        id: r.get(0)?,
-                        src: r.get(1)?,
-                        dst: r.get(2)?,
-                        created_at: r.get(3)?,
-                        last_sync_at: r.get(4)?,
-                        src_objects: r.get::<_, i64>(5)? as u64,
-                        src_bytes: r.get::<_, i64>(6)? as u64,
-                        dst_objects: r.get::<_, i64>(7)? as u64,
-                    })
-                },
+                pair_row,
             )
         })
     }
