@@ -190,8 +190,9 @@ fn renew_claims(db: Arc<Manifest>, mut stop: tokio::sync::watch::Receiver<bool>)
             let d = db.clone();
             let renewed = blocking(move || {
                 let ib = Inbox::new(&d);
+                let held = ib.renew_claims(inbox::worker())?;
                 ib.prune_applies(APPLIES_KEPT.as_millis() as i64)?;
-                ib.renew_claims(inbox::worker())
+                Ok(held)
             });
             if let Err(e) = renewed.await {
                 tracing::warn!(error = %e, "renewing this worker's claims failed; retried");
@@ -338,6 +339,15 @@ async fn supervise(
                 })
             }
         };
+        // the keys it had claimed and not settled (a failure, a shutdown) are free again at
+        // once, for its next run or another worker: renewed, they would be held for good
+        let (d, pair_id) = (db.clone(), handle.pair_id);
+        let freed = blocking(move || Inbox::new(&d).release_claims(pair_id, inbox::worker())).await;
+        match freed {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(pair = %handle.label, keys = n, "claims given back"),
+            Err(e) => tracing::warn!(pair = %handle.label, error = %e, "giving back claims failed; they expire"),
+        }
         if *stop.borrow() {
             handle.set_state(PairState::Stopped);
             if let Err(e) = r {
@@ -852,7 +862,8 @@ async fn apply_pending(
                 ..Backoff::forever()
             };
             let delay = backoff.cap(p.attempts + 2).as_millis() as i64;
-            blocking(move || Inbox::new(&m).retry_later(pair_id, &key, delay)).await
+            blocking(move || Inbox::new(&m).retry_later_by(pair_id, &key, delay, inbox::worker()))
+                .await
         }
     }
 }

@@ -105,11 +105,7 @@ impl Jobs {
         let done = blocking(move || {
             let s = JobStore::new(&m);
             // a job left running by a dead process is interrupted (recover may not have run)
-            if let Some(j) = s.get(id)? {
-                if j.state() == JobState::Interrupted {
-                    s.transition(id, &[JobState::Running], JobState::Interrupted, None)?;
-                }
-            }
+            s.interrupt_if_dead(id)?;
             s.transition(
                 id,
                 &[JobState::Interrupted, JobState::Failed, JobState::Cancelled],
@@ -134,17 +130,21 @@ impl Jobs {
     /// a resume continues them.
     pub async fn interrupt_all(&self) {
         self.stopping.store(true, Relaxed);
+        // only the jobs this process runs: one waiting here for a slot may run on another
+        // worker
         let ids: Vec<(i64, Arc<Live>)> = self
             .live
             .lock()
-            .map(|l| l.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .map(|l| {
+                l.iter()
+                    .filter(|(_, v)| v.claimed.load(Relaxed))
+                    .map(|(k, v)| (*k, v.clone()))
+                    .collect()
+            })
             .unwrap_or_default();
         for (id, live) in ids {
-            let m = self.manifest.clone();
-            let _ = blocking(move || {
-                JobStore::new(&m).transition(id, &[JobState::Running], JobState::Interrupted, None)
-            })
-            .await;
+            let (m, owner) = (self.manifest.clone(), self.owner.clone());
+            let _ = blocking(move || JobStore::new(&m).interrupt(id, &owner, None)).await;
             live.abort();
         }
     }
@@ -158,7 +158,8 @@ impl Jobs {
             if self.stopping.load(Relaxed) {
                 return;
             }
-            if self.slots.available_permits() == 0 {
+            let free = self.slots.available_permits();
+            if free == 0 {
                 continue;
             }
             let m = self.manifest.clone();
@@ -170,7 +171,9 @@ impl Jobs {
                 .lock()
                 .map(|l| l.keys().copied().collect())
                 .unwrap_or_default();
-            for id in ids.into_iter().filter(|id| !known.contains(id)) {
+            // no more than it has free slots: a job waiting here is one another worker with a
+            // free slot could run
+            for id in ids.into_iter().filter(|id| !known.contains(id)).take(free) {
                 self.spawn(id);
             }
         }

@@ -577,24 +577,21 @@ fn scheme(s: &str) -> Option<&str> {
     .then_some(scheme)
 }
 
-/// `URL` with its password, if any, replaced by `***` (and the query's `password=` too).
+/// `URL` with its password, if any, replaced by `***` (and the query's `password=` too). The
+/// credentials are read as the driver reads them: everything before the first `@` (a password
+/// may hold `/`, `?` or `:`), the user before its first `:`.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (auth_end, _) = rest
-        .char_indices()
-        .find(|(_, c)| matches!(c, '/' | '?'))
-        .unwrap_or((rest.len(), ' '));
-    let (authority, tail) = rest.split_at(auth_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => match user.split_once(':') {
-            Some((name, _)) => format!("{name}:***@{host}"),
-            None => format!("{user}@{host}"),
+    let (user, rest) = match rest.split_once('@') {
+        Some((userinfo, after)) => match userinfo.split_once(':') {
+            Some((name, _)) => (format!("{name}:***@"), after),
+            None => (format!("{userinfo}@"), after),
         },
-        None => authority.to_string(),
+        None => (String::new(), rest),
     };
-    let tail = match tail.split_once('?') {
+    let rest = match rest.split_once('?') {
         Some((path, query)) => {
             let q: Vec<String> = query
                 .split('&')
@@ -605,9 +602,9 @@ pub fn redact(url: &str) -> String {
                 .collect();
             format!("{path}?{}", q.join("&"))
         }
-        None => tail.to_string(),
+        None => rest.to_string(),
     };
-    format!("{scheme}://{authority}{tail}")
+    format!("{scheme}://{user}{rest}")
 }
 
 impl Location {
@@ -749,7 +746,13 @@ impl Db {
                 let mut attempt = 0u32;
                 loop {
                     attempt += 1;
-                    let client = self.pg_client(pg, started)?;
+                    // detached from the pool unless the transaction ended cleanly: a panic in
+                    // `f`, or a ROLLBACK that failed, must not hand a connection still inside
+                    // a transaction to the next caller
+                    let mut held = Detach(Some(self.pg_client(pg, started)?));
+                    let Some(client) = held.0.as_ref() else {
+                        return Err(self.err("internal: no connection"));
+                    };
                     let outcome = (|| {
                         wait(client.batch_execute(begin))?;
                         match f(&Conn::Pg(&client)) {
@@ -770,10 +773,13 @@ impl Db {
                         }
                     })();
                     match outcome {
-                        Ok(v) => return Ok(v),
+                        Ok(v) => {
+                            held.give_back();
+                            return Ok(v);
+                        }
                         Err(e) => {
-                            if !client.is_closed() {
-                                let _ = wait(client.batch_execute("ROLLBACK"));
+                            if !client.is_closed() && wait(client.batch_execute("ROLLBACK")).is_ok() {
+                                held.give_back();
                             }
                             let again = match e {
                                 DbError::Conflict(_) => attempt < 50,
@@ -783,7 +789,7 @@ impl Db {
                             if !again {
                                 return Err(self.err(e));
                             }
-                            drop(client);
+                            drop(held);
                             let backoff = 2u64.saturating_pow(attempt.min(8)).min(200);
                             std::thread::sleep(Duration::from_millis(fastrand::u64(1..=backoff)));
                         }
@@ -862,6 +868,24 @@ impl Db {
                 }
                 Err(e) => return Err(self.err(pool_error(e))),
             }
+        }
+    }
+}
+
+/// A pooled connection that goes back to the pool only through [`Detach::give_back`]; dropped
+/// otherwise, it is detached and closed.
+struct Detach(Option<deadpool_postgres::Object>);
+
+impl Detach {
+    fn give_back(&mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        if let Some(o) = self.0.take() {
+            drop(deadpool_postgres::Object::take(o));
         }
     }
 }
@@ -1133,7 +1157,9 @@ mod tests {
                 "postgres://h/db?password=pw&sslmode=disable",
                 "postgres://h/db?password=***&sslmode=disable",
             ),
-            ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:p@ss@h/db", "postgres://u:***@ss@h/db"),
+            ("postgres://u:a/b?c@h:1/db", "postgres://u:***@h:1/db"),
+            ("postgres://u:x:y@h/db?sslmode=disable", "postgres://u:***@h/db?sslmode=disable"),
         ] {
             assert_eq!(redact(url), want);
             assert_eq!(Location::parse(url).unwrap().shown(), want);

@@ -288,13 +288,20 @@ impl<'a> Inbox<'a> {
 
     /// Puts a key back with a backoff after a failed reconcile.
     pub fn retry_later(&self, pair_id: i64, key: &str, delay_ms: i64) -> Result<()> {
+        self.retry(pair_id, key, delay_ms, None)
+    }
+
+    /// Puts a key back with a backoff, its claim given back; with `by`, only while that worker
+    /// (or no one) holds it.
+    fn retry(&self, pair_id: i64, key: &str, delay_ms: i64, by: Option<&str>) -> Result<()> {
         let t = now_ms();
-        self.m.with(|c| {
+        self.m.with_locking(|c| {
             c.execute(
                 "UPDATE inbox SET attempts = attempts + 1, not_before = ?3, claimed_by = NULL,
                     claimed_host = NULL, claim_until = 0
-                 WHERE pair_id = ?1 AND key = ?2",
-                params![pair_id, key, t + delay_ms],
+                 WHERE pair_id = ?1 AND key = ?2
+                   AND (CAST(?4 AS TEXT) IS NULL OR claimed_by IS NULL OR claimed_by = ?4)",
+                params![pair_id, key, t + delay_ms, by],
             )
             .map(|_| ())
         })
@@ -564,6 +571,25 @@ impl Inbox<'_> {
                 },
             )
         })
+    }
+
+    /// Gives back the claims `w` holds on keys of the pair (its loop ended: a failure or a
+    /// shutdown); returns how many.
+    pub fn release_claims(&self, pair_id: i64, w: &Worker) -> Result<u64> {
+        self.m.with_locking(|c| {
+            c.execute(
+                "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
+                 WHERE pair_id = ?1 AND claimed_by = ?2",
+                params![pair_id, w.id],
+            )
+            .map(|n| n as u64)
+        })
+    }
+
+    /// [`Inbox::retry_later`] for a key `w` claimed: its claim is given back, unless another
+    /// worker holds the key now (its claim expired and was taken).
+    pub fn retry_later_by(&self, pair_id: i64, key: &str, delay_ms: i64, w: &Worker) -> Result<()> {
+        self.retry(pair_id, key, delay_ms, Some(&w.id))
     }
 
     /// Drops `applies` rows older than `max_age_ms`; returns how many.

@@ -173,7 +173,8 @@ const COLUMNS: &str = "id, kind, src, dst, options, state, objects_done, objects
 
 /// How long a running job of another host may go without writing its progress (its worker
 /// writes it every second) before it reads as interrupted.
-pub const JOB_STALE_MS: i64 = 30_000;
+/// Longer than a worker waits for PostgreSQL to come back (a restart stops every heartbeat).
+pub const JOB_STALE_MS: i64 = 90_000;
 
 /// The state a row reads as: a running job whose process is gone was interrupted.
 fn read_state(
@@ -376,6 +377,47 @@ impl<'a> JobStore<'a> {
         })
     }
 
+    /// Marks a running job interrupted, only if the row still names the runner `owner` (and,
+    /// given, the heartbeat `beat` read when it was found dead): a job another worker took or
+    /// that beat meanwhile stays running. True when it moved.
+    pub fn interrupt(&self, id: i64, owner: &str, beat: Option<i64>) -> Result<bool> {
+        let t = now_ms();
+        self.m.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = 'interrupted', finished_at = ?4, rate = 0,
+                    version = version + 1
+                 WHERE id = ?1 AND state = 'running' AND COALESCE(owner, '') = ?2
+                   AND (CAST(?3 AS BIGINT) IS NULL OR COALESCE(heartbeat_at, -1) = ?3)",
+                params![id, owner, beat, t],
+            )
+            .map(|n| n > 0)
+        })
+    }
+
+    /// A running job whose runner is gone (as [`read_state`] decides) becomes interrupted,
+    /// unless the row changed since it was read. True when it moved.
+    pub fn interrupt_if_dead(&self, id: i64) -> Result<bool> {
+        type Line = (String, Option<String>, Option<String>, Option<i64>);
+        let row: Option<Line> = self.m.read(|c| {
+            c.query_row(
+                "SELECT state, owner, host, heartbeat_at FROM jobs WHERE id = ?1",
+                params![id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+        })?;
+        match row {
+            Some((state, owner, host, beat))
+                if state == "running"
+                    && read_state(&state, owner.as_deref(), host.as_deref(), beat)
+                        == Some(JobState::Interrupted) =>
+            {
+                self.interrupt(id, owner.as_deref().unwrap_or(""), beat.or(Some(-1)))
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// The ids of the queued jobs, oldest first: what a worker with a free slot may take.
     pub fn queued(&self) -> Result<Vec<i64>> {
         self.m.read(|c| {
@@ -476,8 +518,9 @@ impl<'a> JobStore<'a> {
         for (id, state, owner, host, beat) in rows {
             match read_state(&state, owner.as_deref(), host.as_deref(), beat) {
                 Some(JobState::Interrupted) if state == "running" => {
-                    let to = JobState::Interrupted;
-                    let moved = self.transition(id, &[JobState::Running], to, None)?;
+                    // only if it still reads as it did: not taken, no new heartbeat
+                    let moved =
+                        self.interrupt(id, owner.as_deref().unwrap_or(""), beat.or(Some(-1)))?;
                     interrupted.extend(moved.then_some(id));
                 }
                 Some(JobState::Queued) => queued.push(id),
