@@ -88,23 +88,29 @@ fn deployment() -> Value {
 
 /// The Deployment's only container.
 fn container(d: &Value) -> &Value {
-    let cs = arr_at(d, "/spec/template/spec/containers", "deployment.yaml");
+    container_of(d, "deployment.yaml")
+}
+
+/// The only container of the Deployment `d` of `file`.
+fn container_of<'a>(d: &'a Value, file: &str) -> &'a Value {
+    let cs = arr_at(d, "/spec/template/spec/containers", file);
     assert_eq!(
         cs.len(),
         1,
-        "deployment.yaml: expected one container (slate), found {}",
+        "{file}: expected one container (slate), found {}",
         cs.len()
     );
     &cs[0]
 }
 
+/// A list of strings; `what` names it in a panic, file first.
 fn strings(v: &Value, what: &str) -> Vec<String> {
     v.as_array()
-        .unwrap_or_else(|| panic!("deployment.yaml: {what} is not a list"))
+        .unwrap_or_else(|| panic!("{what} is not a list"))
         .iter()
         .map(|s| {
             s.as_str()
-                .unwrap_or_else(|| panic!("deployment.yaml: {what} holds a non-string: {s}"))
+                .unwrap_or_else(|| panic!("{what} holds a non-string: {s}"))
                 .to_string()
         })
         .collect()
@@ -112,9 +118,16 @@ fn strings(v: &Value, what: &str) -> Vec<String> {
 
 /// The container's command followed by its args: the full command line.
 fn command_line(c: &Value) -> Vec<String> {
-    let mut line = strings(&c["command"], "the container's command");
+    command_line_of(c, "deployment.yaml")
+}
+
+fn command_line_of(c: &Value, file: &str) -> Vec<String> {
+    let mut line = strings(&c["command"], &format!("{file}: the container's command"));
     if !c["args"].is_null() {
-        line.extend(strings(&c["args"], "the container's args"));
+        line.extend(strings(
+            &c["args"],
+            &format!("{file}: the container's args"),
+        ));
     }
     line
 }
@@ -162,13 +175,20 @@ fn volume_with(d: &Value, kind: &str, field: &str, name: &str) -> Option<String>
 
 /// The container port named `http`.
 fn http_port(c: &Value) -> u64 {
-    let ports = arr_at(c, "/ports", "deployment.yaml container");
-    let p = ports.iter().find(|p| p["name"] == "http").unwrap_or_else(|| {
-        panic!("deployment.yaml: no container port named 'http' (the probes and the Service use it)")
-    });
+    http_port_of(c, "deployment.yaml")
+}
+
+fn http_port_of(c: &Value, file: &str) -> u64 {
+    let ports = arr_at(c, "/ports", file);
+    let p = ports
+        .iter()
+        .find(|p| p["name"] == "http")
+        .unwrap_or_else(|| {
+            panic!("{file}: no container port named 'http' (the probes and the Service use it)")
+        });
     p["containerPort"]
         .as_u64()
-        .unwrap_or_else(|| panic!("deployment.yaml: port 'http' has no numeric containerPort"))
+        .unwrap_or_else(|| panic!("{file}: port 'http' has no numeric containerPort"))
 }
 
 /// Resolves a probe port or a Service targetPort (a name or a number) to a container port.
@@ -179,7 +199,7 @@ fn resolve_port(c: &Value, port: &Value, what: &str) -> u64 {
     let name = port
         .as_str()
         .unwrap_or_else(|| panic!("{what}: port is neither a name nor a number: {port}"));
-    arr_at(c, "/ports", "deployment.yaml container")
+    arr_at(c, "/ports", what)
         .iter()
         .find(|p| p["name"] == name)
         .and_then(|p| p["containerPort"].as_u64())
@@ -217,21 +237,22 @@ struct LoadedConfig {
 /// as `--config` names it.
 fn configmap_config() -> LoadedConfig {
     let cm = object("configmap.yaml", "ConfigMap", "slate-config");
-    let line = command_line(container(&deployment()));
-    let arg = config_arg(&line, "deployment.yaml");
+    load_config(&cm, "configmap.yaml", &deployment(), "deployment.yaml")
+}
+
+/// The config of ConfigMap `cm` (of `cm_file`) that the Deployment `d` (of `d_file`) names
+/// with `--config`, loaded with slate's own loader.
+fn load_config(cm: &Value, cm_file: &str, d: &Value, d_file: &str) -> LoadedConfig {
+    let line = command_line_of(container_of(d, d_file), d_file);
+    let arg = config_arg(&line, d_file);
     let key = arg
         .file_name()
         .and_then(|f| f.to_str())
-        .unwrap_or_else(|| {
-            panic!(
-                "deployment.yaml: --config {} has no file name",
-                arg.display()
-            )
-        })
+        .unwrap_or_else(|| panic!("{d_file}: --config {} has no file name", arg.display()))
         .to_string();
     let text = cm["data"][&key].as_str().unwrap_or_else(|| {
         panic!(
-            "configmap.yaml: no data key '{key}', the file name of --config {}",
+            "{cm_file}: no data key '{key}', the file name of --config {}",
             arg.display()
         )
     });
@@ -239,12 +260,13 @@ fn configmap_config() -> LoadedConfig {
     let path = dir.path().join(&key);
     std::fs::write(&path, text).expect("write the config");
     let config = Config::load(Some(&path))
-        .unwrap_or_else(|e| panic!("configmap.yaml: slate rejects data.{key}: {e}"));
+        .unwrap_or_else(|e| panic!("{cm_file}: slate rejects data.{key}: {e}"));
     LoadedConfig { key, config }
 }
 
 /// The variables of the environment that slate reads: every NAME in `slate sync --help`'s
-/// environment section, and the listener's token and the database (named in src/cli/).
+/// environment section, the listener's token and the database (named in src/cli/), and
+/// PostgreSQL's password variables (src/state/db.rs).
 fn env_vars_slate_reads() -> BTreeSet<String> {
     let mut known: BTreeSet<String> = slate::stores::ENV_HELP
         .split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
@@ -256,9 +278,10 @@ fn env_vars_slate_reads() -> BTreeSet<String> {
     let cli = [
         include_str!("../src/cli/mod.rs"),
         include_str!("../src/cli/sync.rs"),
+        include_str!("../src/state/db.rs"),
     ]
     .concat();
-    for name in ["SLATE_API_TOKEN", "SLATE_DB"] {
+    for name in ["SLATE_API_TOKEN", "SLATE_DB", "PGPASSWORD", "PGPASSFILE"] {
         if cli.contains(&format!("\"{name}\"")) {
             known.insert(name.to_string());
         }
@@ -326,7 +349,7 @@ fn unit(rel: &str) -> BTreeMap<(String, String), Vec<String>> {
 fn unit_value(u: &BTreeMap<(String, String), Vec<String>>, section: &str, key: &str) -> String {
     let vs = u
         .get(&(section.to_string(), key.to_string()))
-        .unwrap_or_else(|| panic!("slate.service: [{section}] {key}= is missing"));
+        .unwrap_or_else(|| panic!("the unit has no [{section}] {key}="));
     vs.last().unwrap().clone()
 }
 
@@ -347,9 +370,23 @@ fn env_file(rel: &str) -> BTreeMap<String, String> {
 
 #[test]
 fn every_manifest_parses_and_the_kustomization_lists_all_but_the_secret_template() {
-    let dir = repo(K8S);
+    check_kustomization("", &["configmap.yaml", "pvc.yaml", "deployment.yaml"], &[]);
+}
+
+/// Every YAML file of `manifests/kubernetes/SUB` parses into objects (but the files of
+/// `not_objects`: Helm values and the like), and its kustomization.yaml lists each of them but
+/// the Secret templates, and `needed`.
+fn check_kustomization(sub: &str, needed: &[&str], not_objects: &[&str]) {
+    let at_sub = |f: &str| {
+        if sub.is_empty() {
+            f.to_string()
+        } else {
+            format!("{sub}/{f}")
+        }
+    };
+    let dir = repo(K8S).join(sub);
     let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .expect("manifests/kubernetes")
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| {
             e.expect("dir entry")
                 .file_name()
@@ -360,7 +397,11 @@ fn every_manifest_parses_and_the_kustomization_lists_all_but_the_secret_template
         .collect();
     files.sort();
     for f in &files {
-        for (i, d) in yaml_docs(f).iter().enumerate() {
+        if not_objects.contains(&f.as_str()) {
+            yaml_docs(&at_sub(f));
+            continue;
+        }
+        for (i, d) in yaml_docs(&at_sub(f)).iter().enumerate() {
             for field in ["apiVersion", "kind"] {
                 assert!(
                     d[field].is_string(),
@@ -375,38 +416,37 @@ fn every_manifest_parses_and_the_kustomization_lists_all_but_the_secret_template
             }
         }
     }
-    let k = &yaml_docs("kustomization.yaml")[0];
-    assert_eq!(k["kind"], "Kustomization", "kustomization.yaml: kind");
-    let listed: BTreeSet<String> = arr_at(k, "/resources", "kustomization.yaml")
+    let kfile = at_sub("kustomization.yaml");
+    let k = &yaml_docs(&kfile)[0];
+    assert_eq!(k["kind"], "Kustomization", "{kfile}: kind");
+    let listed: BTreeSet<String> = arr_at(k, "/resources", &kfile)
         .iter()
         .map(|r| r.as_str().expect("resource is a string").to_string())
         .collect();
     for r in &listed {
         assert!(
             dir.join(r).is_file(),
-            "kustomization.yaml lists '{r}', which is not a file in {K8S}"
+            "{kfile} lists '{r}', which is not a file in {}",
+            dir.display()
         );
     }
     for f in &files {
         let template = f.contains(".example.") || f.contains("secret");
-        if f == "kustomization.yaml" || template {
+        if f == "kustomization.yaml" || template || not_objects.contains(&f.as_str()) {
             assert!(
                 !listed.contains(f),
-                "kustomization.yaml lists '{f}': a template of placeholders must not be applied \
-                 over the real Secret"
+                "{kfile} lists '{f}': a template of placeholders must not be applied over the \
+                 real Secret, nor a file that holds no Kubernetes object"
             );
         } else {
             assert!(
                 listed.contains(f),
-                "kustomization.yaml does not list '{f}': `kubectl apply -k` would skip it"
+                "{kfile} does not list '{f}': `kubectl apply -k` would skip it"
             );
         }
     }
-    for needed in ["configmap.yaml", "pvc.yaml", "deployment.yaml"] {
-        assert!(
-            listed.contains(needed),
-            "kustomization.yaml does not list {needed}"
-        );
+    for needed in needed {
+        assert!(listed.contains(*needed), "{kfile} does not list {needed}");
     }
 }
 
@@ -590,7 +630,7 @@ fn the_config_loads_with_slate_and_agrees_with_the_volumes() {
 
     // the database lies on the PVC
     let pvc = object("pvc.yaml", "PersistentVolumeClaim", "slate-data");
-    let modes = strings(&pvc["spec"]["accessModes"], "pvc.yaml accessModes");
+    let modes = strings(&pvc["spec"]["accessModes"], "pvc.yaml: accessModes");
     assert!(
         modes.iter().all(|m| m.starts_with("ReadWriteOnce")),
         "pvc.yaml: accessModes {modes:?}: the SQLite database needs ReadWriteOnce(Pod)"
@@ -645,23 +685,24 @@ fn the_config_loads_with_slate_and_agrees_with_the_volumes() {
         object("service.yaml", "Service", "slate");
     }
 
-    // chunk buffers fit the memory limit: bounded per pair
-    let parsed = Cli::try_parse_from(command_line(c)).expect("parsed above");
+    buffers_fit(c, &cfg, "configmap.yaml", "deployment.yaml");
+}
+
+/// The chunk buffers of the config `cfg` (of `cm_file`), bounded per pair, fit in the memory
+/// limit of the container `c` (of `d_file`), run with its command line.
+fn buffers_fit(c: &Value, cfg: &Config, cm_file: &str, d_file: &str) {
+    let parsed = Cli::try_parse_from(command_line_of(c, d_file)).expect("parsed above");
     let Command::Sync(args) = parsed.command else {
         unreachable!()
     };
-    let opts = slate::cli::copy::options(&args.tuning, &cfg);
+    let opts = slate::cli::copy::options(&args.tuning, cfg);
     opts.validate()
-        .unwrap_or_else(|e| panic!("configmap.yaml: [copy] is refused: {e}"));
-    let limit = quantity(str_at(
-        c,
-        "/resources/limits/memory",
-        "deployment.yaml container",
-    ));
+        .unwrap_or_else(|e| panic!("{cm_file}: [copy] is refused: {e}"));
+    let limit = quantity(str_at(c, "/resources/limits/memory", d_file));
     let buffers = opts.buffer_bound() * cfg.pairs.len() as u64;
     assert!(
         buffers <= limit / 2,
-        "configmap.yaml: {} pairs x {} MiB of chunk buffers ([copy] memory_limit, transfers x \
+        "{cm_file}: {} pairs x {} MiB of chunk buffers ([copy] memory_limit, transfers x \
          streams x chunk_size) = {} MiB, more than half the container's memory limit ({} MiB)",
         cfg.pairs.len(),
         opts.buffer_bound() >> 20,
@@ -689,6 +730,28 @@ fn the_image_tag_is_the_crate_version() {
         "deployment.yaml: image"
     );
 }
+
+/// What every slate unit sets: how it runs and its sandbox.
+const UNIT_SETTINGS: &[(&str, &str)] = &[
+    ("Type", "simple"),
+    ("Restart", "on-failure"),
+    ("KillSignal", "SIGTERM"),
+    ("NoNewPrivileges", "yes"),
+    ("ProtectSystem", "strict"),
+    ("ProtectHome", "yes"),
+    ("PrivateTmp", "yes"),
+    ("PrivateDevices", "yes"),
+    ("ProtectKernelTunables", "yes"),
+    ("ProtectKernelModules", "yes"),
+    ("ProtectControlGroups", "yes"),
+    ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
+    ("RestrictNamespaces", "yes"),
+    ("LockPersonality", "yes"),
+    ("MemoryDenyWriteExecute", "yes"),
+    ("SystemCallFilter", "@system-service"),
+    ("CapabilityBoundingSet", ""),
+    ("LimitNOFILE", "65536"),
+];
 
 #[test]
 fn the_systemd_unit_runs_what_the_deployment_runs() {
@@ -732,26 +795,7 @@ fn the_systemd_unit_runs_what_the_deployment_runs() {
         env_file_value, "-/etc/slate/credentials.env",
         "{rel}: EnvironmentFile"
     );
-    for (key, want) in [
-        ("Type", "simple"),
-        ("Restart", "on-failure"),
-        ("KillSignal", "SIGTERM"),
-        ("NoNewPrivileges", "yes"),
-        ("ProtectSystem", "strict"),
-        ("ProtectHome", "yes"),
-        ("PrivateTmp", "yes"),
-        ("PrivateDevices", "yes"),
-        ("ProtectKernelTunables", "yes"),
-        ("ProtectKernelModules", "yes"),
-        ("ProtectControlGroups", "yes"),
-        ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
-        ("RestrictNamespaces", "yes"),
-        ("LockPersonality", "yes"),
-        ("MemoryDenyWriteExecute", "yes"),
-        ("SystemCallFilter", "@system-service"),
-        ("CapabilityBoundingSet", ""),
-        ("LimitNOFILE", "65536"),
-    ] {
+    for &(key, want) in UNIT_SETTINGS {
         assert_eq!(
             unit_value(&u, "Service", key),
             want,
