@@ -929,3 +929,390 @@ fn check_env(file: &str, env: &BTreeMap<String, String>, known: &BTreeSet<String
         );
     }
 }
+
+// ---- N workers on one PostgreSQL database: manifests/kubernetes/workers, slate@.service ----
+
+const WORKERS: &str = "workers";
+const WORKERS_DEPLOYMENT: &str = "workers/deployment.yaml";
+
+fn workers() -> Value {
+    object(WORKERS_DEPLOYMENT, "Deployment", "slate-workers")
+}
+
+/// The seconds slate drains in-flight copies after SIGTERM, as src/cli/sync.rs sets them.
+fn shutdown_grace_secs() -> u64 {
+    let src = include_str!("../src/cli/sync.rs");
+    let (_, tail) = src
+        .split_once("shutdown_grace: std::time::Duration::from_secs(")
+        .expect("src/cli/sync.rs no longer sets shutdown_grace with from_secs: update this test");
+    tail.split(')')
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .expect("shutdown_grace is a number of seconds")
+}
+
+/// Whether slate serves `path` without a token (the probes' routes of src/server/metrics.rs).
+fn is_probe_route(path: &str) -> bool {
+    let src = include_str!("../src/server/metrics.rs");
+    let start = src
+        .find("fn probe_routes(")
+        .expect("src/server/metrics.rs has no probe_routes");
+    let body = &src[start..start + src[start..].find("\n}\n").expect("end of probe_routes")];
+    body.contains(&format!(".route(\"{path}\""))
+}
+
+/// Every `matchLabels` pair of `selector` is a label of `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| &labels[k] == v))
+}
+
+/// A database URL of a template: PostgreSQL as slate parses `--db`, a placeholder password,
+/// no TLS demanded (slate connects without TLS).
+fn check_db_url(url: &str, file: &str) {
+    match slate::state::db::Location::parse(url) {
+        Ok(slate::state::db::Location::Postgres(_)) => {}
+        other => panic!("{file}: SLATE_DB {url} is not a PostgreSQL URL for slate: {other:?}"),
+    }
+    assert!(
+        url.contains(PLACEHOLDER),
+        "{file}: the database URL must carry a {PLACEHOLDER} password, never a real one"
+    );
+    for tls in ["sslmode=require", "sslmode=verify"] {
+        assert!(
+            !url.contains(tls),
+            "{file}: {tls}: slate connects to PostgreSQL without TLS, the connection would fail"
+        );
+    }
+}
+
+#[test]
+fn the_workers_kustomizations_list_every_manifest_but_the_templates() {
+    check_kustomization(
+        WORKERS,
+        &[
+            "configmap.yaml",
+            "deployment.yaml",
+            "service.yaml",
+            "pdb.yaml",
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn the_workers_deployment_runs_several_pods_on_postgresql_without_a_volume() {
+    let f = WORKERS_DEPLOYMENT;
+    let d = workers();
+    let replicas = d["spec"]["replicas"].as_u64().unwrap_or(1);
+    assert!(
+        replicas >= 2,
+        "{f}: spec.replicas is {replicas}: workers are several pods (the single replica is \
+         ../deployment.yaml)"
+    );
+    let strategy = &d["spec"]["strategy"];
+    assert_ne!(
+        strategy["type"], "Recreate",
+        "{f}: Recreate stops every worker at once; workers roll (RollingUpdate)"
+    );
+    if let Some(n) = strategy["rollingUpdate"]["maxUnavailable"].as_u64() {
+        assert!(
+            n < replicas,
+            "{f}: maxUnavailable {n} stops every worker during a rollout"
+        );
+    }
+    let selector = at(&d, "/spec/selector/matchLabels", f);
+    let pod_labels = &d["spec"]["template"]["metadata"]["labels"];
+    assert!(
+        selects(selector, pod_labels),
+        "{f}: the selector {selector} does not match the pod template's labels {pod_labels}"
+    );
+    // no overlap with the single-replica Deployment: its selector must not take these pods
+    let single = deployment();
+    assert!(
+        !selects(&single["spec"]["selector"]["matchLabels"], pod_labels),
+        "{f}: the pods carry the labels the single-replica Deployment `slate` selects: one \
+         Deployment would count the other's pods"
+    );
+
+    let spec = &d["spec"]["template"]["spec"];
+    // no state of its own: no PVC, no ephemeral volume claim, no host path
+    for v in spec["volumes"].as_array().into_iter().flatten() {
+        for kind in ["persistentVolumeClaim", "ephemeral", "hostPath"] {
+            assert!(
+                v[kind].is_null(),
+                "{f}: volume {} is a {kind}: the workers keep their state in PostgreSQL",
+                v["name"]
+            );
+        }
+    }
+    assert!(
+        d["spec"]["volumeClaimTemplates"].is_null(),
+        "{f}: volumeClaimTemplates"
+    );
+    // a worker frees the claims of dead workers of its own host name: the pods need their own
+    assert_ne!(
+        spec["hostNetwork"], true,
+        "{f}: hostNetwork gives the pods of a node one host name: a starting worker would free \
+         the live claims of the others"
+    );
+    assert!(
+        spec["hostname"].is_null(),
+        "{f}: spec.hostname gives every pod the same host name: a starting worker would free \
+         the live claims of the others"
+    );
+    let grace = at(&d, "/spec/template/spec/terminationGracePeriodSeconds", f)
+        .as_u64()
+        .expect("terminationGracePeriodSeconds is a number");
+    let drain = shutdown_grace_secs();
+    assert!(
+        grace >= drain + 10,
+        "{f}: terminationGracePeriodSeconds is {grace}; slate drains in-flight copies for up \
+         to {drain} s after SIGTERM: give it at least {}",
+        drain + 10
+    );
+    // spread over nodes
+    let terms = arr_at(
+        &d,
+        "/spec/template/spec/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+        f,
+    );
+    assert!(
+        terms.iter().any(|t| {
+            t["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+                && selects(
+                    &t["podAffinityTerm"]["labelSelector"]["matchLabels"],
+                    pod_labels,
+                )
+        }),
+        "{f}: no preferred pod anti-affinity on kubernetes.io/hostname selecting the workers"
+    );
+
+    let c = container_of(&d, f);
+    let line = command_line_of(c, f);
+    let cli = Cli::try_parse_from(&line)
+        .unwrap_or_else(|e| panic!("{f}: slate rejects the command line {line:?}: {e}"));
+    config_arg(&line, f);
+    let Command::Sync(args) = cli.command else {
+        unreachable!()
+    };
+    assert!(
+        args.db.is_none(),
+        "{f}: --db on the command line shows the database password in the pod spec: SLATE_DB \
+         from the Secret"
+    );
+    for (what, v) in [
+        ("requests.cpu", &c["resources"]["requests"]["cpu"]),
+        ("requests.memory", &c["resources"]["requests"]["memory"]),
+        ("limits.memory", &c["resources"]["limits"]["memory"]),
+    ] {
+        assert!(v.is_string(), "{f}: the container has no resources.{what}");
+    }
+    let sc = &c["securityContext"];
+    assert_eq!(
+        sc["readOnlyRootFilesystem"], true,
+        "{f}: readOnlyRootFilesystem"
+    );
+    assert_eq!(
+        sc["allowPrivilegeEscalation"], false,
+        "{f}: allowPrivilegeEscalation"
+    );
+    assert_eq!(
+        c["image"],
+        container(&single)["image"],
+        "{f}: the image differs from ../deployment.yaml's"
+    );
+
+    // SLATE_DB from a Secret key, which the template holds, with a PostgreSQL URL
+    let known = env_vars_slate_reads();
+    let env = arr_at(c, "/env", f);
+    for e in env {
+        let name = e["name"].as_str().expect("env name");
+        assert!(
+            known.contains(name),
+            "{f}: env {name} is not a variable slate reads"
+        );
+    }
+    let db = env
+        .iter()
+        .find(|e| e["name"] == "SLATE_DB")
+        .unwrap_or_else(|| panic!("{f}: no env SLATE_DB: the workers need the PostgreSQL URL"));
+    assert!(
+        db["value"].is_null(),
+        "{f}: SLATE_DB has a literal value: the URL holds the password, take it from a Secret"
+    );
+    let secret_name = str_at(db, "/valueFrom/secretKeyRef/name", f);
+    let secret_key = str_at(db, "/valueFrom/secretKeyRef/key", f);
+    assert_ne!(
+        db["valueFrom"]["secretKeyRef"]["optional"], true,
+        "{f}: an optional SLATE_DB would start a worker without its database"
+    );
+    let template = format!("{WORKERS}/secret.example.yaml");
+    let secret = object(&template, "Secret", secret_name);
+    let url = secret["stringData"][secret_key]
+        .as_str()
+        .unwrap_or_else(|| {
+            panic!("{template}: Secret {secret_name} has no stringData key '{secret_key}'")
+        });
+    check_db_url(url, &template);
+    // the other Secrets it loads or mounts are templated (the single install's)
+    for r in arr_at(c, "/envFrom", f) {
+        let name = str_at(r, "/secretRef/name", f);
+        object("secret.example.yaml", "Secret", name);
+        assert_ne!(r["secretRef"]["optional"], true, "{f}: {name} optional");
+    }
+}
+
+#[test]
+fn the_workers_config_loads_with_slate_and_names_no_database_file() {
+    let f = WORKERS_DEPLOYMENT;
+    let cm_file = format!("{WORKERS}/configmap.yaml");
+    let d = workers();
+    let c = container_of(&d, f);
+    let volume = d["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["configMap"]["name"].is_string()))
+        .unwrap_or_else(|| panic!("{f}: no ConfigMap volume"));
+    let cm_name = volume["configMap"]["name"].as_str().unwrap();
+    let cm = object(&cm_file, "ConfigMap", cm_name);
+    let LoadedConfig { key, config: cfg } = load_config(&cm, &cm_file, &d, f);
+    assert!(
+        !cfg.pairs.is_empty(),
+        "{cm_file}: data.{key} has no [[pairs]]"
+    );
+    let arg = config_arg(&command_line_of(c, f), f);
+    let mount = mount_of(c, volume["name"].as_str().unwrap())
+        .unwrap_or_else(|| panic!("{f}: the ConfigMap volume is not mounted"));
+    assert_eq!(
+        Path::new(&mount),
+        arg.parent().unwrap(),
+        "{f}: {cm_name} is mounted at {mount} but --config is {}",
+        arg.display()
+    );
+    assert!(
+        volume["configMap"]["items"].is_null(),
+        "{f}: items remap the keys"
+    );
+    if let Some(db) = &cfg.daemon.db {
+        panic!(
+            "{cm_file}: daemon.db = {db}: the workers' database is SLATE_DB (PostgreSQL); \
+             a file here is what a worker would open without it"
+        );
+    }
+    for (i, p) in cfg.pairs.iter().enumerate() {
+        let name = p.name.clone().unwrap_or_else(|| format!("pairs[{i}]"));
+        let src = Location::parse(&p.src).expect("validated by Config::load");
+        EventSource::choose(&src, p.events.as_deref()).unwrap_or_else(|e| {
+            panic!("{cm_file}: pair {name}: the daemon would refuse its events: {e}")
+        });
+        for url in [&p.src, &p.dst] {
+            assert_ne!(
+                Location::parse(url).unwrap().scheme,
+                Scheme::Local,
+                "{cm_file}: pair {name}: {url} is a local folder: each pod would have its own"
+            );
+        }
+    }
+    buffers_fit(c, &cfg, &cm_file, f);
+}
+
+#[test]
+fn the_workers_probes_and_service_point_at_the_listener() {
+    let f = WORKERS_DEPLOYMENT;
+    let d = workers();
+    let c = container_of(&d, f);
+    let port = http_port_of(c, f);
+    let cm_file = format!("{WORKERS}/configmap.yaml");
+    let cm = object(&cm_file, "ConfigMap", "slate-workers-config");
+    let cfg = load_config(&cm, &cm_file, &d, f).config;
+    let listen = cfg
+        .daemon
+        .listen
+        .as_deref()
+        .unwrap_or_else(|| panic!("{cm_file}: [daemon] listen must be set (the probes)"));
+    let addr: SocketAddr = listen
+        .parse()
+        .unwrap_or_else(|_| panic!("{cm_file}: listen '{listen}' is not an address"));
+    assert_eq!(
+        u64::from(addr.port()),
+        port,
+        "{cm_file}: listen port vs containerPort http"
+    );
+    assert!(
+        !addr.ip().is_loopback(),
+        "{cm_file}: listen '{listen}' is loopback"
+    );
+    for (probe, path) in [
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+        ("startupProbe", "/healthz"),
+    ] {
+        let what = format!("{f} {probe}");
+        let p = at(c, &format!("/{probe}"), &what);
+        let got = str_at(p, "/httpGet/path", &what);
+        assert_eq!(got, path, "{what}: path");
+        assert!(
+            is_probe_route(got),
+            "{what}: {got} is not a probe route of slate (src/server/metrics.rs): it would \
+             answer 404 or 401"
+        );
+        let pp = resolve_port(c, at(p, "/httpGet/port", &what), &what);
+        assert_eq!(pp, port, "{what}: port {pp} is not the listener's {port}");
+    }
+    let sfile = format!("{WORKERS}/service.yaml");
+    let svc = object(&sfile, "Service", "slate-workers");
+    let pod_labels = &d["spec"]["template"]["metadata"]["labels"];
+    assert!(
+        selects(at(&svc, "/spec/selector", &sfile), pod_labels),
+        "{sfile}: the selector does not match the workers' pods"
+    );
+    for p in arr_at(&svc, "/spec/ports", &sfile) {
+        let target = resolve_port(c, &p["targetPort"], &sfile);
+        assert_eq!(
+            target, port,
+            "{sfile}: targetPort is not the listener's port"
+        );
+    }
+    assert_eq!(
+        svc["spec"]["publishNotReadyAddresses"], true,
+        "{sfile}: deliveries are accepted during a backfill: publishNotReadyAddresses"
+    );
+    // the listener binds 0.0.0.0: the token must come with the credentials
+    let creds = object("secret.example.yaml", "Secret", "slate-credentials");
+    assert!(
+        creds["stringData"]["SLATE_API_TOKEN"].is_string(),
+        "secret.example.yaml: no SLATE_API_TOKEN for the workers' listener"
+    );
+}
+
+#[test]
+fn the_pdb_covers_the_workers_and_never_blocks_every_drain() {
+    let f = format!("{WORKERS}/pdb.yaml");
+    let pdb = object(&f, "PodDisruptionBudget", "slate-workers");
+    let d = workers();
+    let replicas = d["spec"]["replicas"].as_u64().unwrap();
+    let pod_labels = &d["spec"]["template"]["metadata"]["labels"];
+    let selector = at(&pdb, "/spec/selector/matchLabels", &f);
+    assert!(
+        selects(selector, pod_labels),
+        "{f}: the selector {selector} does not match the workers' pods {pod_labels}"
+    );
+    let spec = &pdb["spec"];
+    match (
+        spec["maxUnavailable"].as_u64(),
+        spec["minAvailable"].as_u64(),
+    ) {
+        (Some(n), None) => assert!(n >= 1 && n < replicas, "{f}: maxUnavailable {n}"),
+        (None, Some(n)) => assert!(
+            n >= 1 && n < replicas,
+            "{f}: minAvailable {n} with {replicas} replicas: no drain could ever evict one"
+        ),
+        _ => panic!("{f}: set a numeric maxUnavailable or minAvailable (one)"),
+    }
+    assert_eq!(
+        spec["unhealthyPodEvictionPolicy"], "AlwaysAllow",
+        "{f}: workers are not ready for the hours of a first backfill: without AlwaysAllow \
+         they block every drain"
+    );
+}
