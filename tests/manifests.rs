@@ -933,6 +933,7 @@ fn check_env(file: &str, env: &BTreeMap<String, String>, known: &BTreeSet<String
 // ---- N workers on one PostgreSQL database: manifests/kubernetes/workers, slate@.service ----
 
 const WORKERS: &str = "workers";
+const AUTOSCALING: &str = "workers/autoscaling";
 const WORKERS_DEPLOYMENT: &str = "workers/deployment.yaml";
 
 fn workers() -> Value {
@@ -959,6 +960,16 @@ fn is_probe_route(path: &str) -> bool {
         .expect("src/server/metrics.rs has no probe_routes");
     let body = &src[start..start + src[start..].find("\n}\n").expect("end of probe_routes")];
     body.contains(&format!(".route(\"{path}\""))
+}
+
+/// Whether slate serves `path` behind the token (the metrics route).
+fn is_metrics_route(path: &str) -> bool {
+    include_str!("../src/server/metrics.rs").contains(&format!(".route(\"{path}\", get(metrics))"))
+}
+
+/// Whether slate exports the gauge family `name` on GET /metrics.
+fn is_gauge(name: &str) -> bool {
+    include_str!("../src/server/metrics.rs").contains(&format!("(\"{name}\", MetricType::Gauge)"))
 }
 
 /// Every `matchLabels` pair of `selector` is a label of `labels`.
@@ -998,6 +1009,11 @@ fn the_workers_kustomizations_list_every_manifest_but_the_templates() {
             "pdb.yaml",
         ],
         &[],
+    );
+    check_kustomization(
+        AUTOSCALING,
+        &["hpa.yaml", "servicemonitor.yaml"],
+        &["prometheus-adapter-values.yaml"],
     );
 }
 
@@ -1315,4 +1331,118 @@ fn the_pdb_covers_the_workers_and_never_blocks_every_drain() {
         "{f}: workers are not ready for the hours of a first backfill: without AlwaysAllow \
          they block every drain"
     );
+}
+
+#[test]
+fn the_autoscaler_scales_the_workers_on_slates_backlog() {
+    let dir = AUTOSCALING;
+    let f = format!("{dir}/hpa.yaml");
+    let hpa = object(&f, "HorizontalPodAutoscaler", "slate-workers");
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2", "{f}: apiVersion");
+    let d = workers();
+    let target = at(&hpa, "/spec/scaleTargetRef", &f);
+    for (k, want) in [
+        ("apiVersion", &d["apiVersion"]),
+        ("kind", &d["kind"]),
+        ("name", &d["metadata"]["name"]),
+    ] {
+        assert_eq!(
+            &target[k], want,
+            "{f}: scaleTargetRef.{k} is not the workers'"
+        );
+    }
+    let min = hpa["spec"]["minReplicas"].as_u64().unwrap_or(1);
+    let max = at(&hpa, "/spec/maxReplicas", &f)
+        .as_u64()
+        .expect("maxReplicas");
+    assert!(
+        min >= 2 && min <= max,
+        "{f}: minReplicas {min}, maxReplicas {max}"
+    );
+
+    // the metric: External (every worker reports the whole backlog; a Pods metric would
+    // multiply it by the replica count), served by the adapter rule over a gauge slate exports
+    let values_file = format!("{dir}/prometheus-adapter-values.yaml");
+    let values = &yaml_docs(&values_file)[0];
+    let rules = arr_at(values, "/rules/external", &values_file);
+    let svc = object(
+        &format!("{WORKERS}/service.yaml"),
+        "Service",
+        "slate-workers",
+    );
+    let metrics = arr_at(&hpa, "/spec/metrics", &f);
+    assert!(!metrics.is_empty(), "{f}: no metric");
+    for m in metrics {
+        assert_eq!(
+            m["type"], "External",
+            "{f}: a {} metric: each worker reports the whole shared backlog, so only an \
+             External metric (one number) scales right",
+            m["type"]
+        );
+        assert_eq!(
+            m["external"]["target"]["type"], "AverageValue",
+            "{f}: target type"
+        );
+        let name = str_at(m, "/external/metric/name", &f);
+        let rule = rules
+            .iter()
+            .find(|r| r["name"]["as"] == name)
+            .unwrap_or_else(|| panic!("{values_file}: no external rule serves {name}"));
+        let series = str_at(rule, "/seriesQuery", &values_file);
+        let family = series.split(['{', ' ']).next().unwrap();
+        assert!(
+            is_gauge(family),
+            "{values_file}: {family} is not a gauge slate exports (src/server/metrics.rs)"
+        );
+        let query = str_at(rule, "/metricsQuery", &values_file);
+        assert!(
+            query.contains("max by") && query.contains("pair"),
+            "{values_file}: every worker reports every pair's backlog: take the max by pair \
+             before summing, or it counts N times"
+        );
+        // the series carry the Service's name (the ServiceMonitor scrapes through it)
+        if let Some(sel) = m["external"]["metric"]["selector"]["matchLabels"].as_object() {
+            if let Some(s) = sel.get("service") {
+                assert_eq!(s, &svc["metadata"]["name"], "{f}: selector service");
+            }
+        }
+    }
+
+    // Prometheus scrapes the workers' /metrics through their Service, with the token
+    let sm_file = format!("{dir}/servicemonitor.yaml");
+    let sm = object(&sm_file, "ServiceMonitor", "slate-workers");
+    assert!(
+        selects(
+            at(&sm, "/spec/selector/matchLabels", &sm_file),
+            &svc["metadata"]["labels"]
+        ),
+        "{sm_file}: the selector does not match the Service slate-workers"
+    );
+    let ports: Vec<&Value> = arr_at(&svc, "/spec/ports", "service.yaml")
+        .iter()
+        .map(|p| &p["name"])
+        .collect();
+    for e in arr_at(&sm, "/spec/endpoints", &sm_file) {
+        assert!(
+            ports.contains(&&e["port"]),
+            "{sm_file}: port {} is not a port name of the Service",
+            e["port"]
+        );
+        let path = str_at(e, "/path", &sm_file);
+        assert!(
+            is_metrics_route(path),
+            "{sm_file}: slate serves no metrics at {path}"
+        );
+        let secret = str_at(e, "/authorization/credentials/name", &sm_file);
+        let key = str_at(e, "/authorization/credentials/key", &sm_file);
+        assert_eq!(
+            key, "SLATE_API_TOKEN",
+            "{sm_file}: /metrics needs the listener's token"
+        );
+        let s = object("secret.example.yaml", "Secret", secret);
+        assert!(
+            s["stringData"][key].is_string(),
+            "{sm_file}: {secret} has no {key}"
+        );
+    }
 }
