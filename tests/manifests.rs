@@ -3,7 +3,11 @@
 //! config, the container, the probes and the Service, a config that slate's own loader accepts
 //! with its database on the volume, the config mounted where `--config` points, the image tag
 //! equal to the crate version, the systemd unit running the same command, and credentials that
-//! name only variables slate reads (the listener's token included). No cluster, no network.
+//! name only variables slate reads (the listener's token included). For the workers on
+//! PostgreSQL (manifests/kubernetes/workers, slate@.service): several pods rolled, no volume,
+//! SLATE_DB from a Secret, probes on slate's real routes, a PDB and an HPA that select them,
+//! the HPA's metric a gauge slate exports, each systemd instance on its own port. No cluster,
+//! no network.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -1445,4 +1449,121 @@ fn the_autoscaler_scales_the_workers_on_slates_backlog() {
             "{sm_file}: {secret} has no {key}"
         );
     }
+}
+
+#[test]
+fn the_systemd_template_runs_n_workers_on_postgresql() {
+    let rel = format!("{SYSTEMD}/slate@.service");
+    let u = unit(&rel);
+    let exec = unit_value(&u, "Service", "ExecStart");
+    assert!(
+        exec.contains("%i"),
+        "{rel}: ExecStart does not use the instance (%i): every instance would listen on one port"
+    );
+    let single = unit_value(
+        &unit(&format!("{SYSTEMD}/slate.service")),
+        "Service",
+        "ExecStart",
+    );
+    let mut ports = BTreeSet::new();
+    for n in 1..=99 {
+        let line: Vec<String> = exec
+            .replace("%i", &n.to_string())
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let config = config_arg(&line, &rel);
+        assert_eq!(
+            config,
+            config_arg(
+                &single
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>(),
+                &rel
+            ),
+            "{rel}: the workers run the config of slate.service"
+        );
+        let Command::Sync(args) = Cli::try_parse_from(&line).expect("parsed").command else {
+            unreachable!()
+        };
+        assert!(
+            args.db.is_none(),
+            "{rel}: --db on the command line shows the password"
+        );
+        let listen = args
+            .listen
+            .unwrap_or_else(|| panic!("{rel}: no --listen: instances share the config's port"));
+        let addr: SocketAddr = listen
+            .parse()
+            .unwrap_or_else(|_| panic!("{rel}: instance {n}: --listen {listen} is not an address"));
+        assert!(
+            addr.ip().is_loopback(),
+            "{rel}: instance {n} listens on {addr}: keep it on loopback (no token needed)"
+        );
+        assert!(
+            ports.insert(addr.port()),
+            "{rel}: instance {n} listens on port {}, as another instance does",
+            addr.port()
+        );
+    }
+    let ident = unit_value(&u, "Service", "SyslogIdentifier");
+    assert!(
+        ident.contains("%i"),
+        "{rel}: SyslogIdentifier={ident} lacks the instance"
+    );
+    let files = u
+        .get(&("Service".into(), "EnvironmentFile".into()))
+        .unwrap_or_else(|| panic!("{rel}: no EnvironmentFile="));
+    assert!(
+        files.iter().any(|f| f == "-/etc/slate/credentials.env"),
+        "{rel}: the credentials file of slate.service"
+    );
+    let db_file = files
+        .iter()
+        .find(|f| f.ends_with("/workers.env"))
+        .unwrap_or_else(|| panic!("{rel}: no EnvironmentFile=/etc/slate/workers.env (SLATE_DB)"));
+    assert!(
+        !db_file.starts_with('-'),
+        "{rel}: {db_file}: optional, so an instance would start without its database"
+    );
+    assert!(
+        !u.contains_key(&("Service".into(), "StateDirectory".into())),
+        "{rel}: StateDirectory=: the workers' state is in PostgreSQL; a writable directory lets \
+         an instance without SLATE_DB open a SQLite file of its own"
+    );
+    let stop: u64 = unit_value(&u, "Service", "TimeoutStopSec")
+        .trim_end_matches('s')
+        .parse()
+        .expect("TimeoutStopSec in seconds");
+    let drain = shutdown_grace_secs();
+    assert!(
+        stop >= drain + 10,
+        "{rel}: TimeoutStopSec={stop}: slate drains for up to {drain} s"
+    );
+    for &(key, want) in UNIT_SETTINGS {
+        assert_eq!(
+            unit_value(&u, "Service", key),
+            want,
+            "{rel}: [Service] {key}= should be '{want}'"
+        );
+    }
+    let user = unit_value(&u, "Service", "User");
+    assert_ne!(user, "root", "{rel}: User=root");
+    assert_eq!(unit_value(&u, "Install", "WantedBy"), "multi-user.target");
+
+    // the environment file: only variables slate reads, the URL a PostgreSQL placeholder
+    let env_rel = format!("{SYSTEMD}/workers.env.example");
+    let env = env_file(&env_rel);
+    let known = env_vars_slate_reads();
+    for k in env.keys() {
+        assert!(
+            known.contains(k),
+            "{env_rel}: {k} is not a variable slate reads"
+        );
+    }
+    let url = env
+        .get("SLATE_DB")
+        .unwrap_or_else(|| panic!("{env_rel}: no SLATE_DB"));
+    check_db_url(url, &env_rel);
 }
