@@ -346,7 +346,9 @@ async fn supervise(
         match freed {
             Ok(0) => {}
             Ok(n) => tracing::debug!(pair = %handle.label, keys = n, "claims given back"),
-            Err(e) => tracing::warn!(pair = %handle.label, error = %e, "giving back claims failed; they expire"),
+            Err(e) => {
+                tracing::warn!(pair = %handle.label, error = %e, "giving back claims failed; they expire")
+            }
         }
         if *stop.borrow() {
             handle.set_state(PairState::Stopped);

@@ -755,7 +755,7 @@ impl Db {
                     };
                     let outcome = (|| {
                         wait(client.batch_execute(begin))?;
-                        match f(&Conn::Pg(&client)) {
+                        match f(&Conn::Pg(client)) {
                             Ok(v) => {
                                 wait(client.batch_execute("COMMIT")).map_err(|e| {
                                     // a COMMIT whose answer was lost may have landed: not
@@ -778,7 +778,8 @@ impl Db {
                             return Ok(v);
                         }
                         Err(e) => {
-                            if !client.is_closed() && wait(client.batch_execute("ROLLBACK")).is_ok() {
+                            if !client.is_closed() && wait(client.batch_execute("ROLLBACK")).is_ok()
+                            {
                                 held.give_back();
                             }
                             let again = match e {
@@ -1159,7 +1160,10 @@ mod tests {
             ),
             ("postgres://u:p@ss@h/db", "postgres://u:***@ss@h/db"),
             ("postgres://u:a/b?c@h:1/db", "postgres://u:***@h:1/db"),
-            ("postgres://u:x:y@h/db?sslmode=disable", "postgres://u:***@h/db?sslmode=disable"),
+            (
+                "postgres://u:x:y@h/db?sslmode=disable",
+                "postgres://u:***@h/db?sslmode=disable",
+            ),
         ] {
             assert_eq!(redact(url), want);
             assert_eq!(Location::parse(url).unwrap().shown(), want);

@@ -703,16 +703,31 @@ mod tests {
         assert_eq!(ib.claim_at(p, 1, &dead, t, 60_000).unwrap().len(), 1);
         assert_eq!(ib.claim_at(p, 1, &me, t, 60_000).unwrap().len(), 1);
         assert_eq!(ib.release_dead_claims(&me.host).unwrap(), 1);
+        // a worker whose pair loop ended gives its claims back (not renewed for good)
+        assert_eq!(ib.release_claims(p, &me).unwrap(), 1);
         assert_eq!(
             ib.claim_at(p, 10, &a, t, 60_000).unwrap().len(),
-            1,
-            "the dead one's key"
+            2,
+            "both free again"
         );
-        assert_eq!(ib.renew_claims(&me).unwrap(), 1);
+        ib.release_claims(p, &a).unwrap();
+        assert_eq!(ib.renew_claims(&a).unwrap(), 0, "a holds nothing now");
+        // a key's failure gives its claim back only for its holder
+        let key = ib.claim_at(p, 1, &a, t, 60_000).unwrap()[0].key.clone();
+        ib.retry_later_by(p, &key, 0, &b).unwrap();
+        let later = now_ms() + 10;
+        let by_b = ib.claim_at(p, 100, &b, later, 60_000).unwrap();
+        assert!(by_b.iter().all(|x| x.key != key), "a still holds {key}");
+        ib.retry_later_by(p, &key, 0, &a).unwrap();
+        let again = ib.claim_at(p, 100, &me, now_ms() + 10, 60_000).unwrap();
+        assert!(
+            again.iter().any(|x| x.key == key),
+            "given back by a: {again:?}"
+        );
     }
 
     fn concurrent_claims_never_share_a_key(loc: &Location) {
-        let m = std::sync::Arc::new(Manifest::open_at(loc).unwrap());
+        let m = Manifest::open_at(loc).unwrap();
         let p = m.pair("s3://a", "s3://b").unwrap().id;
         let evs: Vec<_> = (0..600)
             .map(|i| (format!("k{i:04}"), Kind::Upsert, None))
@@ -720,9 +735,11 @@ mod tests {
         Inbox::new(&m).push(p, &evs).unwrap();
         let threads: Vec<_> = (0..4)
             .map(|n| {
-                let m = m.clone();
+                let loc = loc.clone();
                 std::thread::spawn(move || {
-                    // each thread its own connection pool, as separate workers have
+                    // each thread its database of its own (connections, a pool), as separate
+                    // workers have
+                    let m = Manifest::open_at(&loc).unwrap();
                     let w = worker(&format!("{n}:{n}:w"));
                     let mut mine = Vec::new();
                     loop {

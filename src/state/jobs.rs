@@ -572,8 +572,18 @@ mod tests {
             s.count_by_state().unwrap().by_state[JobState::Running as usize],
             1
         );
-        moved(now_ms() - JOB_STALE_MS - 1_000);
+        let stale = now_ms() - JOB_STALE_MS - 1_000;
+        moved(stale);
         assert_eq!(s.get(id).unwrap().unwrap().state(), JobState::Interrupted);
+        // only if the row still says what was read: another runner, or a newer beat, stay
+        assert!(
+            !s.interrupt(id, "2:2", Some(stale)).unwrap(),
+            "another runner"
+        );
+        assert!(
+            !s.interrupt(id, "1:1", Some(stale - 1)).unwrap(),
+            "another heartbeat"
+        );
         let (interrupted, _) = s.recover().unwrap();
         assert_eq!(interrupted, vec![id]);
         // cancelled through any worker: the runner's next progress write says so
