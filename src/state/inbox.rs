@@ -270,20 +270,7 @@ impl<'a> Inbox<'a> {
     /// row's event count as `take` returned it: every push adds one, so a row with more events
     /// got some after the take, whatever the clock says.
     pub fn done(&self, pair_id: i64, key: &str, events: u64) -> Result<()> {
-        self.m.with(|c| {
-            let gone = c.execute(
-                "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3",
-                params![pair_id, key, events as i64],
-            )?;
-            if gone == 0 {
-                c.execute(
-                    "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
-                     WHERE pair_id = ?1 AND key = ?2",
-                    params![pair_id, key],
-                )?;
-            }
-            Ok(())
-        })
+        self.m.with(|c| finish_key(c, pair_id, key, events, None))
     }
 
     /// Puts a key back with a backoff after a failed reconcile.
@@ -425,6 +412,30 @@ pub struct Applied {
     pub outcome: String,
 }
 
+/// Removes a settled key's row unless events arrived for it meanwhile; then its claim is given
+/// back (with `by`, only while that worker holds it), so that the key is applied again.
+fn finish_key(
+    c: &super::db::Conn,
+    pair_id: i64,
+    key: &str,
+    events: u64,
+    by: Option<&str>,
+) -> DbResult<()> {
+    let gone = c.execute(
+        "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3",
+        params![pair_id, key, events as i64],
+    )?;
+    if gone == 0 {
+        c.execute(
+            "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
+             WHERE pair_id = ?1 AND key = ?2
+               AND (CAST(?3 AS TEXT) IS NULL OR claimed_by = ?3)",
+            params![pair_id, key, by],
+        )?;
+    }
+    Ok(())
+}
+
 fn pending_row(r: &Row) -> DbResult<Pending> {
     Ok(Pending {
         key: r.get(0)?,
@@ -537,18 +548,7 @@ impl Inbox<'_> {
                     a.outcome
                 ],
             )?;
-            let gone = c.execute(
-                "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3",
-                params![pair_id, key, events as i64],
-            )?;
-            if gone == 0 {
-                c.execute(
-                    "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
-                     WHERE pair_id = ?1 AND key = ?2 AND claimed_by = ?3",
-                    params![pair_id, key, a.worker.id],
-                )?;
-            }
-            Ok(())
+            finish_key(c, pair_id, key, events, Some(&a.worker.id))
         })
     }
 
