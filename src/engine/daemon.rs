@@ -27,7 +27,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::key::{Applied, Engine};
-use super::once::{sync_once, Hooks, SyncOptions};
+use super::once::{sync_once, Hooks, SyncOptions, SyncReport};
 use super::running::{PairHandle, PairState, Running};
 use crate::copy::transfer::Ctx;
 use crate::copy::{self, Counters};
@@ -41,6 +41,7 @@ use crate::events::watch;
 use crate::state::blocking;
 use crate::state::inbox::{self, Inbox, Intake, Kind};
 use crate::state::manifest::{self, Manifest};
+use crate::state::partitions::{Partitions, Start};
 use crate::stores::side::one_line;
 
 /// How one pair's daemon runs.
@@ -584,10 +585,28 @@ async fn run_pair(
             planned: None,
             failed: Some(&on_failed),
         };
-        let report = tokio::select! {
-            r = sync_once(db.clone(), src, dst, &o, hooks) => r?,
-            // dropping the run releases its lease and removes its temporary files
-            _ = &mut shutdown => return Ok(()),
+        let report = if partitioned(&db, src, &o) {
+            // workers sharing a PostgreSQL database split the backfill into key ranges
+            let r = tokio::select! {
+                r = super::partition::reconcile(db.clone(), src, dst, &o, Start::IfNeverSynced, hooks) => r?,
+                _ = &mut shutdown => return Ok(()),
+            };
+            match r {
+                Some(j) => {
+                    tracing::info!(pair = %handle.label, "backfill: {}", j.line());
+                    j.report
+                }
+                None => {
+                    tracing::info!(pair = %handle.label, "backfill: reconciled meanwhile by another worker");
+                    SyncReport::default()
+                }
+            }
+        } else {
+            tokio::select! {
+                r = sync_once(db.clone(), src, dst, &o, hooks) => r?,
+                // dropping the run releases its lease and removes its temporary files
+                _ = &mut shutdown => return Ok(()),
+            }
         };
         stats.bytes_copied.fetch_add(report.copied_bytes, Relaxed);
         if report.failed > 0 {
@@ -662,6 +681,8 @@ async fn run_pair(
     let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();
     let mut last_health = Instant::now();
+    let shared = partitioned(&db, src, &opts.sync);
+    let mut last_join_look = Instant::now();
     let mut drift: Option<tokio::task::JoinHandle<()>> = None;
     let mut rounds = 0u64;
     let result = loop {
@@ -705,6 +726,20 @@ async fn run_pair(
             health_line(&db, handle).await?;
         }
         let drifting = drift.as_ref().is_some_and(|d| !d.is_finished());
+        if !drifting && shared && last_join_look.elapsed() >= JOIN_LOOK {
+            // a partitioned run another worker started (a drift check due on its clock, a
+            // backfill after a restart): this worker takes partitions of it too
+            last_join_look = Instant::now();
+            let (m, id) = (db.clone(), pair_id);
+            let open = blocking(move || Partitions::new(&m).latest(id)).await?;
+            if open.is_some_and(|r| r.finished_at.is_none()) {
+                let (db, p, stats) = (db.clone(), p.clone(), stats.clone());
+                drift = Some(tokio::spawn(async move {
+                    drift_check(&db, &p, &stats, Start::Never).await
+                }));
+                continue;
+            }
+        }
         if !opts.drift_interval.is_zero()
             && last_drift.elapsed() >= opts.drift_interval
             && !drifting
@@ -713,9 +748,12 @@ async fn run_pair(
             // long, and the pair's events keep being applied meanwhile
             last_drift = Instant::now();
             let (db, p, stats) = (db.clone(), p.clone(), stats.clone());
-            drift = Some(tokio::spawn(
-                async move { drift_check(&db, &p, &stats).await },
-            ));
+            // on a shared database, once per interval however many workers (the first whose
+            // clock says it is due starts it, the others join)
+            let start = Start::IfNoneSince(opts.drift_interval.as_millis() as i64 / 2);
+            drift = Some(tokio::spawn(async move {
+                drift_check(&db, &p, &stats, start).await
+            }));
         }
     };
     if let Some(d) = drift {
@@ -870,12 +908,45 @@ async fn apply_pending(
     }
 }
 
-/// A full compare of the pair that repairs what the events missed, counted as drift.
-async fn drift_check(db: &Arc<Manifest>, p: &PairRun, stats: &super::running::DaemonStats) {
+/// Whether the pair's backfill and drift checks run partitioned: workers share a PostgreSQL
+/// database, the source is a store they all read (a local folder is each host's own), and the
+/// reconcile covers the whole pair.
+fn partitioned(db: &Manifest, src: &Location, opts: &SyncOptions) -> bool {
+    db.is_postgres() && src.scheme != Scheme::Local && super::partition::partitionable(opts)
+}
+
+/// How often a worker looks for a partitioned run of its pair that another worker started.
+const JOIN_LOOK: Duration = Duration::from_secs(5);
+
+/// A full compare of the pair that repairs what the events missed, counted as drift. On a
+/// shared database it is partitioned: started as `start` says, or joined.
+async fn drift_check(
+    db: &Arc<Manifest>,
+    p: &PairRun,
+    stats: &super::running::DaemonStats,
+    start: Start,
+) {
     // another reconcile of the pair is running (a job, a CLI run): it does the same work
     let mut o = daemon_sync(&p.opts.sync, "drift check", super::lease::Wait::No);
     o.full = true;
-    match sync_once(db.clone(), &p.src, &p.dst, &o, Hooks::default()).await {
+    let r = if partitioned(db, &p.src, &o) {
+        match super::partition::reconcile(db.clone(), &p.src, &p.dst, &o, start, Hooks::default())
+            .await
+        {
+            Ok(Some(j)) => {
+                tracing::info!("drift check: {}", j.line());
+                Ok(j.report)
+            }
+            Ok(None) => {
+                tracing::debug!("drift check: another worker ran it in this interval");
+                return;
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        sync_once(db.clone(), &p.src, &p.dst, &o, Hooks::default()).await
+    };
+    match r {
         Ok(r) => {
             let repaired = r.copied + r.deleted;
             let c = &r.counts;

@@ -62,10 +62,26 @@ impl PairLease {
         purpose: &str,
         wait: Wait,
     ) -> Result<PairLease> {
-        let name = format!("pair:{pair_id}");
+        PairLease::take_named(db, &format!("pair:{pair_id}"), label, purpose, wait).await
+    }
+
+    /// A new holder's owner tag: this process and a random part (`PID:START:RANDOM`).
+    pub fn new_owner() -> String {
         let me = owner::owner_tag(std::process::id())
             .unwrap_or_else(|| format!("{}:0", std::process::id()));
-        let owner = format!("{me}:{:016x}", fastrand::u64(..));
+        format!("{me}:{:016x}", fastrand::u64(..))
+    }
+
+    /// Takes the lease `name` (a pair's, or one under it: a partition's, a planner's).
+    pub async fn take_named(
+        db: &Arc<Manifest>,
+        name: &str,
+        label: &str,
+        purpose: &str,
+        wait: Wait,
+    ) -> Result<PairLease> {
+        let name = name.to_string();
+        let owner = PairLease::new_owner();
         let host = owner::host_name();
         let mut logged = false;
         loop {
@@ -93,6 +109,12 @@ impl PairLease {
             }
             tokio::time::sleep(Duration::from_millis(250 + fastrand::u64(..250))).await;
         }
+        Ok(PairLease::held(db, name, owner))
+    }
+
+    /// A lease `owner` has just taken (in a transaction of its own, as a partition is taken),
+    /// renewed from now on.
+    pub fn held(db: &Arc<Manifest>, name: String, owner: String) -> PairLease {
         let lost = Arc::new(AtomicBool::new(false));
         let renewer = {
             let (db, name, owner, lost) = (db.clone(), name.clone(), owner.clone(), lost.clone());
@@ -115,13 +137,13 @@ impl PairLease {
                 }
             })
         };
-        Ok(PairLease {
+        PairLease {
             db: db.clone(),
             name,
             owner,
             renewer,
             lost,
-        })
+        }
     }
 
     /// Set when another holder took the lease meanwhile (a renewal found it gone): the run

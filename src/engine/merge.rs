@@ -21,6 +21,64 @@ use crate::state::manifest::{self, Manifest};
 /// Manifest rows read per page.
 const PAGE: usize = 10_000;
 
+/// A range of keys, relative to the pair's prefixes: after `after` (exclusive) through
+/// `through` (inclusive); None is open. A partition of a partitioned reconcile walks one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    pub after: Option<String>,
+    pub through: Option<String>,
+}
+
+impl KeyRange {
+    /// Every key.
+    pub fn all() -> KeyRange {
+        KeyRange::default()
+    }
+
+    /// Whether `key` comes before the range (at or below `after`).
+    pub fn before(&self, key: &str) -> bool {
+        self.after.as_deref().is_some_and(|a| key <= a)
+    }
+
+    /// Whether `key` comes after the range (above `through`).
+    pub fn beyond(&self, key: &str) -> bool {
+        self.through.as_deref().is_some_and(|t| key > t)
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        !self.before(key) && !self.beyond(key)
+    }
+
+    /// Whether no key under the folder `dir` (ending in `/`) can be in the range.
+    pub fn misses_folder(&self, dir: &str) -> bool {
+        // every key under `dir` starts with it: all of them are at or below an `after` that
+        // sorts above `dir` without starting with it, and all are above a `through` that
+        // sorts below `dir`
+        let below = self
+            .after
+            .as_deref()
+            .is_some_and(|a| a > dir && !a.starts_with(dir));
+        below || self.through.as_deref().is_some_and(|t| t < dir)
+    }
+
+    pub fn is_all(&self) -> bool {
+        self.after.is_none() && self.through.is_none()
+    }
+
+    /// `(a, b]` for the log.
+    pub fn text(&self) -> String {
+        format!(
+            "({}, {}]",
+            self.after
+                .as_deref()
+                .map_or("first key".into(), |a| format!("'{a}'")),
+            self.through
+                .as_deref()
+                .map_or("last key".into(), |t| format!("'{t}'"))
+        )
+    }
+}
+
 /// One sorted input of the walk.
 pub enum Input {
     /// A listing as it streams in, with the filter applied.
@@ -38,12 +96,19 @@ pub struct Listing {
     head: Option<(String, State)>,
     last: Option<String>,
     done: bool,
+    /// Keys outside it are skipped (a lister may hand back a little more than it was asked).
+    range: KeyRange,
     /// Entries that passed the filter.
     pub seen: u64,
 }
 
 impl Listing {
-    pub fn new(rx: mpsc::Receiver<Result<Entry>>, url: String, filter: Filter) -> Listing {
+    pub fn new(
+        rx: mpsc::Receiver<Result<Entry>>,
+        url: String,
+        filter: Filter,
+        range: KeyRange,
+    ) -> Listing {
         Listing {
             rx,
             url,
@@ -51,6 +116,7 @@ impl Listing {
             head: None,
             last: None,
             done: false,
+            range,
             seen: 0,
         }
     }
@@ -68,12 +134,22 @@ pub struct Recorded {
 
 impl Recorded {
     pub fn new(db: Arc<Manifest>, pair_id: i64, side: manifest::Side) -> Recorded {
+        Recorded::from(db, pair_id, side, None)
+    }
+
+    /// The rows after the key `after` (None: from the first).
+    pub fn from(
+        db: Arc<Manifest>,
+        pair_id: i64,
+        side: manifest::Side,
+        after: Option<String>,
+    ) -> Recorded {
         Recorded {
             db,
             pair_id,
             side,
             buf: VecDeque::new(),
-            after: None,
+            after,
             done: false,
         }
     }
@@ -93,7 +169,7 @@ impl Input {
                         Some(Ok(e)) => {
                             // the key globs here; the age is the row's business (a source
                             // too old is left out with its destination, see Walk::next)
-                            if !l.filter.key(&e.rel) {
+                            if !l.filter.key(&e.rel) || !l.range.contains(&e.rel) {
                                 continue;
                             }
                             if let Some(prev) = &l.last {
@@ -175,6 +251,8 @@ pub struct Walk {
     m_dst: Input,
     /// Filters the keys no listing showed (listings are filtered already).
     filter: Filter,
+    /// The walk ends at the first key beyond it.
+    range: KeyRange,
     now: SystemTime,
 }
 
@@ -186,8 +264,15 @@ impl Walk {
             m_src: Input::Recorded(m_src),
             m_dst: Input::Recorded(m_dst),
             filter,
+            range: KeyRange::all(),
             now: SystemTime::now(),
         }
+    }
+
+    /// Walks only the keys of `range` (the inputs start after its `after` already).
+    pub fn within(mut self, range: KeyRange) -> Walk {
+        self.range = range;
+        self
     }
 
     /// The next key's row, or None at the end. Keys neither side holds now (only the
@@ -211,6 +296,9 @@ impl Walk {
             .map(str::to_string) else {
                 return Ok(None);
             };
+            if self.range.beyond(&key) {
+                return Ok(None);
+            }
             let row = Row {
                 src: self.src.take_if(&key),
                 dst: self.dst.take_if(&key),
@@ -234,6 +322,60 @@ impl Walk {
                 continue;
             }
             return Ok(Some(row));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyRange;
+
+    fn r(after: Option<&str>, through: Option<&str>) -> KeyRange {
+        KeyRange {
+            after: after.map(str::to_string),
+            through: through.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_range_holds_keys_after_its_start_through_its_end() {
+        // (range, key, contains)
+        let cases = [
+            (r(None, None), "a", true),
+            (r(Some("b"), None), "b", false),
+            (r(Some("b"), None), "b0", true),
+            (r(None, Some("m")), "m", true),
+            (r(None, Some("m")), "m/", false),
+            (r(Some("a/x"), Some("c")), "a/y", true),
+            (r(Some("a/x"), Some("c")), "a/w", false),
+            (r(Some("a/x"), Some("c")), "c0", false),
+        ];
+        for (range, key, want) in cases {
+            assert_eq!(range.contains(key), want, "{} holds {key}", range.text());
+        }
+    }
+
+    #[test]
+    fn a_folder_is_skipped_only_when_none_of_its_keys_can_be_in_range() {
+        // (range, folder, missed)
+        let cases = [
+            (r(Some("b"), None), "a/", true),
+            (r(Some("a/x"), None), "a/", false), // a/y is after a/x
+            (r(Some("a0"), None), "a/", true),   // '/' sorts before '0'
+            (r(Some("a"), None), "a/", false),
+            (r(None, Some("a/m")), "a/", false),
+            (r(None, Some("a")), "a/", true),
+            (r(None, Some("a.txt")), "a/", true), // '.' sorts before '/'
+            (r(None, Some("a0")), "a/", false),
+            (r(None, None), "z/", false),
+        ];
+        for (range, dir, want) in cases {
+            assert_eq!(
+                range.misses_folder(dir),
+                want,
+                "{} misses {dir}",
+                range.text()
+            );
         }
     }
 }

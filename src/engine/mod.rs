@@ -10,5 +10,6 @@ pub mod key;
 pub mod lease;
 pub mod merge;
 pub mod once;
+pub mod partition;
 pub mod plan;
 pub mod running;

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::judge::{self, Judge};
 use super::key::Engine;
 use super::lease::{PairLease, Wait};
-use super::merge::{Input, Listing, Recorded, Walk};
+use super::merge::{Input, KeyRange, Listing, Recorded, Walk};
 use super::plan::{self, Action, Row, Rule};
 use crate::copy::transfer::Ctx;
 use crate::copy::{self, progress, CopyOptions};
@@ -317,18 +317,22 @@ pub struct Compared {
 
 /// Starts the sorted listing of one side (a local source's symlinks follow its location's
 /// rule: `--copy-links`).
-fn listing(side: &Side, filter: &Filter) -> (Input, tokio::task::JoinHandle<Result<u64>>) {
+fn listing(
+    side: &Side,
+    filter: &Filter,
+    range: &KeyRange,
+) -> (Input, tokio::task::JoinHandle<Result<u64>>) {
     let (tx, rx) = mpsc::channel(BATCH);
-    let side2 = side.clone();
-    let task =
-        tokio::spawn(
-            async move { list::list_entries(&side2, tx, copy::classify_store_error).await },
-        );
+    let (side2, range2) = (side.clone(), range.clone());
+    let task = tokio::spawn(async move {
+        list::list_range(&side2, tx, copy::classify_store_error, &range2).await
+    });
     (
         Input::Listing(Box::new(Listing::new(
             rx,
             side.location().to_string(),
             filter.clone(),
+            range.clone(),
         ))),
         task,
     )
@@ -359,6 +363,7 @@ async fn walk_pair(
     metadata: bool,
     limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
     spill: Option<&Spill>,
+    range: &KeyRange,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
     let list_dst = list_dst || pair.last_sync_at.is_none();
@@ -380,23 +385,22 @@ async fn walk_pair(
         src_tags,
         limit,
     };
-    let (src_in, src_task) = listing(&plan.src, filter);
+    let (src_in, src_task) = listing(&plan.src, filter, range);
+    let recorded = |side| Recorded::from(db.clone(), pair.id, side, range.after.clone());
     let (dst_in, dst_task) = if list_dst {
-        let (i, t) = listing(&plan.dst, filter);
+        let (i, t) = listing(&plan.dst, filter, range);
         (i, Some(t))
     } else {
-        (
-            Input::Recorded(Recorded::new(db.clone(), pair.id, manifest::Side::Dst)),
-            None,
-        )
+        (Input::Recorded(recorded(manifest::Side::Dst)), None)
     };
     let mut walk = Walk::new(
         src_in,
         dst_in,
-        Recorded::new(db.clone(), pair.id, manifest::Side::Src),
-        Recorded::new(db.clone(), pair.id, manifest::Side::Dst),
+        recorded(manifest::Side::Src),
+        recorded(manifest::Side::Dst),
         filter.clone(),
-    );
+    )
+    .within(range.clone());
     let mut counts = Counts::default();
     let mut unreadable = Vec::new();
     let mut batch = Vec::new();
@@ -507,7 +511,7 @@ async fn spill_add(db: &Arc<Manifest>, spill: &Spill, rows: Vec<Planned>) -> Res
 }
 
 /// Opens both sides and the pair's manifest rows; refuses a source that names one object.
-async fn open_pair(
+pub(crate) async fn open_pair(
     db: &Arc<Manifest>,
     src: &Location,
     dst: &Location,
@@ -551,6 +555,7 @@ pub async fn compare(
         true,
         None,
         None,
+        &KeyRange::all(),
         &mut only_diffs,
     )
     .await
@@ -610,6 +615,63 @@ pub async fn sync_once(
             return Ok(SyncReport::default());
         }
     }
+    let r = sync_leased(&db, plan, pair, &lease, None, opts, hooks, start, &label).await;
+    lease.release().await;
+    r
+}
+
+/// One partition of a partitioned reconcile ([`super::partition`]): `sync --once` of the keys
+/// in `part.range` only, under the partition's lease (held already). The manifest forgets
+/// what the sides no longer hold in the range; the pair is marked reconciled by the run, when
+/// all its partitions are done.
+pub async fn sync_part(
+    db: Arc<Manifest>,
+    src: &Location,
+    dst: &Location,
+    opts: &SyncOptions,
+    lease: &PairLease,
+    part: &PartCtx,
+    hooks: Hooks<'_>,
+) -> Result<SyncReport> {
+    opts.copy.validate()?;
+    let start = Instant::now();
+    let src = &copy::source(src, &opts.copy);
+    let (plan, pair) = open_pair(&db, src, dst).await?;
+    let label = format!("{src} -> {dst} {}", part.range.text());
+    sync_leased(
+        &db,
+        plan,
+        pair,
+        lease,
+        Some(part),
+        opts,
+        hooks,
+        start,
+        &label,
+    )
+    .await
+}
+
+/// What a partition's run needs beyond a whole pair's.
+#[derive(Debug, Clone)]
+pub struct PartCtx {
+    pub run_id: i64,
+    pub range: KeyRange,
+}
+
+/// A reconcile under a lease held: the spill, then compare and act.
+#[allow(clippy::too_many_arguments)]
+async fn sync_leased(
+    db: &Arc<Manifest>,
+    plan: copy::Plan,
+    pair: PairInfo,
+    lease: &PairLease,
+    part: Option<&PartCtx>,
+    opts: &SyncOptions,
+    hooks: Hooks<'_>,
+    start: Instant,
+    label: &str,
+) -> Result<SyncReport> {
     let d = db.clone();
     let spill = SpillGuard {
         db: db.clone(),
@@ -618,14 +680,14 @@ pub async fn sync_once(
     };
     let lost = lease.lost_flag();
     let run = Run {
-        db: &db,
+        db,
         spill: spill.get(),
         lost: &lost,
-        label: &label,
+        label,
+        part,
     };
     let r = sync_held(&run, plan, pair, opts, hooks, start).await;
     spill.drop_now().await;
-    lease.release().await;
     r
 }
 
@@ -697,6 +759,7 @@ async fn sync_held(
         opts.copy.metadata,
         opts.copy.bwlimit.clone(),
         Some(spill),
+        &run.part.map(|p| p.range.clone()).unwrap_or_default(),
         &mut each,
     )
     .await?;
@@ -724,7 +787,20 @@ async fn sync_held(
             (None, 0) => Some(MaxDelete::Count(0)),
             (None, _) => None,
         };
-        if let Some(limit) = limit {
+        if let (Some(MaxDelete::Count(n)), Some(part), false) = (opts.max_delete, run.part, dry) {
+            // a count bounds the whole run: each partition reserves its deletes from it
+            let (d, id, want) = (db.clone(), part.run_id, counts.only_in_destination);
+            let fits = blocking(move || {
+                crate::state::partitions::Partitions::new(&d).reserve_deletes(id, want, n)
+            })
+            .await?;
+            if !fits {
+                return Err(SlateError::TooManyDeletes {
+                    planned: counts.only_in_destination,
+                    limit: format!("{n} over the whole partitioned run"),
+                });
+            }
+        } else if let Some(limit) = limit {
             if !limit.allows(counts.only_in_destination, dst_total) {
                 let limit = if c.listed_src == 0 && opts.max_delete.is_none() {
                     "0 (the source is empty; pass --max-delete 100% if that is meant)".into()
@@ -798,8 +874,10 @@ async fn sync_held(
                 blocking(move || d.forget_side(id, side, &keys)).await?;
             }
         }
-        let (d, id) = (db.clone(), c.pair.id);
-        blocking(move || d.mark_synced(id, "sync --once")).await?;
+        if run.part.is_none() {
+            let (d, id) = (db.clone(), c.pair.id);
+            blocking(move || d.mark_synced(id, "sync --once")).await?;
+        }
     }
     report.elapsed = start.elapsed();
     Ok(report)
@@ -860,6 +938,8 @@ struct Run<'a> {
     spill: &'a Spill,
     lost: &'a AtomicBool,
     label: &'a str,
+    /// A partition's run: its range and run.
+    part: Option<&'a PartCtx>,
 }
 
 /// The source's entry of a spilled row, as the engine takes it (None: no source row).

@@ -536,6 +536,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/sqlite/0007_equality.sql"),
     include_str!("../../schema/sqlite/0008_uploads.sql"),
     include_str!("../../schema/sqlite/0009_claims.sql"),
+    include_str!("../../schema/sqlite/0010_partitions.sql"),
 ];
 
 /// PostgreSQL migrations, applied in order; the table `slate_schema` holds the last one
@@ -543,6 +544,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
 const POSTGRES_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/postgres/0001_init.sql"),
     include_str!("../../schema/postgres/0002_claims.sql"),
+    include_str!("../../schema/postgres/0003_partitions.sql"),
 ];
 
 /// Connections of a SQLite database that only read.

@@ -2,7 +2,7 @@
 //! holder pushes forward while it works. A lease whose holder ran on this host and whose
 //! process is gone is free at once; one held elsewhere is free when it expires.
 
-use super::db::{params, DbResult, OptionalExtension, Row};
+use super::db::{params, Conn, DbResult, OptionalExtension, Row};
 
 use super::manifest::Manifest;
 use super::owner::owner_alive;
@@ -34,6 +34,88 @@ fn holder_row(r: &Row) -> DbResult<Holder> {
     })
 }
 
+/// Whether `h` still holds its lease for a taker on `host` at `now_ms`.
+fn holds(h: &Holder, host: &str, now_ms: i64) -> bool {
+    if h.host == host {
+        // on this host the holder's process can be asked: gone (killed with -9) holds
+        // nothing; alive holds it, expired or not (a process stopped for a while, or a
+        // renewal held up behind a long write, still works on it)
+        owner_alive(&h.owner)
+    } else {
+        h.expires_at > now_ms
+    }
+}
+
+/// The names `name` lies under: `pair:1` and `pair:1/run:4` for `pair:1/run:4/part:2`.
+fn ancestors(name: &str) -> Vec<&str> {
+    name.match_indices('/').map(|(i, _)| &name[..i]).collect()
+}
+
+/// [`Leases::acquire`] inside a transaction the caller holds (a partition is taken together
+/// with its lease).
+pub(crate) fn acquire_in(
+    c: &Conn,
+    name: &str,
+    owner: &str,
+    host: &str,
+    purpose: &str,
+    now_ms: i64,
+    ttl_ms: i64,
+) -> DbResult<Option<Holder>> {
+    let held = c
+        .query_row(HOLDER_SQL, params![name], holder_row)
+        .optional()?;
+    if let Some(h) = held {
+        if h.owner != owner && holds(&h, host, now_ms) {
+            return Ok(Some(h));
+        }
+    }
+    // a name and the names under it exclude each other: the pair's lease `pair:1` and
+    // its partitions' `pair:1/run:4/part:2` are never held together
+    for other in ancestors(name) {
+        if let Some(h) = c
+            .query_row(HOLDER_SQL, params![other], holder_row)
+            .optional()?
+        {
+            if h.owner != owner && holds(&h, host, now_ms) {
+                return Ok(Some(h));
+            }
+        }
+    }
+    let under = format!("{name}/");
+    let below = c.query_map(
+        "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases
+             WHERE substr(name, 1, ?2) = ?1",
+        params![under.as_str(), under.chars().count() as i64],
+        holder_row,
+    )?;
+    if let Some(h) = below
+        .into_iter()
+        .find(|h| h.owner != owner && holds(h, host, now_ms))
+    {
+        return Ok(Some(h));
+    }
+    c.execute(
+        "INSERT INTO leases (name, owner, host, pid, purpose, acquired_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, host = excluded.host,
+                pid = excluded.pid, purpose = excluded.purpose,
+                acquired_at = CASE WHEN leases.owner = excluded.owner THEN leases.acquired_at
+                                   ELSE excluded.acquired_at END,
+                expires_at = excluded.expires_at",
+        params![
+            name,
+            owner,
+            host,
+            std::process::id() as i64,
+            purpose,
+            now_ms,
+            now_ms + ttl_ms
+        ],
+    )?;
+    Ok(None)
+}
+
 /// The lease table of one database.
 pub struct Leases<'a> {
     m: &'a Manifest,
@@ -55,45 +137,8 @@ impl<'a> Leases<'a> {
         now_ms: i64,
         ttl_ms: i64,
     ) -> Result<Option<Holder>> {
-        self.m.with(|c| {
-            let held = c
-                .query_row(HOLDER_SQL, params![name], holder_row)
-                .optional()?;
-            if let Some(h) = held {
-                let free = if h.owner == owner {
-                    true
-                } else if h.host == host {
-                    // on this host the holder's process can be asked: gone (killed with -9)
-                    // holds nothing; alive holds it, expired or not (a process stopped for a
-                    // while, or a renewal held up behind a long write, still works on it)
-                    !owner_alive(&h.owner)
-                } else {
-                    h.expires_at <= now_ms
-                };
-                if !free {
-                    return Ok(Some(h));
-                }
-            }
-            c.execute(
-                "INSERT INTO leases (name, owner, host, pid, purpose, acquired_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, host = excluded.host,
-                    pid = excluded.pid, purpose = excluded.purpose,
-                    acquired_at = CASE WHEN leases.owner = excluded.owner THEN leases.acquired_at
-                                       ELSE excluded.acquired_at END,
-                    expires_at = excluded.expires_at",
-                params![
-                    name,
-                    owner,
-                    host,
-                    std::process::id() as i64,
-                    purpose,
-                    now_ms,
-                    now_ms + ttl_ms
-                ],
-            )?;
-            Ok(None)
-        })
+        self.m
+            .with(|c| acquire_in(c, name, owner, host, purpose, now_ms, ttl_ms))
     }
 
     /// Pushes the expiry of a lease `owner` holds; false when it no longer holds it.

@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod leases;
 pub mod manifest;
 pub mod owner;
+pub mod partitions;
 pub mod uploads;
 
 use crate::core::error::{Result, SlateError};

@@ -18,6 +18,7 @@ use super::side::{one_line, prefix_path, Side};
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
 use crate::core::object::{local_etag, Entry};
+use crate::engine::merge::KeyRange;
 use object_store::ObjectStoreExt as _;
 
 /// Lists everything under `side`'s prefix into `tx`, **in key order** (byte order of the
@@ -29,6 +30,18 @@ pub async fn list_entries(
     side: &Side,
     tx: mpsc::Sender<Result<Entry>>,
     classify: fn(&Location, &object_store::Error) -> SlateError,
+) -> Result<u64> {
+    list_range(side, tx, classify, &KeyRange::all()).await
+}
+
+/// [`list_entries`] for the keys of `range` only (a partition of a partitioned reconcile):
+/// folders wholly outside it are not listed, a flat listing starts after its first key
+/// (`start-after`), and the listing stops at the first key beyond it.
+pub async fn list_range(
+    side: &Side,
+    tx: mpsc::Sender<Result<Entry>>,
+    classify: fn(&Location, &object_store::Error) -> SlateError,
+    range: &KeyRange,
 ) -> Result<u64> {
     match side {
         Side::Cloud {
@@ -49,6 +62,7 @@ pub async fn list_entries(
                     format!("{}/", loc.prefix)
                 },
                 classify,
+                range: Arc::new(range.clone()),
             };
             level.list(prefix, 0, tx).await
         }
@@ -58,7 +72,8 @@ pub async fn list_entries(
             if !root.exists() {
                 return Ok(0);
             }
-            tokio::task::spawn_blocking(move || walk_local(&root, follow, &tx))
+            let range = range.clone();
+            tokio::task::spawn_blocking(move || walk_local(&root, follow, &range, &tx))
                 .await
                 .map_err(|e| SlateError::List {
                     url,
@@ -127,10 +142,19 @@ fn send_walked(w: local::Walked, prefix: &str, tx: &dyn Fn(Result<Entry>) -> boo
 fn walk_local(
     root: &std::path::Path,
     follow: bool,
+    range: &KeyRange,
     tx: &mpsc::Sender<Result<Entry>>,
 ) -> Result<u64> {
     let mut n = 0u64;
     local::walk_sorted_parallel(root, follow, LOCAL_WALKERS, &mut |w| {
+        if let local::Walked::File(f) = &w {
+            if range.before(&f.rel) {
+                return true;
+            }
+            if range.beyond(&f.rel) {
+                return false;
+            }
+        }
         n += 1;
         send_walked(w, "", &|e| tx.blocking_send(e).is_ok())
     })?;
@@ -161,9 +185,16 @@ struct Level {
     loc: Location,
     strip: String,
     classify: fn(&Location, &object_store::Error) -> SlateError,
+    /// Keys outside it are not sent.
+    range: Arc<KeyRange>,
 }
 
 impl Level {
+    /// A listed path relative to the side's prefix (as keys are compared).
+    fn rel<'a>(&self, path: &'a str) -> &'a str {
+        path.strip_prefix(self.strip.as_str()).unwrap_or(path)
+    }
+
     /// One page of the listing, its request retried while the error is transient (never a
     /// missing bucket or denied access, which the first page reports).
     async fn page(
@@ -275,8 +306,14 @@ impl Level {
         let folders: Vec<object_store::path::Path> = items
             .iter()
             .filter_map(|i| match i {
-                Item::Folder(p) => Some(p.clone()),
-                Item::Object(_) => None,
+                Item::Folder(p)
+                    if !self
+                        .range
+                        .misses_folder(&format!("{}/", self.rel(p.as_ref()))) =>
+                {
+                    Some(p.clone())
+                }
+                _ => None,
             })
             .collect();
         let mut next = 0usize;
@@ -284,12 +321,29 @@ impl Level {
         for item in items {
             match item {
                 Item::Object(meta) => {
+                    let rel = self.rel(meta.location.as_ref());
+                    if self.range.beyond(rel) {
+                        return Ok(None);
+                    }
+                    if self.range.before(rel) {
+                        continue;
+                    }
                     n += 1;
                     if tx.send(Ok(entry(meta, &self.strip))).await.is_err() {
                         return Ok(None);
                     }
                 }
-                Item::Folder(_) => {
+                Item::Folder(f) => {
+                    let dir = format!("{}/", self.rel(f.as_ref()));
+                    if self.range.misses_folder(&dir) {
+                        if self.range.beyond(&dir) {
+                            for (_, t) in ahead {
+                                t.abort();
+                            }
+                            return Ok(None);
+                        }
+                        continue;
+                    }
                     while ahead.len() < fanout && next < folders.len() {
                         let (ftx, frx) = mpsc::channel(AHEAD);
                         let task =
@@ -326,11 +380,19 @@ impl Level {
         tx: &mpsc::Sender<Result<Entry>>,
     ) -> Result<u64> {
         let with_slash = format!("{prefix}/");
+        // a range starting inside this folder: the listing starts after its first key
+        let offset = self
+            .range
+            .after
+            .as_deref()
+            .filter(|a| a.starts_with(self.rel(&with_slash)))
+            .map(|a| format!("{}{a}", self.strip));
         let (mut n, mut token) = (0u64, None);
         loop {
             let opts = PaginatedListOptions {
                 max_keys: Some(1000),
                 page_token: token.take(),
+                offset: offset.clone(),
                 ..Default::default()
             };
             let page = match self.page(Some(&with_slash), opts).await {
@@ -347,6 +409,13 @@ impl Level {
             let markers = markers(&self.store, zero.map(|m| m.location.clone()).collect()).await;
             for meta in page.result.objects {
                 if markers.contains(&meta.location) {
+                    continue;
+                }
+                let rel = self.rel(meta.location.as_ref());
+                if self.range.beyond(rel) {
+                    return Ok(n);
+                }
+                if self.range.before(rel) {
                     continue;
                 }
                 n += 1;
