@@ -297,7 +297,7 @@ fn xml_error(text: &str) -> Option<String> {
     }
 }
 
-pub(crate) fn classify_store_error(loc: &Location, e: &object_store::Error) -> SlateError {
+pub fn classify_store_error(loc: &Location, e: &object_store::Error) -> SlateError {
     let text = one_line(e);
     let short = xml_error(&text).unwrap_or_else(|| text.clone());
     let lower = text.to_ascii_lowercase();
