@@ -42,9 +42,7 @@ pub struct PairLease {
     lost: Arc<AtomicBool>,
 }
 
-fn now_ms() -> i64 {
-    crate::core::metrics::unix_ms() as i64
-}
+use crate::state::clock::now_ms;
 
 fn describe(h: &Holder) -> String {
     let since = chrono::DateTime::from_timestamp_millis(h.acquired_at)

@@ -64,9 +64,7 @@ pub fn spec(opts: &SyncOptions) -> String {
     )
 }
 
-fn now_ms() -> i64 {
-    crate::core::metrics::unix_ms() as i64
-}
+use crate::state::clock::now_ms;
 
 /// What one worker did of a partitioned run, and the run as it ended.
 #[derive(Debug, Clone)]

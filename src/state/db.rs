@@ -688,7 +688,22 @@ impl Db {
             Location::Sqlite(path) => Backend::Lite(open_sqlite(path).map_err(err)?),
             Location::Postgres(url) => Backend::Pg(open_postgres(url).map_err(err)?),
         };
-        Ok(Db { backend, shown })
+        let db = Db { backend, shown };
+        db.keep_clock()?;
+        Ok(db)
+    }
+
+    /// On PostgreSQL, measures the server's clock when it is due (at open, then every few
+    /// minutes): claims and leases compare times on it.
+    fn keep_clock(&self) -> Result<()> {
+        if let Backend::Pg(pg) = &self.backend {
+            if super::clock::due() {
+                let started = Instant::now();
+                let client = self.pg_client(pg, started)?;
+                sync_clock(&Conn::Pg(&client)).map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
     }
 
     /// The path, or the URL without its password.
@@ -744,6 +759,11 @@ impl Db {
                 }
             }
             Backend::Pg(pg) => {
+                if super::clock::due() {
+                    if let Err(e) = self.keep_clock() {
+                        tracing::warn!(error = %e, "measuring the database server's clock failed");
+                    }
+                }
                 let started = Instant::now();
                 let mut attempt = 0u32;
                 loop {
@@ -820,6 +840,11 @@ impl Db {
                 f(&Conn::Lite(&c)).map_err(|e| self.err(e))
             }
             Backend::Pg(pg) => {
+                if super::clock::due() {
+                    if let Err(e) = self.keep_clock() {
+                        tracing::warn!(error = %e, "measuring the database server's clock failed");
+                    }
+                }
                 let started = Instant::now();
                 loop {
                     let client = self.pg_client(pg, started)?;
@@ -1070,6 +1095,18 @@ fn open_postgres(url: &str) -> std::result::Result<Pg, String> {
     let pg = Pg { pool, rt: Some(rt) };
     migrate_postgres(&pg)?;
     Ok(pg)
+}
+
+/// Measures the offset of the server's clock from this host's (see [`super::clock`]).
+fn sync_clock(c: &Conn) -> DbResult<()> {
+    let sent = super::clock::local_ms();
+    let server: i64 = c.query_row(
+        "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        &[],
+        |r| r.get(0),
+    )?;
+    super::clock::measured(server, sent, super::clock::local_ms());
+    Ok(())
 }
 
 /// Applies PostgreSQL's migrations, under a transaction-wide advisory lock so that workers

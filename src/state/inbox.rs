@@ -4,8 +4,6 @@
 //! collapse and a burst on one key costs one reconcile. Unparseable messages go to a
 //! dead-letter table with the raw text and the reason.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use super::db::{params, DbResult, OptionalExtension, Row};
 use super::owner::{host_name, owner_alive, owner_tag};
 
@@ -38,12 +36,7 @@ pub struct Stats {
     pub dead_letters: u64,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+use super::clock::now_ms;
 
 /// Rung after every push: a daemon waiting for work wakes at once instead of polling.
 pub fn bell() -> &'static tokio::sync::Notify {

@@ -1,6 +1,7 @@
 //! The database: the manifest, the event inbox and dead letters, jobs. The only code that
 //! knows SQL.
 
+pub mod clock;
 pub mod db;
 pub mod inbox;
 pub mod jobs;
