@@ -1074,13 +1074,13 @@ fn the_workers_deployment_runs_several_pods_on_postgresql_without_a_volume() {
     // a worker frees the claims of dead workers of its own host name: the pods need their own
     assert_ne!(
         spec["hostNetwork"], true,
-        "{f}: hostNetwork gives the pods of a node one host name: a starting worker would free \
-         the live claims of the others"
+        "{f}: hostNetwork: the workers need no node network (they only call out), and its \
+         ports would clash between two workers of a node"
     );
     assert!(
         spec["hostname"].is_null(),
-        "{f}: spec.hostname gives every pod the same host name: a starting worker would free \
-         the live claims of the others"
+        "{f}: spec.hostname gives every pod the same name: logs and lease holders would not \
+         tell the workers apart"
     );
     let grace = at(&d, "/spec/template/spec/terminationGracePeriodSeconds", f)
         .as_u64()

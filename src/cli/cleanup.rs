@@ -10,7 +10,7 @@ use clap::Args;
 use crate::copy::resume::{abort_upload, dst_id};
 use crate::core::error::SlateError;
 use crate::core::location::{Location, Scheme};
-use crate::state::owner::{host_name, owner_tag};
+use crate::state::owner::{host_id, owner_tag};
 use crate::state::uploads::{Upload, Uploads};
 use crate::stores::side::Side;
 
@@ -79,7 +79,7 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
         }
     };
     let me = owner_tag(std::process::id()).unwrap_or_else(|| std::process::id().to_string());
-    let host = host_name();
+    let host = host_id();
     let any_host = args.any_host;
     let in_use = |u: &Upload| {
         if u.host != host {

@@ -27,7 +27,7 @@ use super::transfer::Item;
 use crate::core::error::SlateError;
 use crate::state::blocking;
 use crate::state::manifest::Manifest;
-use crate::state::owner::{host_name, owner_tag};
+use crate::state::owner::{host_id, owner_tag};
 use crate::state::uploads::{Part, Upload, Uploads};
 use crate::stores::local::TMP_PREFIX;
 use crate::stores::side::{store_path, Side};
@@ -153,7 +153,7 @@ impl Ledger {
             path: db.path().display().to_string(),
             why: "cannot tell this process from a later one with its PID (/proc)".into(),
         })?;
-        let host = host_name();
+        let host = host_id();
         let id = dst_id(dst, root);
         let prefix = match (only, dst) {
             (Some(key), _) => key.to_string(),

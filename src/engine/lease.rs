@@ -48,7 +48,12 @@ fn describe(h: &Holder) -> String {
     let since = chrono::DateTime::from_timestamp_millis(h.acquired_at)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_else(|| "?".into());
-    format!("PID {} on {} since {since} ({})", h.pid, h.host, h.purpose)
+    format!(
+        "PID {} on {} since {since} ({})",
+        h.pid,
+        crate::state::owner::host_label(&h.host),
+        h.purpose
+    )
 }
 
 impl PairLease {
@@ -80,7 +85,7 @@ impl PairLease {
     ) -> Result<PairLease> {
         let name = name.to_string();
         let owner = PairLease::new_owner();
-        let host = owner::host_name();
+        let host = owner::host_id();
         let mut logged = false;
         loop {
             let (d, n, o, h, p) = (

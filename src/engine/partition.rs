@@ -133,7 +133,7 @@ pub async fn reconcile(
         });
     }
     tracing::info!(pair = %label, run = run.id, purpose = %run.purpose, "joining a partitioned run");
-    let host = owner::host_name();
+    let host = owner::host_id();
     let (run_id, pair_id) = (run.id, pair.id);
     // the planner stops with this worker's part of the run (a drop included: a daemon stopping)
     let mut planner: Option<Planner> = None;

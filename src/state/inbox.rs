@@ -5,7 +5,7 @@
 //! dead-letter table with the raw text and the reason.
 
 use super::db::{params, DbResult, OptionalExtension, Row};
-use super::owner::{host_name, owner_alive, owner_tag};
+use super::owner::{host_id, owner_alive, owner_tag};
 
 use crate::core::error::Result;
 use crate::state::manifest::Manifest;
@@ -351,7 +351,7 @@ impl Worker {
             owner_tag(std::process::id()).unwrap_or_else(|| format!("{}:0", std::process::id()));
         Worker {
             id: format!("{me}:{:08x}", fastrand::u32(..)),
-            host: host_name(),
+            host: host_id(),
         }
     }
 }

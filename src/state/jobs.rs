@@ -10,7 +10,7 @@ use crate::core::error::Result;
 use crate::core::units::rfc3339;
 use crate::state::inbox::now as now_ms;
 use crate::state::manifest::Manifest;
-use crate::state::owner::{host_name, owner_alive};
+use crate::state::owner::{host_id, owner_alive};
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,7 +187,7 @@ fn read_state(
         JobState::Running => {
             let alive = match host {
                 // on this host (or recorded before hosts were): the process can be asked
-                Some(h) if h != host_name() => {
+                Some(h) if h != host_id() => {
                     heartbeat_at.is_some_and(|t| now_ms() - t < JOB_STALE_MS)
                 }
                 _ => owner.is_some_and(owner_alive),
@@ -342,7 +342,7 @@ impl<'a> JobStore<'a> {
         let t = now_ms();
         self.m.with(|c| {
             let n = match to {
-                JobState::Running => c.execute(&sql, params![id, owner, t, host_name()])?,
+                JobState::Running => c.execute(&sql, params![id, owner, t, host_id()])?,
                 JobState::Queued => c.execute(&sql, params![id])?,
                 other => c.execute(&sql, params![id, other.name(), t])?,
             };

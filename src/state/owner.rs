@@ -1,5 +1,7 @@
 //! Who this process is, in a form other processes can check: `PID:START` (the start time
-//! from /proc tells a live process from a later one that got the same PID) and the host name.
+//! from /proc tells a live process from a later one that got the same PID) and the host: its
+//! name, boot and PID namespace, so that a process asks /proc about a recorded PID only when
+//! that PID is one of its own host's.
 
 /// `PID:START` of the process `pid`, if it runs.
 pub fn owner_tag(pid: u32) -> Option<String> {
@@ -20,6 +22,36 @@ pub fn owner_alive(owner: &str) -> bool {
         return false;
     };
     owner_tag(pid).as_deref() == Some(&format!("{pid}:{start}"))
+}
+
+/// This host as the state records it: `NAME~BOOT~PIDNS`, the host name, the first 8
+/// characters of this boot's id (`/proc/sys/kernel/random/boot_id`) and the inode of this
+/// process's PID namespace (`/proc/self/ns/pid`). Two processes with the same id can ask
+/// /proc about each other's PIDs; containers that share a host name but not their PIDs, or
+/// two machines of one name, have different ids, so one never judges the other's live
+/// worker dead because a PID of the same number is not its.
+pub fn host_id() -> String {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().chars().filter(|c| *c != '-').take(8).collect())
+            .unwrap_or_else(|_| "noboot".to_string());
+        let ns = std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|p| {
+                let s = p.to_string_lossy().to_string();
+                let inode = s.strip_prefix("pid:[")?.strip_suffix(']')?.to_string();
+                Some(inode)
+            })
+            .unwrap_or_else(|| "nons".to_string());
+        format!("{}~{boot}~{ns}", host_name())
+    })
+    .clone()
+}
+
+/// The host name part of a recorded host (what messages show).
+pub fn host_label(host: &str) -> &str {
+    host.split('~').next().unwrap_or(host)
 }
 
 /// This machine's name (`/proc/sys/kernel/hostname`, else `HOSTNAME`, else "localhost").
@@ -45,5 +77,17 @@ mod tests {
         assert!(!owner_alive(&format!("{pid}:1")), "same PID, other start");
         assert!(!owner_alive("nonsense"));
         assert!(!host_name().is_empty());
+    }
+
+    #[test]
+    fn the_host_id_names_the_host_its_boot_and_its_pid_namespace() {
+        let id = host_id();
+        let parts: Vec<&str> = id.split('~').collect();
+        assert_eq!(parts.len(), 3, "{id}");
+        assert_eq!(parts[0], host_name());
+        assert_eq!(parts[1].len(), 8, "{id}");
+        assert!(parts[2].parse::<u64>().is_ok(), "{id}");
+        assert_eq!(host_label(&id), host_name());
+        assert_eq!(host_label("plain"), "plain");
     }
 }
