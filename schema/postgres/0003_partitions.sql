@@ -31,6 +31,7 @@ CREATE TABLE parts (
     copied      BIGINT NOT NULL DEFAULT 0,
     deleted     BIGINT NOT NULL DEFAULT 0,
     failed      BIGINT NOT NULL DEFAULT 0,
+    reserved    BIGINT NOT NULL DEFAULT 0,
     error       TEXT COLLATE "C",
     PRIMARY KEY (run_id, idx)
 );

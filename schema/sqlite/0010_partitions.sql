@@ -41,6 +41,7 @@ CREATE TABLE parts (
     copied      INTEGER NOT NULL DEFAULT 0,
     deleted     INTEGER NOT NULL DEFAULT 0,
     failed      INTEGER NOT NULL DEFAULT 0,
+    reserved    INTEGER NOT NULL DEFAULT 0, -- deletes it reserved from the run's (its last take's)
     error       TEXT,
     PRIMARY KEY (run_id, idx)
 );

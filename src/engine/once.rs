@@ -656,6 +656,8 @@ pub async fn sync_part(
 #[derive(Debug, Clone)]
 pub struct PartCtx {
     pub run_id: i64,
+    /// The partition's number in its run.
+    pub idx: i64,
     pub range: KeyRange,
 }
 
@@ -789,9 +791,14 @@ async fn sync_held(
         };
         if let (Some(MaxDelete::Count(n)), Some(part), false) = (opts.max_delete, run.part, dry) {
             // a count bounds the whole run: each partition reserves its deletes from it
-            let (d, id, want) = (db.clone(), part.run_id, counts.only_in_destination);
+            let (d, id, idx, want) = (
+                db.clone(),
+                part.run_id,
+                part.idx,
+                counts.only_in_destination,
+            );
             let fits = blocking(move || {
-                crate::state::partitions::Partitions::new(&d).reserve_deletes(id, want, n)
+                crate::state::partitions::Partitions::new(&d).reserve_deletes(id, idx, want, n)
             })
             .await?;
             if !fits {

@@ -199,6 +199,7 @@ pub async fn reconcile(
             };
             let ctx = PartCtx {
                 run_id,
+                idx: part.idx,
                 range: KeyRange {
                     after: part.after.clone(),
                     through: part.through.clone(),

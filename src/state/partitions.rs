@@ -140,6 +140,9 @@ pub struct Partitions<'a> {
     m: &'a Manifest,
 }
 
+/// Pending partitions a take looks at (in key order): more than workers ever hold at once.
+const TAKE_WINDOW: usize = 256;
+
 /// Runs finished more than this long ago are forgotten when a new one starts.
 const KEEP_FINISHED_MS: i64 = 7 * 24 * 3600 * 1000;
 
@@ -314,7 +317,10 @@ impl<'a> Partitions<'a> {
                 return Ok(None);
             };
             let pending = c.query_map(
-                &format!("{PART_SQL} WHERE run_id = ?1 AND state = 'pending' ORDER BY idx"),
+                // the first few: at most one partition per live worker is held
+                &format!(
+                    "{PART_SQL} WHERE run_id = ?1 AND state = 'pending' ORDER BY idx LIMIT {TAKE_WINDOW}"
+                ),
                 params![run_id],
                 part_row,
             )?;
@@ -417,21 +423,32 @@ impl<'a> Partitions<'a> {
         })
     }
 
-    /// Reserves `n` deletes from a run's `--max-delete` count `limit`; false (nothing
-    /// reserved) when they do not fit.
-    pub fn reserve_deletes(&self, run_id: i64, n: u64, limit: u64) -> Result<bool> {
+    /// Reserves `n` deletes for partition `idx` from its run's `--max-delete` count `limit`,
+    /// in place of what an earlier take of the partition reserved; false (nothing changed)
+    /// when they do not fit.
+    pub fn reserve_deletes(&self, run_id: i64, idx: i64, n: u64, limit: u64) -> Result<bool> {
         self.m.with(|c| {
             let used: i64 = c.query_row(
                 "SELECT deletes FROM part_runs WHERE id = ?1",
                 params![run_id],
                 |r| r.get(0),
             )?;
-            if used.max(0) as u64 + n > limit {
+            let mine: i64 = c.query_row(
+                "SELECT reserved FROM parts WHERE run_id = ?1 AND idx = ?2",
+                params![run_id, idx],
+                |r| r.get(0),
+            )?;
+            let total = (used - mine).max(0) as u64 + n;
+            if total > limit {
                 return Ok(false);
             }
             c.execute(
-                "UPDATE part_runs SET deletes = deletes + ?2 WHERE id = ?1",
-                params![run_id, n as i64],
+                "UPDATE part_runs SET deletes = ?2 WHERE id = ?1",
+                params![run_id, total as i64],
+            )?;
+            c.execute(
+                "UPDATE parts SET reserved = ?3 WHERE run_id = ?1 AND idx = ?2",
+                params![run_id, idx, n as i64],
             )?;
             Ok(true)
         })
@@ -738,9 +755,18 @@ mod tests {
             .open_run(pair.id, "backfill", "s", Start::Always, 1_000)
             .unwrap()
             .unwrap();
-        assert!(p.reserve_deletes(run.id, 6, 10).unwrap());
-        assert!(!p.reserve_deletes(run.id, 5, 10).unwrap(), "6 + 5 > 10");
-        assert!(p.reserve_deletes(run.id, 4, 10).unwrap());
+        assert!(p.add_part(run.id, None, Some("m"), 5).unwrap());
+        assert!(p.add_part(run.id, Some("m"), None, 5).unwrap());
+        assert!(p.reserve_deletes(run.id, 0, 6, 10).unwrap());
+        assert!(!p.reserve_deletes(run.id, 1, 5, 10).unwrap(), "6 + 5 > 10");
+        assert!(p.reserve_deletes(run.id, 1, 4, 10).unwrap());
         assert_eq!(p.run(run.id).unwrap().unwrap().deletes, 10);
+        // partition 0 taken again (its first take failed): its new reservation replaces the old
+        assert!(
+            p.reserve_deletes(run.id, 0, 6, 10).unwrap(),
+            "not counted twice"
+        );
+        assert!(p.reserve_deletes(run.id, 0, 2, 10).unwrap());
+        assert_eq!(p.run(run.id).unwrap().unwrap().deletes, 6);
     }
 }
