@@ -25,6 +25,7 @@ fn worker(db: &std::path::Path, src: &str, dst: &str, queue: &str, log: &std::pa
     let mut c = slate_db(db);
     c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
         .args(["--events", &format!("sqs://{queue}"), "--bwlimit", BWLIMIT])
+        .args(["--listen", "127.0.0.1:0"])
         .env("RUST_LOG", "slate=debug,warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(log).expect("log"));
@@ -176,6 +177,20 @@ fn three_workers_split_a_backfill_and_one_killed_mid_partition_costs_only_its_re
     let mut takers: BTreeSet<String> = parts.iter().map(|p| by_pid(&p.4)).collect();
     takers.insert(dead.to_string());
     assert_eq!(takers.len(), 3, "{parts:?}");
+    // any worker's API shows the run: every partition done, none failed
+    let survivor = (victim + 1) % 3;
+    let addr = listen_addr(&read_log(&logs[survivor])).expect("the survivor listens");
+    let pairs: serde_json::Value = reqwest::blocking::get(format!("http://{addr}/pairs"))
+        .expect("GET /pairs")
+        .json()
+        .expect("json");
+    let run = &pairs["pairs"][0]["partitioned_run"];
+    assert_eq!(run["purpose"], "daemon backfill", "{pairs}");
+    assert_eq!(run["done"], 5, "{pairs}");
+    assert_eq!(run["failed"], 0, "{pairs}");
+    assert_eq!(run["pending"], 0, "{pairs}");
+    assert_eq!(run["planned"], true, "{pairs}");
+    assert!(run["finished_at"].is_string(), "{pairs}");
     for (i, w) in workers.iter_mut().enumerate() {
         if i != victim {
             assert!(matches!(w.try_wait(), Ok(None)), "the survivors are up");

@@ -357,7 +357,15 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
         let mut out = Vec::with_capacity(pairs.len());
         for p in pairs {
             let st = Inbox::new(&a.db).stats(p.id)?;
-            out.push((p, st));
+            let parts = crate::state::partitions::Partitions::new(&a.db);
+            let run = match parts.latest(p.id)? {
+                Some(r) => {
+                    let tally = parts.tally(r.id)?;
+                    Some((r, tally))
+                }
+                None => None,
+            };
+            out.push((p, st, run));
         }
         Ok(out)
     })
@@ -381,7 +389,7 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
     };
     let out: Vec<Value> = rows
         .into_iter()
-        .map(|(p, st)| {
+        .map(|(p, st, run)| {
             let live = running.iter().find(|x| x.pair_id == p.id);
             let d = live.map(|x| x.stats.clone());
             let intake = live.map(|x| x.intake.clone());
@@ -400,6 +408,19 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
                 "last_event_at": intake.as_ref().and_then(|i| ms(i.last_event_ms.load(Relaxed))),
                 "last_sync_at": p.last_sync_at.map(|s| rfc3339(s * 1000)),
                 "last_drift_check_at": d.as_ref().and_then(|d| ms(d.last_drift_check_ms.load(Relaxed))),
+                // the newest partitioned backfill or drift check (workers on PostgreSQL)
+                "partitioned_run": run.map(|(r, (done, failed, pending))| json!({
+                    "id": r.id,
+                    "purpose": r.purpose,
+                    "started_at": rfc3339(r.started_at),
+                    "finished_at": r.finished_at.map(rfc3339),
+                    "planned": r.planned,
+                    "partitions": r.parts,
+                    "done": done,
+                    "failed": failed,
+                    "pending": pending,
+                    "objects_failed": r.failed,
+                })),
                 "dead_letters": st.dead_letters,
                 "following": live.is_some(),
                 "state": state.as_ref().map(PairState::name),

@@ -233,6 +233,20 @@ impl<'a> Partitions<'a> {
         })
     }
 
+    /// Partitions of a run by state: (done, failed, pending).
+    pub fn tally(&self, run_id: i64) -> Result<(i64, i64, i64)> {
+        self.m.read(|c| {
+            let n = |state: &str| -> DbResult<i64> {
+                c.query_row(
+                    "SELECT COUNT(*) FROM parts WHERE run_id = ?1 AND state = ?2",
+                    params![run_id, state],
+                    |r| r.get(0),
+                )
+            };
+            Ok((n("done")?, n("failed")?, n("pending")?))
+        })
+    }
+
     /// A run's partitions in key order.
     pub fn parts(&self, run_id: i64) -> Result<Vec<Part>> {
         self.m.read(|c| {
