@@ -25,6 +25,8 @@ fn keys() -> Vec<String> {
     ];
     k.extend((0..40).map(|i| format!("a/{i:02}")));
     k.extend((0..1_100).map(|i| format!("m/n/{i:04}")));
+    // more than a page at the top level too
+    k.extend((0..1_100).map(|i| format!("t{i:04}")));
     k.sort();
     k
 }
@@ -86,6 +88,9 @@ fn check(end: End) {
         range(Some("b0"), Some("m/n/0500")),
         range(Some("m/n/0500"), Some("m/n/1099")),
         range(Some("m/n/1050"), None),
+        range(Some("m/n/1099"), Some("t0001")),
+        range(Some("t0500"), Some("t1050")),
+        range(Some("t1099"), None),
         range(Some("c"), Some("c/d0")),
         range(Some("z"), None),
         range(Some("zz"), None),

@@ -22,6 +22,8 @@ CREATE TABLE parts (
     keys        BIGINT NOT NULL,
     state       TEXT COLLATE "C" NOT NULL DEFAULT 'pending',
     attempts    BIGINT NOT NULL DEFAULT 0,
+    errors      BIGINT NOT NULL DEFAULT 0,
+    retry_at    BIGINT NOT NULL DEFAULT 0,
     taken_by    TEXT COLLATE "C",
     taken_host  TEXT COLLATE "C",
     taken_at    BIGINT,

@@ -31,7 +31,9 @@ CREATE TABLE parts (
     through_key TEXT,                      -- inclusive (NULL: to the last key)
     keys        INTEGER NOT NULL,          -- source keys in it when it was planned
     state       TEXT NOT NULL DEFAULT 'pending', -- pending | done | failed
-    attempts    INTEGER NOT NULL DEFAULT 0,
+    attempts    INTEGER NOT NULL DEFAULT 0, -- times taken (a worker killed with it counts)
+    errors      INTEGER NOT NULL DEFAULT 0, -- takes that ended in an error (3: failed)
+    retry_at    INTEGER NOT NULL DEFAULT 0, -- after an error, not taken again before
     taken_by    TEXT,                      -- the last worker that took it
     taken_host  TEXT,
     taken_at    INTEGER,

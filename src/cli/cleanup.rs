@@ -82,7 +82,7 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
     let host = host_id();
     let any_host = args.any_host;
     let in_use = |u: &Upload| {
-        if u.host != host {
+        if !crate::state::owner::same_host(&u.host, &host) {
             !any_host
         } else {
             crate::state::owner::owner_alive(&u.owner)

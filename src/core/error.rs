@@ -53,6 +53,10 @@ pub enum SlateError {
         first: String,
     },
 
+    /// A partitioned backfill whose partitions failed outright (after their retries).
+    #[error("backfill of {pair} failed: {detail}")]
+    Backfill { pair: String, detail: String },
+
     #[error("listing {url} failed: {detail}")]
     List { url: String, detail: String },
 

@@ -585,15 +585,46 @@ async fn run_pair(
             planned: None,
             failed: Some(&on_failed),
         };
-        let report = if partitioned(&db, src, &o) {
+        let report = if partitioned(&db, src, dst, &o) {
             // workers sharing a PostgreSQL database split the backfill into key ranges
-            let r = tokio::select! {
-                r = super::partition::reconcile(db.clone(), src, dst, &o, Start::IfNeverSynced, hooks) => r?,
-                _ = &mut shutdown => return Ok(()),
+            let mut hooks = hooks;
+            let mut waiting = false;
+            let r = loop {
+                let h = Hooks {
+                    planned: hooks.planned.as_deref_mut(),
+                    failed: hooks.failed,
+                };
+                let r = tokio::select! {
+                    r = super::partition::reconcile(db.clone(), src, dst, &o, Start::IfNeverSynced, h) => r,
+                    _ = &mut shutdown => return Ok(()),
+                };
+                match r {
+                    // workers with other options run the pair's backfill (a rolling restart
+                    // that changed them): wait for theirs to end, then look again
+                    Err(SlateError::Busy { holder, .. }) => {
+                        if !waiting {
+                            tracing::warn!(pair = %handle.label, %holder, "backfill waits: {holder}");
+                            waiting = true;
+                        }
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                            _ = &mut shutdown => return Ok(()),
+                        }
+                    }
+                    r => break r?,
+                }
             };
             match r {
                 Some(j) => {
                     tracing::info!(pair = %handle.label, "backfill: {}", j.line());
+                    if let Some(detail) = j.failure() {
+                        // the pair fails and starts again (with backoff): a new run, whose
+                        // partitions done before are found equal by the manifest
+                        return Err(SlateError::Backfill {
+                            pair: handle.label.clone(),
+                            detail,
+                        });
+                    }
                     j.report
                 }
                 None => {
@@ -681,7 +712,8 @@ async fn run_pair(
     let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();
     let mut last_health = Instant::now();
-    let shared = partitioned(&db, src, &opts.sync);
+    let shared = partitioned(&db, src, dst, &opts.sync);
+    let my_spec = super::partition::spec(&opts.sync);
     let mut last_join_look = Instant::now();
     let mut drift: Option<tokio::task::JoinHandle<()>> = None;
     let mut rounds = 0u64;
@@ -728,11 +760,13 @@ async fn run_pair(
         let drifting = drift.as_ref().is_some_and(|d| !d.is_finished());
         if !drifting && shared && last_join_look.elapsed() >= JOIN_LOOK {
             // a partitioned run another worker started (a drift check due on its clock, a
-            // backfill after a restart): this worker takes partitions of it too
+            // backfill after a restart) with this worker's options: it takes partitions too,
+            // and its own drift check counts from now
             last_join_look = Instant::now();
             let (m, id) = (db.clone(), pair_id);
             let open = blocking(move || Partitions::new(&m).latest(id)).await?;
-            if open.is_some_and(|r| r.finished_at.is_none()) {
+            if open.is_some_and(|r| r.finished_at.is_none() && r.spec == my_spec) {
+                last_drift = Instant::now();
                 let (db, p, stats) = (db.clone(), p.clone(), stats.clone());
                 drift = Some(tokio::spawn(async move {
                     drift_check(&db, &p, &stats, Start::Never).await
@@ -750,7 +784,8 @@ async fn run_pair(
             let (db, p, stats) = (db.clone(), p.clone(), stats.clone());
             // on a shared database, once per interval however many workers (the first whose
             // clock says it is due starts it, the others join)
-            let start = Start::IfNoneSince(opts.drift_interval.as_millis() as i64 / 2);
+            // (a tenth of slack for clocks and timers)
+            let start = Start::IfNoneSince(opts.drift_interval.as_millis() as i64 * 9 / 10);
             drift = Some(tokio::spawn(async move {
                 drift_check(&db, &p, &stats, start).await
             }));
@@ -909,10 +944,14 @@ async fn apply_pending(
 }
 
 /// Whether the pair's backfill and drift checks run partitioned: workers share a PostgreSQL
-/// database, the source is a store they all read (a local folder is each host's own), and the
-/// reconcile covers the whole pair.
-fn partitioned(db: &Manifest, src: &Location, opts: &SyncOptions) -> bool {
-    db.is_postgres() && src.scheme != Scheme::Local && super::partition::partitionable(opts)
+/// database, both sides are stores they all reach (a local folder is each host's own: a
+/// partition copied to one host's disk is not on the others'), and the reconcile covers the
+/// whole pair.
+fn partitioned(db: &Manifest, src: &Location, dst: &Location, opts: &SyncOptions) -> bool {
+    db.is_postgres()
+        && src.scheme != Scheme::Local
+        && dst.scheme != Scheme::Local
+        && super::partition::partitionable(opts)
 }
 
 /// How often a worker looks for a partitioned run of its pair that another worker started.
@@ -929,12 +968,15 @@ async fn drift_check(
     // another reconcile of the pair is running (a job, a CLI run): it does the same work
     let mut o = daemon_sync(&p.opts.sync, "drift check", super::lease::Wait::No);
     o.full = true;
-    let r = if partitioned(db, &p.src, &o) {
+    let r = if partitioned(db, &p.src, &p.dst, &o) {
         match super::partition::reconcile(db.clone(), &p.src, &p.dst, &o, start, Hooks::default())
             .await
         {
             Ok(Some(j)) => {
                 tracing::info!("drift check: {}", j.line());
+                if let Some(f) = j.failure() {
+                    tracing::warn!("drift check: {f}");
+                }
                 Ok(j.report)
             }
             Ok(None) => {

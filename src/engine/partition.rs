@@ -74,9 +74,23 @@ pub struct Joined {
     pub report: SyncReport,
     /// Partitions this worker finished.
     pub parts: u64,
+    /// Partitions of the run that failed outright (after their retries): (index, error).
+    pub errors: Vec<(i64, String)>,
 }
 
 impl Joined {
+    /// What failed outright, in a line (None when no partition did).
+    pub fn failure(&self) -> Option<String> {
+        self.errors.first().map(|(idx, e)| {
+            format!(
+                "{} of {} partitions of partitioned run {} failed; partition {idx}: {e}",
+                self.errors.len(),
+                self.run.parts,
+                self.run.id
+            )
+        })
+    }
+
     /// One line for the log.
     pub fn line(&self) -> String {
         format!(
@@ -117,9 +131,11 @@ pub async fn reconcile(
     let (plan, pair) = once::open_pair(&db, &source, dst).await?;
     let label = format!("{source} -> {dst}");
     let spec = spec(opts);
-    let (d, p, s) = (db.clone(), opts.purpose.clone(), spec.clone());
+    let host = owner::host_id();
+    let (d, p, s, h) = (db.clone(), opts.purpose.clone(), spec.clone(), host.clone());
     let Some(run) =
-        blocking(move || Partitions::new(&d).open_run(pair.id, &p, &s, start, now_ms())).await?
+        blocking(move || Partitions::new(&d).open_run(pair.id, &p, &s, start, &h, now_ms()))
+            .await?
     else {
         return Ok(None);
     };
@@ -133,7 +149,6 @@ pub async fn reconcile(
         });
     }
     tracing::info!(pair = %label, run = run.id, purpose = %run.purpose, "joining a partitioned run");
-    let host = owner::host_id();
     let (run_id, pair_id) = (run.id, pair.id);
     // the planner stops with this worker's part of the run (a drop included: a daemon stopping)
     let mut planner: Option<Planner> = None;
@@ -250,7 +265,14 @@ pub async fn reconcile(
     drop(planner);
     let run = result?;
     report.elapsed = began.elapsed();
-    Ok(Some(Joined { run, report, parts }))
+    let d = db.clone();
+    let errors = blocking(move || Partitions::new(&d).errors(run_id)).await?;
+    Ok(Some(Joined {
+        run,
+        report,
+        parts,
+        errors,
+    }))
 }
 
 /// A worker's planner task, stopped when dropped.

@@ -14,6 +14,9 @@ static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 /// When the offset was last measured (this host's milliseconds; 0: never).
 static MEASURED_AT: AtomicI64 = AtomicI64::new(0);
 
+/// Whether a measurement succeeded yet.
+static MEASURED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How often the offset is measured again.
 pub const REMEASURE_MS: i64 = 5 * 60 * 1000;
 
@@ -62,6 +65,17 @@ pub(crate) fn due() -> bool {
     at == 0 || local_ms() - at >= REMEASURE_MS
 }
 
+/// Takes the measurement that is due: true for one caller only, which then measures (a
+/// measurement that fails is tried again a period later, not by every call meanwhile).
+pub(crate) fn begin() -> bool {
+    let at = MEASURED_AT.load(Relaxed);
+    let now = local_ms();
+    (at == 0 || now - at >= REMEASURE_MS)
+        && MEASURED_AT
+            .compare_exchange(at, now.max(1), Relaxed, Relaxed)
+            .is_ok()
+}
+
 /// The offset a measurement gives: the server's time against the middle of the round trip.
 fn offset_of(server_ms: i64, sent_ms: i64, got_ms: i64) -> i64 {
     server_ms - sent_ms + (sent_ms - got_ms) / 2
@@ -72,7 +86,7 @@ fn offset_of(server_ms: i64, sent_ms: i64, got_ms: i64) -> i64 {
 pub(crate) fn measured(server_ms: i64, sent_ms: i64, got_ms: i64) {
     let offset = offset_of(server_ms, sent_ms, got_ms);
     let before = OFFSET_MS.swap(offset, Relaxed);
-    let first = MEASURED_AT.swap(got_ms, Relaxed) == 0;
+    let first = !MEASURED_ONCE.swap(true, Relaxed);
     if offset.abs() > WARN_MS && (first || (offset - before).abs() > WARN_MS) {
         tracing::warn!(
             offset_ms = offset,

@@ -697,7 +697,7 @@ impl Db {
     /// minutes): claims and leases compare times on it.
     fn keep_clock(&self) -> Result<()> {
         if let Backend::Pg(pg) = &self.backend {
-            if super::clock::due() {
+            if super::clock::begin() {
                 let started = Instant::now();
                 let client = self.pg_client(pg, started)?;
                 sync_clock(&Conn::Pg(&client)).map_err(|e| self.err(e))?;

@@ -504,8 +504,10 @@ impl Inbox<'_> {
     pub fn release_dead_claims(&self, host: &str) -> Result<u64> {
         let owners: Vec<String> = self.m.read(|c| {
             c.query_map(
-                "SELECT DISTINCT claimed_by FROM inbox WHERE claimed_by IS NOT NULL AND claimed_host = ?1",
-                params![host],
+                "SELECT DISTINCT claimed_by FROM inbox WHERE claimed_by IS NOT NULL
+                 AND (claimed_host = ?1 OR claimed_host = ?2)",
+                // ?2: the plain host name rows of an earlier slate hold
+                params![host, super::owner::host_label(host)],
                 |r| r.get(0),
             )
         })?;

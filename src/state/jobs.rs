@@ -187,7 +187,7 @@ fn read_state(
         JobState::Running => {
             let alive = match host {
                 // on this host (or recorded before hosts were): the process can be asked
-                Some(h) if h != host_id() => {
+                Some(h) if !crate::state::owner::same_host(h, &host_id()) => {
                     heartbeat_at.is_some_and(|t| now_ms() - t < JOB_STALE_MS)
                 }
                 _ => owner.is_some_and(owner_alive),

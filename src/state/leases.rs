@@ -35,8 +35,8 @@ fn holder_row(r: &Row) -> DbResult<Holder> {
 }
 
 /// Whether `h` still holds its lease for a taker on `host` at `now_ms`.
-fn holds(h: &Holder, host: &str, now_ms: i64) -> bool {
-    if h.host == host {
+pub(crate) fn holds(h: &Holder, host: &str, now_ms: i64) -> bool {
+    if super::owner::same_host(&h.host, host) {
         // on this host the holder's process can be asked: gone (killed with -9) holds
         // nothing; alive holds it, expired or not (a process stopped for a while, or a
         // renewal held up behind a long write, still works on it)

@@ -49,6 +49,12 @@ pub fn host_id() -> String {
     .clone()
 }
 
+/// Whether a recorded host is `mine` (a [`host_id`]): the same id, or a plain host name
+/// recorded by an earlier slate (before hosts had boots and namespaces) equal to mine's name.
+pub fn same_host(recorded: &str, mine: &str) -> bool {
+    recorded == mine || (!recorded.contains('~') && recorded == host_label(mine))
+}
+
 /// The host name part of a recorded host (what messages show).
 pub fn host_label(host: &str) -> &str {
     host.split('~').next().unwrap_or(host)
@@ -89,5 +95,17 @@ mod tests {
         assert!(parts[2].parse::<u64>().is_ok(), "{id}");
         assert_eq!(host_label(&id), host_name());
         assert_eq!(host_label("plain"), "plain");
+        // (recorded, mine) → same host
+        let cases = [
+            ("n~b~1", "n~b~1", true),
+            ("n~b~2", "n~b~1", false), // another PID namespace
+            ("n~c~1", "n~b~1", false), // another boot, or a machine of the same name
+            ("m~b~1", "n~b~1", false),
+            ("n", "n~b~1", true), // written by an earlier slate on this host
+            ("m", "n~b~1", false),
+        ];
+        for (recorded, mine, want) in cases {
+            assert_eq!(same_host(recorded, mine), want, "{recorded} vs {mine}");
+        }
     }
 }

@@ -10,12 +10,16 @@
 //! marked reconciled when nothing failed, in the transaction that records its last partition.
 
 use super::db::{params, Conn, DbResult, OptionalExtension, Row};
-use super::leases::acquire_in;
+use super::leases::{acquire_in, holds, Holder};
 use super::manifest::Manifest;
 use crate::core::error::Result;
 
-/// Times a partition is taken before a failure that ends its run early is final.
-pub const MAX_ATTEMPTS: i64 = 3;
+/// Takes of a partition that may end in an error (its run failed outright) before it is
+/// failed for good; a worker killed with it does not count.
+pub const MAX_ERRORS: i64 = 3;
+
+/// After its n-th error a partition waits n × this before it is taken again.
+const RETRY_AFTER_MS: i64 = 5_000;
 
 /// One partitioned run of one pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,13 +155,18 @@ impl<'a> Partitions<'a> {
         Partitions { m }
     }
 
-    /// The pair's run under way, or a new one when `start` says so (None: neither).
+    /// The pair's run under way, or a new one when `start` says so (None: neither). A run
+    /// under way with other options (`spec`) whose workers are all gone (a rolling restart
+    /// that changed the options) is ended as failed first, so that it cannot block the pair;
+    /// one that someone still works on is returned (the caller does not join it).
+    #[allow(clippy::too_many_arguments)]
     pub fn open_run(
         &self,
         pair_id: i64,
         purpose: &str,
         spec: &str,
         start: Start,
+        host: &str,
         now_ms: i64,
     ) -> Result<Option<PartRun>> {
         self.m.with(|c| {
@@ -170,8 +179,22 @@ impl<'a> Partitions<'a> {
                     run_row,
                 )
                 .optional()?;
-            if open.is_some() {
-                return Ok(open);
+            if let Some(run) = open {
+                if run.spec == spec || run_busy(c, &run, host, now_ms)? {
+                    return Ok(Some(run));
+                }
+                c.execute(
+                    "UPDATE parts SET state = 'failed', error = ?2
+                     WHERE run_id = ?1 AND state = 'pending'",
+                    params![
+                        run.id,
+                        "abandoned: its workers left it, and the next started with other options"
+                    ],
+                )?;
+                c.execute(
+                    "UPDATE part_runs SET finished_at = ?2, failed = failed + 1 WHERE id = ?1",
+                    params![run.id, now_ms],
+                )?;
             }
             let go = match start {
                 Start::Never => false,
@@ -308,6 +331,18 @@ impl<'a> Partitions<'a> {
         })
     }
 
+    /// Partitions of a run that failed outright: (index, error).
+    pub fn errors(&self, run_id: i64) -> Result<Vec<(i64, String)>> {
+        self.m.read(|c| {
+            c.query_map(
+                "SELECT idx, error FROM parts
+                 WHERE run_id = ?1 AND state = 'failed' AND error IS NOT NULL ORDER BY idx",
+                params![run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+    }
+
     /// Takes the first pending partition of the run whose lease is free, with its lease (for
     /// `owner` until `now + ttl_ms`), in one transaction; None when no partition is free now.
     pub fn take(
@@ -333,9 +368,10 @@ impl<'a> Partitions<'a> {
             let pending = c.query_map(
                 // the first few: at most one partition per live worker is held
                 &format!(
-                    "{PART_SQL} WHERE run_id = ?1 AND state = 'pending' ORDER BY idx LIMIT {TAKE_WINDOW}"
+                    "{PART_SQL} WHERE run_id = ?1 AND state = 'pending' AND retry_at <= ?2
+                     ORDER BY idx LIMIT {TAKE_WINDOW}"
                 ),
-                params![run_id],
+                params![run_id, now_ms],
                 part_row,
             )?;
             for mut p in pending {
@@ -394,13 +430,14 @@ impl<'a> Partitions<'a> {
                 "DELETE FROM leases WHERE name = ?1 AND owner = ?2",
                 params![lease.as_str(), owner],
             )?;
-            let attempts: i64 = c.query_row(
-                "SELECT attempts FROM parts WHERE run_id = ?1 AND idx = ?2",
+            let before: i64 = c.query_row(
+                "SELECT errors FROM parts WHERE run_id = ?1 AND idx = ?2",
                 params![run_id, idx],
                 |r| r.get(0),
             )?;
+            let errors = before + out.error.is_some() as i64;
             let state = match (&out.error, out.failed) {
-                (Some(_), _) if attempts < MAX_ATTEMPTS => "pending",
+                (Some(_), _) if errors < MAX_ERRORS => "pending",
                 (Some(_), _) => "failed",
                 (None, 0) => "done",
                 (None, _) => "failed",
@@ -412,7 +449,8 @@ impl<'a> Partitions<'a> {
             };
             c.execute(
                 "UPDATE parts SET state = ?3, done_by = ?4, done_host = ?5, done_at = ?6,
-                    copied = copied + ?7, deleted = deleted + ?8, failed = ?9, error = ?10
+                    copied = copied + ?7, deleted = deleted + ?8, failed = ?9, error = ?10,
+                    errors = ?11, retry_at = ?12
                  WHERE run_id = ?1 AND idx = ?2",
                 params![
                     run_id,
@@ -424,7 +462,9 @@ impl<'a> Partitions<'a> {
                     out.copied,
                     out.deleted,
                     failed,
-                    out.error.as_deref()
+                    out.error.as_deref(),
+                    errors,
+                    now_ms + errors * RETRY_AFTER_MS
                 ],
             )?;
             if failed > 0 {
@@ -467,6 +507,27 @@ impl<'a> Partitions<'a> {
             Ok(true)
         })
     }
+}
+
+/// Whether a worker still holds a lease of `run` (a partition or its planner).
+fn run_busy(c: &Conn, run: &PartRun, host: &str, now_ms: i64) -> DbResult<bool> {
+    let under = format!("pair:{}/run:{}/", run.pair_id, run.id);
+    let held: Vec<Holder> = c.query_map(
+        "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases
+         WHERE substr(name, 1, ?2) = ?1",
+        params![under.as_str(), under.chars().count() as i64],
+        |r| {
+            Ok(Holder {
+                owner: r.get(0)?,
+                host: r.get(1)?,
+                pid: r.get::<_, i64>(2)? as u32,
+                purpose: r.get(3)?,
+                acquired_at: r.get(4)?,
+                expires_at: r.get(5)?,
+            })
+        },
+    )?;
+    Ok(held.iter().any(|h| holds(h, host, now_ms)))
 }
 
 /// Finishes a planned run none of whose partitions is pending, marking its pair reconciled
@@ -517,6 +578,7 @@ mod tests {
         a_dead_takers_partition_is_taken_again_and_errors_retry,
         the_pair_lease_and_its_partitions_exclude_each_other,
         deletes_are_reserved_from_the_runs_count,
+        a_run_with_other_options_is_ended_once_its_workers_are_gone,
     );
 
     fn me(tag: &str) -> String {
@@ -539,12 +601,13 @@ mod tests {
                 "daemon backfill",
                 "spec1",
                 Start::IfNeverSynced,
+                "h",
                 1_000,
             )
             .unwrap()
             .unwrap();
         let again = p
-            .open_run(pair.id, "drift check", "spec2", Start::Always, 1_001)
+            .open_run(pair.id, "drift check", "spec1", Start::Always, "h", 1_001)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -617,8 +680,15 @@ mod tests {
         assert_eq!(parts[0].copied, 10);
         // the pair is reconciled now: no new backfill; a drift check once per interval
         assert_eq!(
-            p.open_run(pair.id, "daemon backfill", "s", Start::IfNeverSynced, 6_000)
-                .unwrap(),
+            p.open_run(
+                pair.id,
+                "daemon backfill",
+                "s",
+                Start::IfNeverSynced,
+                "h",
+                6_000
+            )
+            .unwrap(),
             None
         );
         assert_eq!(
@@ -627,13 +697,14 @@ mod tests {
                 "drift check",
                 "s",
                 Start::IfNoneSince(10_000),
+                "h",
                 6_000
             )
             .unwrap(),
             None
         );
         assert_eq!(
-            p.open_run(pair.id, "drift check", "s", Start::Never, 20_000)
+            p.open_run(pair.id, "drift check", "s", Start::Never, "h", 20_000)
                 .unwrap(),
             None
         );
@@ -643,6 +714,7 @@ mod tests {
                 "drift check",
                 "s",
                 Start::IfNoneSince(10_000),
+                "h",
                 20_000,
             )
             .unwrap()
@@ -656,7 +728,7 @@ mod tests {
         let pair = m.pair("s3://a/p", "s3://b/q").unwrap();
         let p = Partitions::new(&m);
         let run = p
-            .open_run(pair.id, "backfill", "s", Start::Always, 1_000)
+            .open_run(pair.id, "backfill", "s", Start::Always, "h", 1_000)
             .unwrap()
             .unwrap();
         assert!(p.add_part(run.id, None, None, 5).unwrap());
@@ -683,21 +755,40 @@ mod tests {
         };
         let r = p.finish(run.id, 0, &a, "h", &err, 1_003).unwrap().unwrap();
         assert_eq!(r.finished_at, None, "an error is retried");
+        assert_eq!(
+            p.take(run.id, far, "h2", "b", 1_004, 100).unwrap(),
+            None,
+            "not at once: it waits 5 s after its first error"
+        );
         assert!(p
-            .take(run.id, far, "h2", "b", 1_004, 100)
+            .take(run.id, far, "h2", "b", 6_003, 100)
             .unwrap()
             .is_some());
-        assert_eq!(p.take(run.id, &a, "h", "b", 1_050, 60_000).unwrap(), None);
+        assert_eq!(p.take(run.id, &a, "h", "b", 6_050, 60_000).unwrap(), None);
         let third = p
-            .take(run.id, &a, "h", "b", 1_200, 60_000)
+            .take(run.id, &a, "h", "b", 6_200, 60_000)
             .unwrap()
             .unwrap();
-        assert_eq!(third.attempts, 4);
-        let r = p.finish(run.id, 0, &a, "h", &err, 1_300).unwrap().unwrap();
+        assert_eq!(third.attempts, 4, "every take counts as an attempt");
+        let r = p.finish(run.id, 0, &a, "h", &err, 6_300).unwrap().unwrap();
+        assert_eq!(
+            r.finished_at, None,
+            "two errors: a kill and a lost lease are not errors"
+        );
+        assert_eq!(p.take(run.id, &a, "h", "b", 16_299, 60_000).unwrap(), None);
+        assert!(p
+            .take(run.id, &a, "h", "b", 16_300, 60_000)
+            .unwrap()
+            .is_some());
+        let r = p.finish(run.id, 0, &a, "h", &err, 16_400).unwrap().unwrap();
         assert_eq!(
             r.finished_at,
-            Some(1_300),
-            "attempts spent: failed, and the run ends"
+            Some(16_400),
+            "three errors: failed, and the run ends"
+        );
+        assert_eq!(
+            p.errors(run.id).unwrap(),
+            [(0, "listing failed".to_string())]
         );
         assert_eq!(r.failed, 1);
         assert_eq!(p.parts(run.id).unwrap()[0].state, "failed");
@@ -717,7 +808,7 @@ mod tests {
         let p = Partitions::new(&m);
         let l = Leases::new(&m);
         let run = p
-            .open_run(pair.id, "backfill", "s", Start::Always, 1_000)
+            .open_run(pair.id, "backfill", "s", Start::Always, "h", 1_000)
             .unwrap()
             .unwrap();
         assert!(p.add_part(run.id, None, None, 5).unwrap());
@@ -759,6 +850,27 @@ mod tests {
             l.acquire(&other, &a, "h", "x", 1_005, 30_000).unwrap(),
             None
         );
+        // nor over it: `pair:7` is not held up by `pair:70`'s partitions
+        assert_eq!(
+            l.acquire("pair:70/run:1/part:0", &a, "h", "x", 1_006, 30_000)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            l.acquire("pair:7", &b, "h", "x", 1_007, 30_000).unwrap(),
+            None
+        );
+        assert_eq!(
+            l.acquire("pair:70/run:1/plan", &a, "h", "x", 1_008, 30_000)
+                .unwrap(),
+            None
+        );
+        assert!(
+            l.acquire("pair:70", &b, "h", "x", 1_009, 30_000)
+                .unwrap()
+                .is_some(),
+            "but pair:70 itself is"
+        );
     }
 
     fn deletes_are_reserved_from_the_runs_count(loc: &Location) {
@@ -766,7 +878,7 @@ mod tests {
         let pair = m.pair("s3://a/p", "s3://b/q").unwrap();
         let p = Partitions::new(&m);
         let run = p
-            .open_run(pair.id, "backfill", "s", Start::Always, 1_000)
+            .open_run(pair.id, "backfill", "s", Start::Always, "h", 1_000)
             .unwrap()
             .unwrap();
         assert!(p.add_part(run.id, None, Some("m"), 5).unwrap());
@@ -782,5 +894,67 @@ mod tests {
         );
         assert!(p.reserve_deletes(run.id, 0, 2, 10).unwrap());
         assert_eq!(p.run(run.id).unwrap().unwrap().deletes, 6);
+    }
+
+    fn a_run_with_other_options_is_ended_once_its_workers_are_gone(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let pair = m.pair("s3://a/p", "s3://b/q").unwrap();
+        let p = Partitions::new(&m);
+        let old = p
+            .open_run(
+                pair.id,
+                "backfill",
+                "deletes=true",
+                Start::Always,
+                "h",
+                1_000,
+            )
+            .unwrap()
+            .unwrap();
+        assert!(p.add_part(old.id, None, Some("m"), 5).unwrap());
+        assert!(p.add_part(old.id, Some("m"), None, 5).unwrap());
+        // a worker of another host still works on it: the run is returned, not joined
+        assert!(p
+            .take(old.id, "9:9:far", "h2", "b", 1_000, 30_000)
+            .unwrap()
+            .is_some());
+        let busy = p
+            .open_run(
+                pair.id,
+                "backfill",
+                "deletes=false",
+                Start::IfNeverSynced,
+                "h",
+                2_000,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!((busy.id, busy.spec.as_str()), (old.id, "deletes=true"));
+        // its lease expired (the worker is gone): ended as failed, and a new run starts
+        let new = p
+            .open_run(
+                pair.id,
+                "backfill",
+                "deletes=false",
+                Start::IfNeverSynced,
+                "h",
+                31_001,
+            )
+            .unwrap()
+            .unwrap();
+        assert_ne!(new.id, old.id);
+        assert_eq!(new.spec, "deletes=false");
+        let ended = p.run(old.id).unwrap().unwrap();
+        assert_eq!(ended.finished_at, Some(31_001));
+        assert!(ended.failed > 0);
+        assert!(p.parts(old.id).unwrap().iter().all(|x| x.state == "failed"));
+        assert!(
+            m.find_pair("s3://a/p", "s3://b/q")
+                .unwrap()
+                .unwrap()
+                .last_sync_at
+                .is_none(),
+            "an abandoned run vouches for nothing"
+        );
     }
 }

@@ -238,10 +238,17 @@ impl<'a> Uploads<'a> {
                     "SELECT {COLUMNS} FROM uploads
                  WHERE (CAST(?1 AS TEXT) IS NULL OR dst = ?1)
                    AND (?2 = '' OR key = ?2 OR substr(key, 1, length(?2) + 1) = ?2 || '/')
-                   AND (?4 OR host = ?3)
+                   AND (?4 OR host = ?3 OR host = ?5)
                  ORDER BY id"
                 ),
-                params![dst, key_prefix, host, any_host],
+                // ?5: the plain host name rows of an earlier slate hold
+                params![
+                    dst,
+                    key_prefix,
+                    host,
+                    any_host,
+                    super::owner::host_label(host)
+                ],
                 upload_row,
             )
         })?;
@@ -249,7 +256,7 @@ impl<'a> Uploads<'a> {
         for mut u in candidates {
             let free = if u.owner == owner {
                 !held(u.id)
-            } else if u.host != host {
+            } else if !super::owner::same_host(&u.host, host) {
                 any_host
             } else {
                 !owner_alive(&u.owner)

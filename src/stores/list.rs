@@ -147,11 +147,16 @@ fn walk_local(
 ) -> Result<u64> {
     let mut n = 0u64;
     local::walk_sorted_parallel(root, follow, LOCAL_WALKERS, &mut |w| {
-        if let local::Walked::File(f) = &w {
-            if range.before(&f.rel) {
+        let rel = match &w {
+            local::Walked::File(f) => Some(f.rel.as_str()),
+            local::Walked::Unreadable { rel, .. } => Some(rel.as_str()),
+            local::Walked::BadName { .. } => None,
+        };
+        if let Some(rel) = rel {
+            if range.before(rel) {
                 return true;
             }
-            if range.beyond(&f.rel) {
+            if range.beyond(rel) {
                 return false;
             }
         }
@@ -195,6 +200,18 @@ impl Level {
         path.strip_prefix(self.strip.as_str()).unwrap_or(path)
     }
 
+    /// Where a delimiter listing of the level `with_slash` (None: the side's top) starts for
+    /// the range: after the name, at this level, of the object or folder the range starts in
+    /// (`start-after` the bare folder name, so that the folder itself is still listed as a
+    /// common prefix, whichever way a store rolls keys up); None from the level's start.
+    fn level_offset(&self, with_slash: Option<&str>) -> Option<String> {
+        let level = with_slash.map(|w| self.rel(w)).unwrap_or("");
+        let after = self.range.after.as_deref()?;
+        let rest = after.strip_prefix(level)?;
+        let name = rest.split('/').next().unwrap_or(rest);
+        Some(format!("{}{level}{name}", self.strip))
+    }
+
     /// One page of the listing, its request retried while the error is transient (never a
     /// missing bucket or denied access, which the first page reports).
     async fn page(
@@ -235,12 +252,14 @@ impl Level {
                 };
             }
             let with_slash = prefix.as_ref().map(|p| format!("{p}/"));
+            let offset = this.level_offset(with_slash.as_deref());
             let (mut n, mut token, mut first) = (0u64, None, true);
             loop {
                 let opts = PaginatedListOptions {
                     delimiter: Some("/".into()),
                     max_keys: Some(1000),
                     page_token: token.take(),
+                    offset: offset.clone(),
                     ..Default::default()
                 };
                 let page = match this.page(with_slash.as_deref(), opts).await {
