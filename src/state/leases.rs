@@ -46,6 +46,16 @@ pub(crate) fn holds(h: &Holder, host: &str, now_ms: i64) -> bool {
     }
 }
 
+/// The holders of the leases whose names start with `prefix` (`pair:1/`: those under it).
+pub(crate) fn holders_under(c: &Conn, prefix: &str) -> DbResult<Vec<Holder>> {
+    c.query_map(
+        "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases
+         WHERE substr(name, 1, ?2) = ?1",
+        params![prefix, prefix.chars().count() as i64],
+        holder_row,
+    )
+}
+
 /// The names `name` lies under: `pair:1` and `pair:1/run:4` for `pair:1/run:4/part:2`.
 fn ancestors(name: &str) -> Vec<&str> {
     name.match_indices('/').map(|(i, _)| &name[..i]).collect()
@@ -82,13 +92,7 @@ pub(crate) fn acquire_in(
             }
         }
     }
-    let under = format!("{name}/");
-    let below = c.query_map(
-        "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases
-             WHERE substr(name, 1, ?2) = ?1",
-        params![under.as_str(), under.chars().count() as i64],
-        holder_row,
-    )?;
+    let below = holders_under(c, &format!("{name}/"))?;
     if let Some(h) = below
         .into_iter()
         .find(|h| h.owner != owner && holds(h, host, now_ms))

@@ -10,7 +10,7 @@
 //! marked reconciled when nothing failed, in the transaction that records its last partition.
 
 use super::db::{params, Conn, DbResult, OptionalExtension, Row};
-use super::leases::{acquire_in, holds, Holder};
+use super::leases::{acquire_in, holders_under, holds};
 use super::manifest::Manifest;
 use crate::core::error::Result;
 
@@ -292,14 +292,7 @@ impl<'a> Partitions<'a> {
         keys: i64,
     ) -> Result<bool> {
         self.m.with(|c| {
-            let Some(run) = c
-                .query_row(
-                    &format!("{RUN_SQL} WHERE id = ?1"),
-                    params![run_id],
-                    run_row,
-                )
-                .optional()?
-            else {
+            let Some(run) = run_in(c, run_id)? else {
                 return Ok(false);
             };
             if run.planned || run.cut_after.as_deref() != after {
@@ -355,14 +348,7 @@ impl<'a> Partitions<'a> {
         ttl_ms: i64,
     ) -> Result<Option<Part>> {
         self.m.with(|c| {
-            let Some(run) = c
-                .query_row(
-                    &format!("{RUN_SQL} WHERE id = ?1"),
-                    params![run_id],
-                    run_row,
-                )
-                .optional()?
-            else {
+            let Some(run) = run_in(c, run_id)? else {
                 return Ok(None);
             };
             let pending = c.query_map(
@@ -408,14 +394,7 @@ impl<'a> Partitions<'a> {
         now_ms: i64,
     ) -> Result<Option<PartRun>> {
         self.m.with(|c| {
-            let Some(run) = c
-                .query_row(
-                    &format!("{RUN_SQL} WHERE id = ?1"),
-                    params![run_id],
-                    run_row,
-                )
-                .optional()?
-            else {
+            let Some(run) = run_in(c, run_id)? else {
                 return Ok(None);
             };
             let lease = part_lease(run.pair_id, run_id, idx);
@@ -509,25 +488,22 @@ impl<'a> Partitions<'a> {
     }
 }
 
+/// A run as this transaction sees it.
+fn run_in(c: &Conn, run_id: i64) -> DbResult<Option<PartRun>> {
+    c.query_row(
+        &format!("{RUN_SQL} WHERE id = ?1"),
+        params![run_id],
+        run_row,
+    )
+    .optional()
+}
+
 /// Whether a worker still holds a lease of `run` (a partition or its planner).
 fn run_busy(c: &Conn, run: &PartRun, host: &str, now_ms: i64) -> DbResult<bool> {
     let under = format!("pair:{}/run:{}/", run.pair_id, run.id);
-    let held: Vec<Holder> = c.query_map(
-        "SELECT owner, host, pid, purpose, acquired_at, expires_at FROM leases
-         WHERE substr(name, 1, ?2) = ?1",
-        params![under.as_str(), under.chars().count() as i64],
-        |r| {
-            Ok(Holder {
-                owner: r.get(0)?,
-                host: r.get(1)?,
-                pid: r.get::<_, i64>(2)? as u32,
-                purpose: r.get(3)?,
-                acquired_at: r.get(4)?,
-                expires_at: r.get(5)?,
-            })
-        },
-    )?;
-    Ok(held.iter().any(|h| holds(h, host, now_ms)))
+    Ok(holders_under(c, &under)?
+        .iter()
+        .any(|h| holds(h, host, now_ms)))
 }
 
 /// Finishes a planned run none of whose partitions is pending, marking its pair reconciled
