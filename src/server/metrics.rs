@@ -106,8 +106,39 @@ async fn readyz(State(s): State<Arc<Server>>) -> Response {
 pub(crate) fn registry(running: Arc<Running>, db: Arc<Manifest>, hub: Arc<Hub>) -> Registry {
     let mut registry = Registry::default();
     crate::core::metrics::register(&mut registry);
+    // before Scrape: a scrape's own reads of the database count in the next one
+    registry.register_collector(Box::new(StateOps));
     registry.register_collector(Box::new(Scrape { running, db, hub }));
     registry
+}
+
+/// `slate_state_statements_total{backend}` and `slate_state_transactions_total{backend,kind}`:
+/// what this process ran on its state databases (`state::db`'s process-wide counts).
+#[derive(Debug)]
+struct StateOps;
+
+impl Collector for StateOps {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let ops = crate::state::db::op_counts();
+        family(
+            &mut encoder,
+            ("slate_state_statements", MetricType::Counter),
+            "Statements run on the state database (manifest, inbox, claims, jobs), by backend; a batch counts once, BEGIN and COMMIT not at all.",
+            ops.map(|(backend, c)| ([("backend", backend)], c.statements)),
+        )?;
+        let rows = ops.into_iter().flat_map(|(backend, c)| {
+            [
+                ([("backend", backend), ("kind", "write")], c.writes),
+                ([("backend", backend), ("kind", "read")], c.reads),
+            ]
+        });
+        family(
+            &mut encoder,
+            ("slate_state_transactions", MetricType::Counter),
+            "State database calls, by backend and kind: write transactions begun (each attempt of one run again after a conflict) and reads (a connection taken for reads, no transaction).",
+            rows,
+        )
+    }
 }
 
 /// The registry in Prometheus text format (0.0.4), encoded on the blocking pool: [`Scrape`]
@@ -515,6 +546,8 @@ mod tests {
             "# TYPE slate_transfer_limit gauge",
             "# TYPE slate_jobs gauge",
             "# TYPE slate_job_bytes_total counter",
+            "# TYPE slate_state_statements_total counter",
+            "# TYPE slate_state_transactions_total counter",
             "# HELP slate_keys_total Keys reconciled, by outcome (stale: skipped by their ordering token).",
             "slate_webhook_deliveries_total 0",
             r#"slate_jobs{state="succeeded"} 1"#,
@@ -568,6 +601,19 @@ mod tests {
         assert!(value(&format!("slate_request_errors_total{labels}")) >= 1.0);
         assert!(value(&format!("slate_request_retries_total{labels}")) >= 1.0);
         value("slate_transfers_in_flight ");
+        // server() wrote and read a SQLite state: counted (at least that: other tests add)
+        assert!(value(r#"slate_state_statements_total{backend="sqlite"} "#) >= 10.0);
+        value(r#"slate_state_statements_total{backend="postgres"} "#);
+        assert!(value(r#"slate_state_transactions_total{backend="sqlite",kind="write"} "#) >= 1.0);
+        for (backend, kind) in [
+            ("sqlite", "read"),
+            ("postgres", "write"),
+            ("postgres", "read"),
+        ] {
+            value(&format!(
+                r#"slate_state_transactions_total{{backend="{backend}",kind="{kind}"}} "#
+            ));
+        }
         every_family_has_help_and_type(&text);
     }
 

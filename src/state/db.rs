@@ -10,10 +10,51 @@
 //! worker's is rolled back and run again, so a read-then-write is as safe on both.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::core::error::{Result, SlateError};
+
+/// The backends as the state metrics label them (`backend="sqlite"`, `backend="postgres"`).
+pub const BACKENDS: [&str; 2] = ["sqlite", "postgres"];
+
+/// What the state databases of this process ran so far, per backend (indexed as [`BACKENDS`]):
+/// `GET /metrics` exposes it as `slate_state_statements_total` and
+/// `slate_state_transactions_total` (bench/workers.sh divides them by the keys applied).
+static STATEMENTS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+static WRITES: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+static READS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Counts of one backend's state operations since the process started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    /// Statements the state ran through [`Conn`] (a batch counts once; BEGIN, COMMIT and
+    /// ROLLBACK are not counted: they are the transactions').
+    pub statements: u64,
+    /// Write transactions begun ([`Db::write`], [`Db::write_locking`], and on PostgreSQL
+    /// [`Db::on_writer`]); on PostgreSQL each attempt of one run again after a conflict or a
+    /// lost connection counts.
+    pub writes: u64,
+    /// Calls of [`Db::read`] (a connection taken for reads; no transaction around them), each
+    /// attempt counted.
+    pub reads: u64,
+}
+
+/// The state operations of each backend so far, in the order of [`BACKENDS`].
+pub fn op_counts() -> [(&'static str, OpCounts); 2] {
+    std::array::from_fn(|i| {
+        (
+            BACKENDS[i],
+            OpCounts {
+                statements: STATEMENTS[i].load(Relaxed),
+                writes: WRITES[i].load(Relaxed),
+                reads: READS[i].load(Relaxed),
+            },
+        )
+    })
+}
 
 /// A value bound to a statement or read from a row.
 #[derive(Debug, Clone, PartialEq)]
@@ -443,9 +484,15 @@ impl Conn<'_> {
         matches!(self, Conn::Pg(_))
     }
 
+    /// Counts one statement of this connection's backend.
+    fn counted(&self) -> &Self {
+        STATEMENTS[self.is_postgres() as usize].fetch_add(1, Relaxed);
+        self
+    }
+
     /// Runs a statement; returns the number of rows it changed.
     pub fn execute(&self, sql: &str, p: &[Value]) -> DbResult<usize> {
-        match self {
+        match self.counted() {
             Conn::Lite(c) => Ok(c
                 .prepare_cached(sql)?
                 .execute(rusqlite::params_from_iter(p))?),
@@ -458,7 +505,7 @@ impl Conn<'_> {
 
     /// Runs statements without parameters, separated by `;`.
     pub fn execute_batch(&self, sql: &str) -> DbResult<()> {
-        match self {
+        match self.counted() {
             Conn::Lite(c) => Ok(c.execute_batch(sql)?),
             Conn::Pg(c) => Ok(wait(c.batch_execute(sql))?),
         }
@@ -471,7 +518,7 @@ impl Conn<'_> {
         p: &[Value],
         mut f: impl FnMut(&Row) -> DbResult<T>,
     ) -> DbResult<Vec<T>> {
-        match self {
+        match self.counted() {
             Conn::Lite(c) => {
                 let mut st = c.prepare_cached(sql)?;
                 let n = st.column_count();
@@ -496,7 +543,7 @@ impl Conn<'_> {
         p: &[Value],
         f: impl FnOnce(&Row) -> DbResult<T>,
     ) -> DbResult<T> {
-        let row = match self {
+        let row = match self.counted() {
             Conn::Lite(c) => {
                 let mut st = c.prepare_cached(sql)?;
                 let n = st.column_count();
@@ -744,6 +791,7 @@ impl Db {
                     .map_err(|_| self.err("internal: database lock poisoned"))?;
                 c.execute_batch("BEGIN IMMEDIATE")
                     .map_err(|e| self.err(e))?;
+                WRITES[0].fetch_add(1, Relaxed);
                 match f(&Conn::Lite(&c)) {
                     Ok(v) => match c.execute_batch("COMMIT") {
                         Ok(()) => Ok(v),
@@ -775,6 +823,7 @@ impl Db {
                     let Some(client) = held.0.as_ref() else {
                         return Err(self.err("internal: no connection"));
                     };
+                    WRITES[1].fetch_add(1, Relaxed);
                     let outcome = (|| {
                         wait(client.batch_execute(begin))?;
                         match f(&Conn::Pg(client)) {
@@ -826,7 +875,7 @@ impl Db {
     pub fn read<T>(&self, mut f: impl FnMut(&Conn) -> DbResult<T>) -> Result<T> {
         match &self.backend {
             Backend::Lite(l) => {
-                use std::sync::atomic::Ordering::Relaxed;
+                READS[0].fetch_add(1, Relaxed);
                 let n = l.readers.len();
                 let start = l.next_reader.fetch_add(1, Relaxed);
                 for i in 0..n {
@@ -848,6 +897,7 @@ impl Db {
                 let started = Instant::now();
                 loop {
                     let client = self.pg_client(pg, started)?;
+                    READS[1].fetch_add(1, Relaxed);
                     match f(&Conn::Pg(&client)) {
                         Ok(v) => return Ok(v),
                         Err(DbError::Closed(_)) if started.elapsed() < PG_RECONNECT => {
@@ -1151,6 +1201,46 @@ fn migrate_postgres(pg: &Pg) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::db::testing::conformance;
+
+    conformance!(statements_and_transactions_are_counted_per_backend);
+
+    /// A write of 1,000 statements and a read of one add to their backend's counts: at least
+    /// (the counts are the process's, and the tests running beside this one add to them too).
+    fn statements_and_transactions_are_counted_per_backend(loc: &Location) {
+        let db = Db::open(loc).unwrap();
+        let i = db.is_postgres() as usize;
+        assert_eq!(
+            BACKENDS[i],
+            if db.is_postgres() {
+                "postgres"
+            } else {
+                "sqlite"
+            }
+        );
+        let before = op_counts()[i].1;
+        let sum = db
+            .write(|c| {
+                let mut sum = 0;
+                for n in 0..1_000i64 {
+                    sum += c.query_row("SELECT ?1 + 1", params![n], |r| r.get::<_, i64>(0))?;
+                }
+                Ok(sum)
+            })
+            .unwrap();
+        assert_eq!(sum, 500_500);
+        let after_write = op_counts()[i].1;
+        assert!(after_write.statements >= before.statements + 1_000);
+        assert!(after_write.writes > before.writes);
+        let one: i64 = db
+            .read(|c| c.query_row("SELECT 1", params![], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(one, 1);
+        let after = op_counts()[i].1;
+        assert!(after.statements > after_write.statements);
+        assert!(after.reads > after_write.reads);
+        assert!(after.writes >= after_write.writes);
+    }
 
     #[test]
     fn parameters_become_postgres_numbers_outside_quotes() {
