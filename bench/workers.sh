@@ -31,7 +31,7 @@ set -euo pipefail
 
 BENCH_CMD=""
 for v in SLATE_BIN BENCH_PARTS BENCH_DIR BENCH_WORKERS_N BENCH_WORKERS_KIB BENCH_WORKERS_BWLIMIT \
-         BENCH_WORKERS_COUNTS BENCH_WORKERS_RATES BENCH_WORKERS_SECONDS BENCH_WORKERS_LAT_COUNTS \
+         BENCH_WORKERS_COUNTS BENCH_WORKERS_DST BENCH_WORKERS_RATES BENCH_WORKERS_SECONDS BENCH_WORKERS_LAT_COUNTS \
          BENCH_OPS_KEYS BENCH_OPS_RATE BENCH_WORKERS_PORT BENCH_BACKFILL_TIMEOUT BENCH_REPORT BENCH_KEEP \
          BENCH_S3_THREADS SLATE_MOTO_PORT SLATE_PG_PORT; do
     if [[ -n "${!v+x}" ]]; then BENCH_CMD+="$v=$(printf '%q' "${!v}") "; fi
@@ -47,6 +47,7 @@ N="${BENCH_WORKERS_N:-10000}"                    # backfill: objects
 KIB_EACH="${BENCH_WORKERS_KIB:-64}"              # backfill: KiB an object
 BWLIMIT="${BENCH_WORKERS_BWLIMIT:-6M}"           # backfill: each worker's --bwlimit
 COUNTS="${BENCH_WORKERS_COUNTS:-1 2 3}"          # backfill: workers per run
+FILL_DST="${BENCH_WORKERS_DST:-s3}"              # backfill: s3 (a bucket on moto) or local
 RATES="${BENCH_WORKERS_RATES:-100 20}"           # latency: new objects per second, a phase each
 SECONDS_LAT="${BENCH_WORKERS_SECONDS:-30}"       # latency: writer duration
 LAT_COUNTS="${BENCH_WORKERS_LAT_COUNTS:-1 3}"    # latency: workers per run
@@ -343,7 +344,15 @@ if has_part backfill; then
         QUEUES+=("$q")
         py queue-create "$q" >/dev/null || die "creating queue $q failed"
         new_db "fill$w"
-        dst="$WORK/fill$w"
+        if [[ "$FILL_DST" == s3 ]]; then
+            # another bucket: workers on several hosts split only pairs of two stores (a local
+            # folder is each host's own), so a local replica would be backfilled by one worker
+            BUCKETS+=("$B_FILL-dst$w")
+            py bucket-create "$B_FILL-dst$w" >/dev/null || die "creating bucket $B_FILL-dst$w failed"
+            dst="s3://$B_FILL-dst$w/replica"
+        else
+            dst="$WORK/fill$w"
+        fi
         load0=$(cut -d' ' -f1 /proc/loadavg)
         log "backfill by $w worker(s), --bwlimit $BWLIMIT each: s3://$B_FILL/data → $dst, --db ${NEW_DB##*/}"
         t0=$(now_s)

@@ -133,6 +133,12 @@ def seed_backfill(bucket, n, size_kib, per_folder):
     print("%d %d %.1f" % (n, n * size, secs))
 
 
+def bucket_create(name):
+    """An empty bucket (a backfill's destination on the same S3 server)."""
+    db.s3_client("s3").create_bucket(Bucket=name)
+    print("ok")
+
+
 def queue_create(name):
     """An SQS queue that nothing sends to (the backfill's workers need an --events queue)."""
     db.s3_client("sqs").create_queue(QueueName=name)
@@ -184,8 +190,21 @@ def teardown(buckets, queues):
 # Checks of a local replica
 # =======================================================================================
 
+def s3_url(dst):
+    """(bucket, prefix ending in /) of an s3:// destination, or None for a local folder."""
+    if not dst.startswith("s3://"):
+        return None
+    bucket, _, prefix = dst[len("s3://"):].partition("/")
+    return bucket, prefix.rstrip("/") + "/"
+
+
 def local_sizes(dst):
-    """{key relative to dst: size} of every file (no slate temporary files expected)."""
+    """{key relative to dst: size} of every file (no slate temporary files expected), or of
+    every object under an s3:// destination."""
+    at = s3_url(dst)
+    if at:
+        bucket, prefix = at
+        return {k[len(prefix):]: v[0] for k, v in db.S3(bucket).listing(prefix).items()}
     out = {}
     for root, _dirs, files in os.walk(dst):
         for f in files:
@@ -203,6 +222,18 @@ def same_local(bucket, dst):
     want = db.S3(bucket).listing()
     got = local_sizes(dst)
     want_rel = {k[len(PREFIX):]: v for k, v in want.items()}
+    at = s3_url(dst)
+    if at:
+        # a bucket replica: its ETags (the MD5 of a single PUT) against the source's
+        got_etags = {k[len(at[1]):]: v[1] for k, v in db.S3(at[0]).listing(at[1]).items()}
+        wrong = sorted(k for k in want_rel if k in got_etags and got_etags[k] != want_rel[k][1])
+        missing = sorted(set(want_rel) - set(got_etags))
+        extra = sorted(set(got_etags) - set(want_rel))
+        if missing or extra or wrong:
+            die("%s differs from s3://%s/%s: %d missing, %d extra, %d different"
+                % (dst, bucket, PREFIX, len(missing), len(extra), len(wrong)))
+        print("%d %d" % (len(want), sum(v[0] for v in want.values())))
+        return
     missing = sorted(set(want_rel) - set(got))
     extra = sorted(set(got) - set(want_rel))
     wrong = sorted(k for k in set(want_rel) & set(got) if got[k] != want_rel[k][0])
@@ -338,6 +369,7 @@ S, I, F = str, int, float
 COMMANDS = {
     "seed-backfill": (seed_backfill, S, I, I, I),          # BUCKET N SIZE_KIB PER_FOLDER
     "queue-create": (queue_create, S),                     # QUEUE
+    "bucket-create": (bucket_create, S),                   # BUCKET
     "event-bucket": (event_bucket, S, S, I),               # BUCKET QUEUE N_SEED
     "backfill-wait": (backfill_wait, S, S, S, S, F, S),    # SLATE DB BUCKET DST TIMEOUT URLS
     "same-local": (same_local, S, S),                      # BUCKET DST
