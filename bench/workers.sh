@@ -19,7 +19,7 @@
 #             arrived 60 s after the writer stopped (reported, not fatal: moto may not keep up).
 #   ops       one daemon on SQLite, then one on PostgreSQL, each following its own bucket and
 #             queue, applying the same burst (BENCH_OPS_KEYS new keys, 2,000, written at
-#             BENCH_OPS_RATE/s, 40): slate_state_statements_total and
+#             BENCH_OPS_RATE/s, 20): slate_state_statements_total and
 #             slate_state_transactions_total from /metrics before and after, per key applied
 #             (raw, and net of the idle rate measured just before the burst).
 # Prints one markdown report on stdout (progress on stderr) and writes it to
@@ -52,7 +52,7 @@ RATES="${BENCH_WORKERS_RATES:-100 20}"           # latency: new objects per seco
 SECONDS_LAT="${BENCH_WORKERS_SECONDS:-30}"       # latency: writer duration
 LAT_COUNTS="${BENCH_WORKERS_LAT_COUNTS:-1 3}"    # latency: workers per run
 OPS_KEYS="${BENCH_OPS_KEYS:-2000}"               # ops: keys in the burst
-OPS_RATE="${BENCH_OPS_RATE:-40}"                 # ops: written per second
+OPS_RATE="${BENCH_OPS_RATE:-20}"                 # ops: written per second (slow enough that each key goes alone)
 PORT_BASE="${BENCH_WORKERS_PORT:-3530}"          # worker i listens on 127.0.0.1:PORT_BASE+i
 BACKFILL_TIMEOUT="${BENCH_BACKFILL_TIMEOUT:-900}"
 REPORT="${BENCH_REPORT:-$SCRIPT_DIR/last-workers-run.md}"
@@ -245,6 +245,7 @@ start_workers() {
     PIDS=(); PID_LOGS=(); URLS=""
     for ((i = 0; i < count; i++)); do
         logf="$WORK/$name-w$i.log"
+        : >"$logf"   # exists before the first grep (the worker's redirection runs in the child)
         "${S3ENV[@]}" "$SLATE" sync "$src" "$dst" --events "sqs://$queue" --db "$dbloc" --drift-check-secs 0 --quiet \
             --listen "127.0.0.1:$((PORT_BASE + i))" "$@" >"$logf" 2>&1 &
         PIDS+=($!)
@@ -296,8 +297,9 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Where the CPU went over a run: the machine's busy time (every core, /proc/stat), the
 # workers', moto's and PostgreSQL's (the postmaster, its live children, and the children it
-# reaped: the backends of closed connections); "other" is the rest of the machine's busy time
-# (this benchmark's writer, poller and checks, and whatever else ran on the machine).
+# reaped: the backends of closed connections), the python helper's (its writer, poller and
+# `slate pairs` polls: it reports its own); "other" is the rest of the machine's busy time
+# (whatever else ran on the machine).
 CLK_TCK=$(getconf CLK_TCK)
 port_pid() { ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n 1; }
 # jiffies PID [REAPED]: user+sys of PID (REAPED=1: plus its reaped children's); 0 if gone
@@ -313,16 +315,17 @@ cpu_now() {   # "machine_busy machine_total workers moto postgres" in jiffies
         "$w" "$([[ -n "$MOTO_PID" ]] && jiffies "$MOTO_PID" || echo 0)" "$pg"
 }
 cpu_mark() { CPU_MARK=$(cpu_now); }
-# cpu_since: "busy% worker_s moto_s pg_s other_s" since cpu_mark (busy: of all cores)
+# cpu_since HELPER_S: "busy% worker_s moto_s pg_s helper_s other_s" since cpu_mark (busy: of
+# all cores; HELPER_S: the CPU of the python helper that ran the part, its writer and poller)
 cpu_since() {
-    awk -v t="$CLK_TCK" -v a="$CPU_MARK" -v b="$(cpu_now)" 'BEGIN {
+    awk -v t="$CLK_TCK" -v a="$CPU_MARK" -v b="$(cpu_now)" -v h="$1" 'BEGIN {
         split(a, x, " "); split(b, y, " ")
         busy = y[1] - x[1]; all = y[2] - x[2]; w = y[3] - x[3]; m = y[4] - x[4]; p = y[5] - x[5]
-        o = busy - w - m - p; if (o < 0) o = 0
-        printf "%.0f %.1f %.1f %.1f %.1f", (all > 0 ? 100 * busy / all : 0), w / t, m / t, p / t, o / t }'
+        o = busy - w - m - p - h * t; if (o < 0) o = 0
+        printf "%.0f %.1f %.1f %.1f %.1f %.1f", (all > 0 ? 100 * busy / all : 0), w / t, m / t, p / t, h, o / t }'
 }
-# cpu_cell BUSY W M P O: the report's CPU cell
-cpu_cell() { printf '%s%% busy; slate %s s, moto %s s, PostgreSQL %s s, other %s s' "$@"; }
+# cpu_cell BUSY W M P H O: the report's CPU cell
+cpu_cell() { printf '%s%% busy; slate %s s, moto %s s, PostgreSQL %s s, bench helper %s s, other %s s' "$@"; }
 command -v ss >/dev/null || die "ss not found (iproute2): needed to find moto's and PostgreSQL's processes"
 MOTO_PID=$(port_pid "$MOTO_PORT")
 PG_PID=$(port_pid "$PG_PORT")
@@ -360,8 +363,8 @@ if has_part backfill; then
         start_workers "$w" "$NEW_DB" "s3://$B_FILL/data" "$dst" "$q" "fill$w" --bwlimit "$BWLIMIT"
         out=$(py backfill-wait "$SLATE" "$NEW_DB" "$B_FILL" "$dst" "$BACKFILL_TIMEOUT" "$URLS") \
             || { workers_alive "during the backfill"; die "the backfill by $w worker(s) did not finish"; }
-        read -r t_sync t_equal per_worker <<<"$out"
-        cpu=$(cpu_since)
+        read -r t_sync t_equal per_worker hcpu <<<"$out"
+        cpu=$(cpu_since "$hcpu")
         load1=$(cut -d' ' -f1 /proc/loadavg)
         secs=$(awk -v a="$t0" -v b="$t_sync" -v c="$t_equal" 'BEGIN {e = (b > c ? b : c); printf "%.1f", e - a}')
         log "  $w worker(s): reconciled and equal after $secs s (bytes copied per worker: $per_worker); checking every object (size, MD5)"
@@ -395,7 +398,8 @@ if has_part latency; then
             cpu_mark
             out=$(py phase "$b" "$q" "$dst" "$NEW_DB" "$PSQL" "$r" "$SECONDS_LAT" "$LAT_FOLDERS" "$LAT_GRACE" "$WRITERS" "$IDLE" "$URLS" postgres) \
                 || { workers_alive "during the latency phase"; die "the latency phase at $r/s with $w worker(s) failed"; }
-            cpu=$(cpu_since)
+            hcpu=${out##* }; out=${out% *}
+            cpu=$(cpu_since "$hcpu")
             load1=$(cut -d' ' -f1 /proc/loadavg)
             read -r total missing p50 p99 pmax mean achieved behind during backlog rest <<<"$out"
             log "  $r/s, $w worker(s): p50 $p50 ms, p99 $p99 ms, max $pmax ms; $missing of $total not arrived $LAT_GRACE s after the writer; writer $achieved/s; queue backlog $backlog when the writer stopped; applied per worker ${out##* }; CPU $(cpu_cell $cpu)"
@@ -432,7 +436,8 @@ if has_part ops; then
         cpu_mark
         out=$(py phase "$b" "$q" "$dst" "$dbloc" "$PSQL" "$OPS_RATE" "$OPS_SECONDS" "$LAT_FOLDERS" "$OPS_GRACE" "$WRITERS" "$IDLE" "$URLS" "$backend") \
             || { workers_alive "during the burst"; die "the burst on $backend failed"; }
-        cpu=$(cpu_since)
+        hcpu=${out##* }; out=${out% *}
+        cpu=$(cpu_since "$hcpu")
         read -r total missing _ _ _ _ _ _ _ _ t_phase t_idle is iw ir ps pw pr per_worker <<<"$out"
         log "  $backend: $ps statements, $pw write transactions, $pr read calls in $t_phase s for $total keys (idle $t_idle s: $is / $iw / $ir); applied $per_worker"
         ((missing == 0)) || die "$missing of $total objects had not arrived $OPS_GRACE s after the writer stopped ($backend)"
@@ -470,12 +475,12 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
         echo "| workers | time to reconciled and equal | aggregate MiB/s | vs 1 worker | MiB copied by each worker | CPU over the run ($(nproc) cores) | load (1 min) before → after |"
         echo "|---|---|---|---|---|---|---|"
         one=""
-        while read -r w secs per_worker l0 l1 cb cw cm cp co _warns; do
+        while read -r w secs per_worker l0 l1 cb cw cm cp ch co _warns; do
             rate=$(awk -v b="$FILL_BYTES" -v s="$secs" 'BEGIN {printf "%.2f", b / 1048576 / s}')
             [[ -n "$one" ]] || one=$rate
             split=$(tr ',' '\n' <<<"$per_worker" | awk '{printf "%s%.0f", (NR > 1 ? " / " : ""), $1 / 1048576}')
             printf '| %d | %s s | %s | %s× | %s | %s | %s → %s |\n' "$w" "$secs" "$rate" "$(ratio "$rate" "$one")" "$split" \
-                "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$co")" "$l0" "$l1"
+                "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co")" "$l0" "$l1"
         done <"$WORK/res.backfill"
         echo
         echo "Seeding took $FILL_SEED_S s (untimed). Per run: a fresh PostgreSQL database and an empty local folder; the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT --bwlimit $BWLIMIT\`, the queue empty: the source sends no events) start together; the time runs from their start until \`slate pairs --db …\` shows the pair's last sync set (polled every 0.5 s) and the folder holds every object with its size; then every file is compared with the source (size and MD5 against the ETag). MiB copied per worker: each one's \`slate_bytes_copied_total\`."
@@ -487,26 +492,31 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
         echo "| rate | workers | p50 | p99 | max | writer achieved | arrived within $LAT_GRACE s of the writer's end | SQS backlog when the writer stopped | keys applied by each worker | statements / key (all workers) | CPU over the phase ($(nproc) cores) | load (1 min) before → after |"
         echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
         : >"$WORK/res.lat.short"
-        while read -r r w total missing p50 p99 pmax mean achieved behind during backlog t_phase t_idle is iw ir ps pw pr per_worker l0 l1 cb cw cm cp co _warns; do
+        while read -r r w total missing p50 p99 pmax mean achieved behind during backlog t_phase t_idle is iw ir ps pw pr per_worker l0 l1 cb cw cm cp ch co _warns; do
             n_applied=$(tr ',' '\n' <<<"$per_worker" | awk '{s += $1} END {print s + 0}')
             spk=$(awk -v p="$ps" -v i="$is" -v ti="$t_idle" -v t="$t_phase" -v n="$n_applied" \
                 'BEGIN {if (n > 0) printf "%.1f (net of idle %.1f)", p / n, (p - i / ti * t) / n; else print "—"}')
             printf '| %d/s | %d | %.0f ms | %.0f ms | %.0f ms | %.0f/s | %d of %d%s | %d | %s | %s | %s | %s → %s |\n' \
                 "$r" "$w" "$p50" "$p99" "$pmax" "$achieved" "$((total - missing))" "$total" "$( ((missing == 0)) || echo " (**$missing not**)")" \
-                "$backlog" "${per_worker//,/ / }" "$spk" "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$co")" "$l0" "$l1"
-            echo "$r $w $p50 $p99 $missing" >>"$WORK/res.lat.short"
+                "$backlog" "${per_worker//,/ / }" "$spk" "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co")" "$l0" "$l1"
+            echo "$r $w $p50 $p99 $missing $achieved" >>"$WORK/res.lat.short"
         done <"$WORK/res.latency"
         echo
         for r in $RATES; do
-            read -r _ _ p50_1 p99_1 m1 < <(awk -v r="$r" '$1 == r && $2 == 1' "$WORK/res.lat.short") || true
-            read -r _ _ p50_3 p99_3 m3 < <(awk -v r="$r" '$1 == r && $2 == 3' "$WORK/res.lat.short") || true
+            read -r _ _ p50_1 p99_1 m1 a1 < <(awk -v r="$r" '$1 == r && $2 == 1' "$WORK/res.lat.short") || true
+            read -r _ _ p50_3 p99_3 m3 a3 < <(awk -v r="$r" '$1 == r && $2 == 3' "$WORK/res.lat.short") || true
             if [[ -n "${p50_1:-}" && -n "${p50_3:-}" ]]; then
-                echo "- $r/s, 3 workers vs 1: p50 $(ratio "$p50_3" "$p50_1")×, p99 $(ratio "$p99_3" "$p99_1")× (below 1: faster with 3)$( ((m1 + m3 == 0)) || echo "; objects were missing, so these percentiles are of those that arrived")."
+                caveat=""
+                if ((m1 + m3 > 0)); then caveat+="; objects were missing, so these percentiles are of those that arrived"; fi
+                if awk -v a="$a1" -v b="$a3" 'BEGIN {exit !(a < 0.9 * b || b < 0.9 * a)}'; then
+                    caveat+=$(printf '; **not like for like**: the writer reached %.0f/s with 1 worker and %.0f/s with 3 (moto took the PUTs at that rate)' "$a1" "$a3")
+                fi
+                echo "- $r/s asked, 3 workers vs 1: p50 $(ratio "$p50_3" "$p50_1")×, p99 $(ratio "$p99_3" "$p99_1")× (below 1: faster with 3)$caveat."
             fi
             unset p50_1 p50_3
         done
         echo
-        echo "Per run: a fresh bucket (10 seed objects, then its ObjectCreated/ObjectRemoved notifications to a fresh SQS queue), a fresh PostgreSQL database, the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT\`) started together and following; $WRITERS writer threads PUT object i at t0 + i/rate and record its completion; a forked poller stats each due object in the local replica every ~2 ms (a folder listing when more than 32 wait) and records when it is there with its full size. Latency = arrival − PUT completion. The poller waits up to $LAT_GRACE s after the writer's end; when everything arrived, the inbox must then empty (read in PostgreSQL) and the replica equal the bucket. Statements / key: the sum of the workers' \`slate_state_statements_total{backend=\"postgres\"}\` over the phase divided by the keys they applied, and net of the idle rate read over $IDLE s just before. Each run's bucket and queue are removed from moto before the next."
+        echo "Per run: a fresh bucket (10 seed objects, then its ObjectCreated/ObjectRemoved notifications to a fresh SQS queue), a fresh PostgreSQL database, the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT\`) started together and following; $WRITERS writer threads PUT object i at t0 + i/rate and record its completion; a forked poller stats each due object in the local replica every ~2 ms (~20 ms while more than 64 wait; a folder listing when more than 32 wait in a folder) and records when it is there with its full size. Latency = arrival − PUT completion. The poller waits up to $LAT_GRACE s after the writer's end; when everything arrived, the inbox must then empty (read in PostgreSQL) and the replica equal the bucket. Statements / key: the sum of the workers' \`slate_state_statements_total{backend=\"postgres\"}\` over the phase divided by the keys they applied, and net of the idle rate read over $IDLE s just before. Each run's bucket and queue are removed from moto before the next."
         echo
     fi
     if [[ -s "$WORK/res.ops" ]]; then
@@ -514,8 +524,11 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
         echo
         echo "| state database | statements / key | write transactions / key | read calls / key | idle (before the burst) | p50 / p99 latency | CPU over the burst ($(nproc) cores) |"
         echo "|---|---|---|---|---|---|---|"
-        while read -r backend total missing p50 p99 _pmax _mean _ach _beh _dur _bl t_phase t_idle is iw ir ps pw pr per_worker cb cw cm cp co _warns; do
-            awk -v cpu="$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$co")" -v b="$backend" -v n="$total" -v t="$t_phase" -v ti="$t_idle" -v is="$is" -v iw="$iw" -v ir="$ir" \
+        while read -r backend total missing p50 p99 _pmax _mean _ach _beh _dur _bl t_phase t_idle is iw ir ps pw pr per_worker cb cw cm cp ch co _warns; do
+            if [[ "$backend" == postgres ]]; then
+                PG_TRIPS=$(awk -v n="$total" -v ps="$ps" -v pw="$pw" -v pr="$pr" 'BEGIN {printf "%.1f", (ps + 2 * pw) / n}')
+            fi
+            awk -v cpu="$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co")" -v b="$backend" -v n="$total" -v t="$t_phase" -v ti="$t_idle" -v is="$is" -v iw="$iw" -v ir="$ir" \
                 -v ps="$ps" -v pw="$pw" -v pr="$pr" -v p50="$p50" -v p99="$p99" 'BEGIN {
                     printf "| %s | %.2f (net %.2f) | %.2f (net %.2f) | %.2f (net %.2f) | %.1f statements/s, %.1f writes/s, %.1f reads/s | %.0f / %.0f ms | %s |\n",
                         (b == "sqlite" ? "SQLite" : "PostgreSQL"),
@@ -523,7 +536,7 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
                         is / ti, iw / ti, ir / ti, p50, p99, cpu }'
         done <"$WORK/res.ops"
         echo
-        echo "Counted by slate itself (\`slate_state_statements_total\`, \`slate_state_transactions_total\` of its /metrics, read before and after; a statement is one SQL statement or batch the state runs, BEGIN / COMMIT not included; write transactions count each attempt, reads each connection taken for reads). \"net\": minus the idle rate (the same counters over $IDLE s before the burst: job polling, claim renewals, and one /metrics scrape) times the phase's length. Each run: a fresh bucket and queue, a fresh database (a SQLite file, or a PostgreSQL database), one daemon; the burst ends when every key is in the replica, the inbox is empty and the daemon counted $OPS_KEYS keys applied. The ratio of keys to transactions depends on how many keys wait together (a receive stores up to 10 messages in one transaction; claims take many keys at once), so both backends get the same burst at the same rate."
+        echo "Counted by slate itself (\`slate_state_statements_total\`, \`slate_state_transactions_total\` of its /metrics, read before and after; a statement is one SQL statement or batch the state runs, BEGIN / COMMIT not included; write transactions count each attempt, reads each connection taken for reads). \"net\": minus the idle rate (the same counters over $IDLE s before the burst: the pair's loop looking for keys every 250 ms, the jobs queue every 2 s, and one /metrics scrape) times the phase's length. Each run: a fresh bucket and queue, a fresh database (a SQLite file, or a PostgreSQL database), one daemon; the burst ends when every key is in the replica, the inbox is empty and the daemon counted $OPS_KEYS keys applied. The ratio of keys to transactions depends on how many keys wait together (a receive stores up to 10 messages in one transaction; claims take many keys at once), so both backends get the same burst at the same rate.${PG_TRIPS:+ On PostgreSQL every statement, BEGIN and COMMIT is a round trip to the server: ~$PG_TRIPS round trips per key here (statements + 2 × write transactions).}"
         echo
     fi
     echo "- Every worker exited 0 on SIGTERM; $WARN_TOTAL log lines with warn/error across all workers."

@@ -15,6 +15,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -62,6 +63,56 @@ def scrape(url):
 def total(sample, name, label=""):
     """The sum of a family's samples whose labels contain `label`."""
     return sum(v for (n, lab), v in sample.items() if n == name and label in lab)
+
+
+def helper_cpu():
+    """CPU seconds of this process and of its children that ended (the poller, `slate pairs`)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def poll_arrivals(dst, sub, n_folders, total, rate, t0, writer_done, arrived, grace):
+    """Poller process (daemon_bench.py's _cloud_poll, lighter when many wait): object i is
+    looked for in dst once it is due (t0 + i/rate), until it is there with its full size; few
+    pending in a folder: stat each, many: list the folder. Every ~2 ms while at most 64 objects
+    are pending, every ~20 ms while more are (then the latencies are far longer than that, and
+    a poller spinning on thousands of files would take CPU from moto on a small machine)."""
+    pending = [dict() for _ in range(n_folders)]     # folder -> {name: index}
+    dirs = [os.path.join(dst, sub, "d%03d" % j) for j in range(n_folders)]
+    seen = 0
+    while True:
+        due = min(total, int((time.monotonic() - t0) * rate) + 1) if time.monotonic() >= t0 else 0
+        while seen < due:
+            pending[seen % n_folders]["f-%06d" % seen] = seen
+            seen += 1
+        waiting = 0
+        for j in range(n_folders):
+            pend = pending[j]
+            if not pend:
+                continue
+            if len(pend) > 32:
+                try:
+                    names = set(os.listdir(dirs[j]))
+                except FileNotFoundError:
+                    waiting += len(pend)
+                    continue
+                cand = [nm for nm in pend if nm in names]
+            else:
+                cand = list(pend)
+            for name in cand:
+                try:
+                    st = os.stat(os.path.join(dirs[j], name))
+                except FileNotFoundError:
+                    continue
+                if st.st_size == KIB:
+                    arrived[pend.pop(name)] = time.monotonic()
+            waiting += len(pend)
+        done_at = writer_done.value
+        if done_at > 0 and seen == total and waiting == 0:
+            return
+        if done_at > 0 and time.monotonic() > done_at + grace:
+            return
+        time.sleep(0.002 if waiting <= 64 else 0.02)
 
 
 def scrape_all(urls):
@@ -261,7 +312,8 @@ def backfill_wait(slate, dbloc, bucket, dst, timeout, urls):
     """Polls `slate pairs --db DB` (every 0.5 s) until the pair's last sync is set, and the
     local replica until it holds every object of the bucket with its size. Prints: wall time
     (Unix seconds) when the pair was seen reconciled, when the replica was seen complete, then
-    per worker the bytes it copied (slate_bytes_copied_total of its /metrics), comma-separated."""
+    per worker the bytes it copied (slate_bytes_copied_total of its /metrics), comma-separated,
+    and the CPU seconds of this helper and its `slate pairs` polls."""
     urls = urls.split(",")
     want = {k[len(PREFIX):]: v[0] for k, v in db.S3(bucket).listing().items()}
     deadline = time.time() + timeout
@@ -292,7 +344,7 @@ def backfill_wait(slate, dbloc, bucket, dst, timeout, urls):
             log("  backfill: %d of %d objects in the replica" % (len(local_sizes(dst)), len(want)))
         time.sleep(0.5)
     copied = [int(total(s, "slate_bytes_copied_total")) for s in scrape_all(urls)]
-    print("%.3f %.3f %s" % (t_synced, t_equal, ",".join(str(c) for c in copied)))
+    print("%.3f %.3f %s %.1f" % (t_synced, t_equal, ",".join(str(c) for c in copied), helper_cpu()))
 
 
 # =======================================================================================
@@ -310,7 +362,8 @@ def phase(bucket, queue, dst, dbloc, psql, rate, seconds, folders, grace, thread
     Prints one line: the latency summary (total missing p50 p99 max mean achieved behind
     during), queue backlog at the writer's end, phase seconds, idle seconds, then for `backend`
     the idle deltas and the phase deltas of statements, write transactions and read calls
-    (summed over the workers), and the keys each worker applied (comma-separated). Objects
+    (summed over the workers), the keys each worker applied (comma-separated), and the CPU
+    seconds of this helper (writer, poller, checks; see helper_cpu). Objects
     that never arrived are reported (missing), not an error: workers.sh says so."""
     urls = urls.split(",")
     s0 = scrape_all(urls)
@@ -322,7 +375,7 @@ def phase(bucket, queue, dst, dbloc, psql, rate, seconds, folders, grace, thread
     arrived = ctx.Array("d", n, lock=False)
     writer_done = ctx.Value("d", 0.0, lock=False)
     t0 = time.monotonic() + 0.5
-    poller = ctx.Process(target=db._cloud_poll, args=(dst, "lat-%d" % rate, folders, n, rate, t0, writer_done,
+    poller = ctx.Process(target=poll_arrivals, args=(dst, "lat-%d" % rate, folders, n, rate, t0, writer_done,
                                                        arrived, grace), daemon=True)
     poller.start()          # forked before any thread or connection exists
     store = db.S3(bucket, db.s3_client("s3", pool=threads + 4))
@@ -357,8 +410,9 @@ def phase(bucket, queue, dst, dbloc, psql, rate, seconds, folders, grace, thread
     per_worker = [int(a2 - a1) for a1, a2 in zip(applied(s1), applied(s2))]
     idle_d = [b - a for a, b in zip(state_ops(s0, backend), state_ops(s1, backend))]
     phase_d = [b - a for a, b in zip(state_ops(s1, backend), state_ops(s2, backend))]
-    print("%s %d %.1f %.1f %s %s %s" % (summary, backlog_w, t_phase, t_idle, " ".join("%d" % x for x in idle_d),
-                                        " ".join("%d" % x for x in phase_d), ",".join(str(x) for x in per_worker)))
+    print("%s %d %.1f %.1f %s %s %s %.1f" % (summary, backlog_w, t_phase, t_idle, " ".join("%d" % x for x in idle_d),
+                                             " ".join("%d" % x for x in phase_d), ",".join(str(x) for x in per_worker),
+                                             helper_cpu()))
 
 
 # =======================================================================================
