@@ -699,9 +699,11 @@ pub fn spawn_ready(
 }
 
 /// Spawns `c` (a daemon whose stderr goes to `log`) and waits until `pairs` pairs follow
-/// their changes; a daemon that does not start within a minute fails the test.
+/// their changes (after their backfill); a daemon that does not within three minutes fails the
+/// test (a backfill of a few hundred objects from moto took over a minute on a loaded 2-core
+/// machine, with three workers and their emulators sharing it).
 pub fn spawn_daemon(c: Command, log: &std::path::Path, pairs: usize) -> Child {
-    spawn_ready(c, log, 60, |text| following(text) >= pairs)
+    spawn_ready(c, log, 180, |text| following(text) >= pairs)
 }
 
 /// How many distinct pairs a daemon's log says it follows (`slate: following changes of …`;
