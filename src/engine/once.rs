@@ -592,6 +592,21 @@ pub async fn compare_recorded(
     Ok(counts)
 }
 
+/// The start of a reconcile: its options checked, the source as they read it (`--copy-links`),
+/// both sides and the pair's manifest rows opened.
+async fn begin(
+    db: &Arc<Manifest>,
+    src: &Location,
+    dst: &Location,
+    opts: &SyncOptions,
+) -> Result<(Instant, Location, copy::Plan, PairInfo)> {
+    opts.copy.validate()?;
+    let start = Instant::now();
+    let src = copy::source(src, &opts.copy);
+    let (plan, pair) = open_pair(db, &src, dst).await?;
+    Ok((start, src, plan, pair))
+}
+
 /// `slate sync --once`: compare, check the delete guards, then copy, delete and record.
 pub async fn sync_once(
     db: Arc<Manifest>,
@@ -600,10 +615,8 @@ pub async fn sync_once(
     opts: &SyncOptions,
     hooks: Hooks<'_>,
 ) -> Result<SyncReport> {
-    opts.copy.validate()?;
-    let start = Instant::now();
-    let src = &copy::source(src, &opts.copy);
-    let (plan, pair) = open_pair(&db, src, dst).await?;
+    let (start, src, plan, pair) = begin(&db, src, dst, opts).await?;
+    let src = &src;
     let label = format!("{src} -> {dst}");
     let lease = PairLease::take(&db, pair.id, &label, &opts.purpose, opts.wait).await?;
     if opts.unless_synced {
@@ -633,10 +646,7 @@ pub async fn sync_part(
     part: &PartCtx,
     hooks: Hooks<'_>,
 ) -> Result<SyncReport> {
-    opts.copy.validate()?;
-    let start = Instant::now();
-    let src = &copy::source(src, &opts.copy);
-    let (plan, pair) = open_pair(&db, src, dst).await?;
+    let (start, src, plan, pair) = begin(&db, src, dst, opts).await?;
     let label = format!("{src} -> {dst} {}", part.range.text());
     sync_leased(
         &db,
