@@ -9,10 +9,16 @@ use std::time::Instant;
 
 use common::*;
 
-/// Objects in the source (five partitions of 1,000 keys).
+use slate::engine::partition::PART_KEYS;
+
+/// Objects in the source (ten partitions of 500 keys).
 const OBJECTS: u64 = 5_000;
 
-/// Each worker's link (`--bwlimit`): a partition of 1,000 × 4 KiB takes it about 4 s.
+/// Partitions of the run.
+const PARTS: u64 = OBJECTS / PART_KEYS;
+
+/// Each worker's link (`--bwlimit`): a partition of 500 × 4 KiB takes it about 2 s, 4 s while
+/// the worker's other slot runs one too.
 const BWLIMIT: &str = "1M";
 
 fn key(i: u64) -> String {
@@ -162,7 +168,7 @@ fn three_workers_split_a_backfill_and_one_killed_mid_partition_costs_only_its_re
         })
         .collect();
     eprintln!("partitions: {parts:?}; worker {dead} killed in partition {killed_part}");
-    assert_eq!(parts.len(), 5, "{parts:?}");
+    assert_eq!(parts.len(), PARTS as usize, "{parts:?}");
     assert_eq!(parts.iter().map(|p| p.1).sum::<i64>(), OBJECTS as i64);
     assert!(parts.iter().all(|p| p.2 == "done"), "{parts:?}");
     let by_pid = |by: &str| by.split(':').next().unwrap_or("").to_string();
@@ -190,7 +196,7 @@ fn three_workers_split_a_backfill_and_one_killed_mid_partition_costs_only_its_re
         .expect("json");
     let run = &pairs["pairs"][0]["partitioned_run"];
     assert_eq!(run["purpose"], "daemon backfill", "{pairs}");
-    assert_eq!(run["done"], 5, "{pairs}");
+    assert_eq!(run["done"], PARTS, "{pairs}");
     assert_eq!(run["failed"], 0, "{pairs}");
     assert_eq!(run["pending"], 0, "{pairs}");
     assert_eq!(run["planned"], true, "{pairs}");

@@ -587,15 +587,10 @@ async fn run_pair(
         };
         let report = if partitioned(&db, src, dst, &o) {
             // workers sharing a PostgreSQL database split the backfill into key ranges
-            let mut hooks = hooks;
             let mut waiting = false;
             let r = loop {
-                let h = Hooks {
-                    planned: hooks.planned.as_deref_mut(),
-                    failed: hooks.failed,
-                };
                 let r = tokio::select! {
-                    r = super::partition::reconcile(db.clone(), src, dst, &o, Start::IfNeverSynced, h) => r,
+                    r = super::partition::reconcile(db.clone(), src, dst, &o, Start::IfNeverSynced, hooks.failed) => r,
                     _ = &mut shutdown => return Ok(()),
                 };
                 match r {
@@ -969,9 +964,7 @@ async fn drift_check(
     let mut o = daemon_sync(&p.opts.sync, "drift check", super::lease::Wait::No);
     o.full = true;
     let r = if partitioned(db, &p.src, &p.dst, &o) {
-        match super::partition::reconcile(db.clone(), &p.src, &p.dst, &o, start, Hooks::default())
-            .await
-        {
+        match super::partition::reconcile(db.clone(), &p.src, &p.dst, &o, start, None).await {
             Ok(Some(j)) => {
                 tracing::info!("drift check: {}", j.line());
                 if let Some(f) = j.failure() {

@@ -7,7 +7,7 @@
 //!   [`PART_BYTES`] bytes), so that partitions can be taken while the listing goes on (a
 //!   listing is one request per 1,000 keys; the copies are the work). A planner that dies is
 //!   followed by another from the last cut.
-//! - **takes partitions** one at a time, with their lease, and reconciles each as `sync
+//! - **takes partitions**, [`SLOTS`] at a time, each with its lease, and reconciles each as `sync
 //!   --once` of its range ([`super::once::sync_part`]): its own listings (a flat listing
 //!   starts after the range's first key), compare with the manifest, copies, deletes,
 //!   manifest prunes within the range. What a killed worker copied of its partition is in the
@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::lease::{PairLease, Wait, TTL};
 use super::merge::KeyRange;
-use super::once::{self, Hooks, PartCtx, SyncOptions, SyncReport};
+use super::once::{self, FailedHook, Hooks, PartCtx, SyncOptions, SyncReport};
 use crate::copy;
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
@@ -39,7 +39,7 @@ use crate::stores::list;
 use crate::stores::side::Side;
 
 /// A partition ends after this many source keys...
-pub const PART_KEYS: u64 = 1_000;
+pub const PART_KEYS: u64 = 500;
 /// ... or this many bytes of them, whichever comes first.
 pub const PART_BYTES: u64 = 1 << 30;
 
@@ -117,7 +117,7 @@ pub async fn reconcile(
     dst: &Location,
     opts: &SyncOptions,
     start: Start,
-    mut hooks: Hooks<'_>,
+    failed: Option<&FailedHook>,
 ) -> Result<Option<Joined>> {
     opts.copy.validate()?;
     if !partitionable(opts) {
@@ -149,13 +149,92 @@ pub async fn reconcile(
         });
     }
     tracing::info!(pair = %label, run = run.id, purpose = %run.purpose, "joining a partitioned run");
-    let (run_id, pair_id) = (run.id, pair.id);
-    // the planner stops with this worker's part of the run (a drop included: a daemon stopping)
-    let mut planner: Option<Planner> = None;
-    let mut plan_failures = 0u32;
-    let mut report = SyncReport::default();
-    let mut parts = 0u64;
-    let result: Result<PartRun> = async {
+    let (slot_opts, slots) = slot_options(opts);
+    let worker = Worker {
+        db: &db,
+        src,
+        dst,
+        opts: &slot_opts,
+        failed,
+        label: &label,
+        host: &host,
+        run_id: run.id,
+        pair_id: pair.id,
+        plan_side: plan.src.clone(),
+        source: source.to_string(),
+        // the planner stops with this worker's part of the run (a drop included: a daemon
+        // stopping)
+        shared: tokio::sync::Mutex::new(Shared::default()),
+    };
+    let runs = futures::future::try_join_all((0..slots).map(|_| worker.slot())).await;
+    let Shared { report, parts, .. } = worker.shared.into_inner();
+    let run = runs?
+        .pop() // each slot read the run once it was finished: one row
+        .ok_or_else(|| SlateError::Manifest {
+            path: db.path().display().to_string(),
+            why: format!("partitioned run {} had no slot", run.id),
+        })?;
+    let mut report = report;
+    report.elapsed = began.elapsed();
+    let d = db.clone();
+    let run_id = run.id;
+    let errors = blocking(move || Partitions::new(&d).errors(run_id)).await?;
+    Ok(Some(Joined {
+        run,
+        report,
+        parts,
+        errors,
+    }))
+}
+
+/// Partitions a worker reconciles at once: while one lists its range, compares and drains its
+/// last copies, the other keeps the link busy (a partition's fixed costs, two listings and a
+/// few transactions, would otherwise be a pause of the copies every few hundred keys).
+pub const SLOTS: usize = 2;
+
+/// The options of each of a worker's slots: the memory budget and an explicit `--transfers`
+/// shared between them (`--bwlimit` is one limiter already); one slot when the budget or the
+/// transfers do not hold two.
+fn slot_options(opts: &SyncOptions) -> (SyncOptions, usize) {
+    let mut o = opts.clone();
+    o.copy.memory_limit = opts.copy.memory_limit / SLOTS as u64;
+    o.copy.transfers = opts.copy.transfers.map(|t| t / SLOTS);
+    if o.copy.transfers == Some(0) || o.copy.validate().is_err() {
+        return (opts.clone(), 1);
+    }
+    (o, SLOTS)
+}
+
+/// What a worker's slots share.
+#[derive(Default)]
+struct Shared {
+    planner: Option<Planner>,
+    plan_failures: u32,
+    /// The worker's partitions, added up.
+    report: SyncReport,
+    parts: u64,
+}
+
+/// One worker's part of a run: what its slots need.
+struct Worker<'a> {
+    db: &'a Arc<Manifest>,
+    src: &'a Location,
+    dst: &'a Location,
+    opts: &'a SyncOptions,
+    failed: Option<&'a FailedHook>,
+    label: &'a str,
+    host: &'a str,
+    run_id: i64,
+    pair_id: i64,
+    plan_side: Side,
+    source: String,
+    shared: tokio::sync::Mutex<Shared>,
+}
+
+impl Worker<'_> {
+    /// Takes partitions one after another until the run is finished; the run as it ended.
+    async fn slot(&self) -> Result<PartRun> {
+        let (db, run_id) = (self.db, self.run_id);
         loop {
             let d = db.clone();
             let run = blocking(move || Partitions::new(&d).run(run_id))
@@ -167,42 +246,15 @@ pub async fn reconcile(
             if run.finished_at.is_some() {
                 return Ok(run);
             }
-            if !run.planned && planner.as_ref().is_none_or(|p| p.0.is_finished()) {
-                if let Some(mut p) = planner.take() {
-                    let outcome = (&mut p.0).await.unwrap_or_else(|e| {
-                        Err(SlateError::List {
-                            url: source.to_string(),
-                            detail: format!("the planner stopped: {e}"),
-                        })
-                    });
-                    if let Err(e) = outcome {
-                        plan_failures += 1;
-                        tracing::warn!(run = run_id, error = %e, "planning the partitions failed");
-                        if plan_failures >= PLAN_TRIES {
-                            let d = db.clone();
-                            blocking(move || Partitions::new(&d).abandon_plan(run_id, now_ms()))
-                                .await?;
-                            continue;
-                        }
-                    }
-                }
-                let name = partitions::plan_lease(pair_id, run_id);
-                match PairLease::take_named(&db, &name, &label, "planning", Wait::No).await {
-                    Ok(lease) => {
-                        let (d, side) = (db.clone(), plan.src.clone());
-                        planner =
-                            Some(Planner(tokio::spawn(plan_run(d, side, run.clone(), lease))));
-                    }
-                    Err(SlateError::Busy { .. }) => {} // another worker plans
-                    Err(e) => return Err(e),
-                }
+            if !run.planned {
+                self.plan(&run).await?;
             }
             let owner = PairLease::new_owner();
             let (d, o, h, p) = (
                 db.clone(),
                 owner.clone(),
-                host.clone(),
-                opts.purpose.clone(),
+                self.host.to_string(),
+                self.opts.purpose.clone(),
             );
             let taken = blocking(move || {
                 Partitions::new(&d).take(run_id, &o, &h, &p, now_ms(), TTL.as_millis() as i64)
@@ -221,17 +273,26 @@ pub async fn reconcile(
                 },
             };
             let lease = PairLease::held(
-                &db,
-                partitions::part_lease(pair_id, run_id, part.idx),
+                db,
+                partitions::part_lease(self.pair_id, run_id, part.idx),
                 owner.clone(),
             );
-            tracing::info!(pair = %label, run = run_id, part = part.idx, range = %ctx.range.text(),
-                attempt = part.attempts, "partition taken");
+            tracing::info!(pair = %self.label, run = run_id, part = part.idx,
+                range = %ctx.range.text(), attempt = part.attempts, "partition taken");
             let hooks = Hooks {
-                planned: hooks.planned.as_deref_mut(),
-                failed: hooks.failed,
+                planned: None,
+                failed: self.failed,
             };
-            let r = once::sync_part(db.clone(), src, dst, opts, &lease, &ctx, hooks).await;
+            let r = once::sync_part(
+                db.clone(),
+                self.src,
+                self.dst,
+                self.opts,
+                &lease,
+                &ctx,
+                hooks,
+            )
+            .await;
             let out = match &r {
                 Ok(rep) => Outcome {
                     copied: rep.copied as i64,
@@ -244,35 +305,61 @@ pub async fn reconcile(
                     ..Default::default()
                 },
             };
-            let (d, o, h, idx) = (db.clone(), owner, host.clone(), part.idx);
+            let (d, o, h, idx) = (db.clone(), owner, self.host.to_string(), part.idx);
             blocking(move || Partitions::new(&d).finish(run_id, idx, &o, &h, &out, now_ms()))
                 .await?;
             lease.release().await; // the finish gave it back already: nothing left to delete
+            let mut shared = self.shared.lock().await;
             match r {
                 Ok(rep) => {
-                    parts += 1;
-                    add(&mut report, &rep);
+                    shared.parts += 1;
+                    add(&mut shared.report, &rep);
                     tracing::info!(run = run_id, part = idx, "partition done: {}", rep.line());
                 }
                 Err(e) => {
                     tracing::warn!(run = run_id, part = idx, error = %e, "partition failed");
-                    report.first_error.get_or_insert(e.to_string());
+                    shared.report.first_error.get_or_insert(e.to_string());
                 }
             }
         }
     }
-    .await;
-    drop(planner);
-    let run = result?;
-    report.elapsed = began.elapsed();
-    let d = db.clone();
-    let errors = blocking(move || Partitions::new(&d).errors(run_id)).await?;
-    Ok(Some(Joined {
-        run,
-        report,
-        parts,
-        errors,
-    }))
+
+    /// Plans the run from its last cut when nobody does: this worker's planner (one for its
+    /// slots) is started, or looked at when it ended.
+    async fn plan(&self, run: &PartRun) -> Result<()> {
+        let (db, run_id) = (self.db, self.run_id);
+        let mut shared = self.shared.lock().await;
+        if shared.planner.as_ref().is_some_and(|p| !p.0.is_finished()) {
+            return Ok(());
+        }
+        if let Some(mut p) = shared.planner.take() {
+            let outcome = (&mut p.0).await.unwrap_or_else(|e| {
+                Err(SlateError::List {
+                    url: self.source.clone(),
+                    detail: format!("the planner stopped: {e}"),
+                })
+            });
+            if let Err(e) = outcome {
+                shared.plan_failures += 1;
+                tracing::warn!(run = run_id, error = %e, "planning the partitions failed");
+                if shared.plan_failures >= PLAN_TRIES {
+                    let d = db.clone();
+                    blocking(move || Partitions::new(&d).abandon_plan(run_id, now_ms())).await?;
+                    return Ok(());
+                }
+            }
+        }
+        let name = partitions::plan_lease(self.pair_id, run_id);
+        match PairLease::take_named(db, &name, self.label, "planning", Wait::No).await {
+            Ok(lease) => {
+                let (d, side) = (db.clone(), self.plan_side.clone());
+                shared.planner = Some(Planner(tokio::spawn(plan_run(d, side, run.clone(), lease))));
+                Ok(())
+            }
+            Err(SlateError::Busy { .. }) => Ok(()), // another worker plans
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// A worker's planner task, stopped when dropped.
@@ -383,6 +470,44 @@ async fn plan_run(db: Arc<Manifest>, side: Side, run: PartRun, lease: PairLease)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn options() -> SyncOptions {
+        SyncOptions {
+            dry_run: false,
+            no_delete: false,
+            max_delete: None,
+            filter: Default::default(),
+            full: false,
+            copy: Default::default(),
+            wait: Wait::No,
+            purpose: "daemon backfill".into(),
+            unless_synced: false,
+            rule: Default::default(),
+        }
+    }
+
+    #[test]
+    fn slots_share_the_memory_budget_and_the_transfers_asked_for() {
+        // (memory limit, --transfers) → (slots, each slot's memory limit, each one's transfers)
+        let gib = 1u64 << 30;
+        let min = crate::copy::tune::MIN_PART;
+        let cases = [
+            ((gib, None), (2, gib / 2, None)),
+            ((gib, Some(32)), (2, gib / 2, Some(16))),
+            ((gib, Some(33)), (2, gib / 2, Some(16))),
+            ((gib, Some(1)), (1, gib, Some(1))),
+            ((2 * min, None), (2, min, None)),
+            ((2 * min - 1, None), (1, 2 * min - 1, None)),
+        ];
+        for ((memory, transfers), want) in cases {
+            let mut o = options();
+            o.copy.memory_limit = memory;
+            o.copy.transfers = transfers;
+            let (each, slots) = slot_options(&o);
+            let got = (slots, each.copy.memory_limit, each.copy.transfers);
+            assert_eq!(got, want, "memory {memory}, transfers {transfers:?}");
+        }
+    }
 
     #[test]
     fn the_spec_names_what_partitions_must_share_and_not_the_listing_depth() {
