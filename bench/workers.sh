@@ -4,7 +4,10 @@
 #
 # Parts (BENCH_PARTS, default all three):
 #   backfill  BENCH_WORKERS_N objects of BENCH_WORKERS_KIB KiB (default 10,000 × 64 KiB) on
-#             moto → a local folder, by 1, 2 and 3 workers (BENCH_WORKERS_COUNTS) started
+#             moto → BENCH_WORKERS_DST: az (default), a container on Azurite, so that every
+#             byte passes through a worker; s3, another bucket on moto (CopyObject: no byte
+#             passes through slate and --bwlimit has nothing to pace); local, a folder (each
+#             host's own: never split), by 1, 2 and 3 workers (BENCH_WORKERS_COUNTS) started
 #             together on a fresh PostgreSQL database, each capped at --bwlimit
 #             BENCH_WORKERS_BWLIMIT (default 6M), so that one worker is bandwidth-bound. Time
 #             from the start until `slate pairs` shows the pair reconciled (last sync set) and
@@ -33,7 +36,7 @@ BENCH_CMD=""
 for v in SLATE_BIN BENCH_PARTS BENCH_DIR BENCH_WORKERS_N BENCH_WORKERS_KIB BENCH_WORKERS_BWLIMIT \
          BENCH_WORKERS_COUNTS BENCH_WORKERS_DST BENCH_WORKERS_RATES BENCH_WORKERS_SECONDS BENCH_WORKERS_LAT_COUNTS \
          BENCH_OPS_KEYS BENCH_OPS_RATE BENCH_WORKERS_PORT BENCH_BACKFILL_TIMEOUT BENCH_REPORT BENCH_KEEP \
-         BENCH_S3_THREADS SLATE_MOTO_PORT SLATE_PG_PORT; do
+         BENCH_S3_THREADS BENCH_AZ_PORT SLATE_MOTO_PORT SLATE_PG_PORT; do
     if [[ -n "${!v+x}" ]]; then BENCH_CMD+="$v=$(printf '%q' "${!v}") "; fi
 done
 BENCH_CMD+="bench/workers.sh"
@@ -47,7 +50,7 @@ N="${BENCH_WORKERS_N:-10000}"                    # backfill: objects
 KIB_EACH="${BENCH_WORKERS_KIB:-64}"              # backfill: KiB an object
 BWLIMIT="${BENCH_WORKERS_BWLIMIT:-6M}"           # backfill: each worker's --bwlimit
 COUNTS="${BENCH_WORKERS_COUNTS:-1 2 3}"          # backfill: workers per run
-FILL_DST="${BENCH_WORKERS_DST:-s3}"              # backfill: s3 (a bucket on moto) or local
+FILL_DST="${BENCH_WORKERS_DST:-az}"              # backfill: az (Azurite), s3 (a bucket on moto) or local
 RATES="${BENCH_WORKERS_RATES:-100 20}"           # latency: new objects per second, a phase each
 SECONDS_LAT="${BENCH_WORKERS_SECONDS:-30}"       # latency: writer duration
 LAT_COUNTS="${BENCH_WORKERS_LAT_COUNTS:-1 3}"    # latency: workers per run
@@ -59,6 +62,7 @@ REPORT="${BENCH_REPORT:-$SCRIPT_DIR/last-workers-run.md}"
 KEEP="${BENCH_KEEP:-0}"
 S3_THREADS="${BENCH_S3_THREADS:-16}"
 MOTO_PORT="${SLATE_MOTO_PORT:-5000}"
+AZ_PORT="${BENCH_AZ_PORT:-10310}"                # backfill az: this run's own Azurite
 PG_PORT="${SLATE_PG_PORT:-5440}"
 
 PER_FOLDER=1000      # backfill objects per "folder"
@@ -76,7 +80,7 @@ if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
     exit 0
 fi
 [[ $# -eq 0 ]] || die "no arguments expected (configure with BENCH_* environment variables)"
-for v in N KIB_EACH SECONDS_LAT OPS_KEYS OPS_RATE PORT_BASE BACKFILL_TIMEOUT S3_THREADS MOTO_PORT PG_PORT; do
+for v in N KIB_EACH SECONDS_LAT OPS_KEYS OPS_RATE PORT_BASE BACKFILL_TIMEOUT S3_THREADS MOTO_PORT AZ_PORT PG_PORT; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
 for p in $PARTS; do
@@ -89,6 +93,9 @@ for c in $COUNTS $LAT_COUNTS; do
 done
 ((OPS_KEYS % OPS_RATE == 0)) || die "BENCH_OPS_KEYS ($OPS_KEYS) must be a multiple of BENCH_OPS_RATE ($OPS_RATE)"
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+[[ "$FILL_DST" == az || "$FILL_DST" == s3 || "$FILL_DST" == local ]] || die "BENCH_WORKERS_DST: az, s3 or local, got '$FILL_DST'"
+NEED_AZ=0
+if has_part backfill && [[ "$FILL_DST" == az ]]; then NEED_AZ=1; fi
 
 # ---------------------------------------------------------------------------------------
 # Tools, the build
@@ -117,11 +124,17 @@ fi
 mkdir -p "$BENCH_DIR"
 WORK="$(mktemp -d "$BENCH_DIR/workers.XXXXXX")"
 S3_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
+AZ_URL="http://127.0.0.1:$AZ_PORT"
 PG_BASE="postgres://postgres@127.0.0.1:$PG_PORT"
-# Nothing of the user's AWS setup leaks in: only moto on 127.0.0.1, testing/testing, path-style.
+# Nothing of the user's AWS or Azure setup leaks in: only moto and Azurite on 127.0.0.1,
+# testing/testing for moto, Azurite's emulator account.
 S3ENV=(env -u AWS_CA_BUNDLE -u AWS_PROFILE -u AWS_DEFAULT_PROFILE -u AWS_SESSION_TOKEN
        -u AWS_ENDPOINT_URL_S3 -u AWS_ENDPOINT_URL_SQS -u AWS_VIRTUAL_HOSTED_STYLE_REQUEST
        -u AWS_DEFAULT_REGION -u SLATE_DB -u PGPASSWORD -u PGPASSFILE
+       -u AZURE_STORAGE_CONNECTION_STRING -u AZURE_STORAGE_ACCOUNT_NAME -u AZURE_STORAGE_ACCOUNT_KEY
+       -u AZURE_STORAGE_SAS_KEY -u AZURE_STORAGE_SAS_URL -u AZURE_CLIENT_ID -u AZURE_CLIENT_SECRET
+       -u AZURE_TENANT_ID -u AZURE_FEDERATED_TOKEN_FILE -u AZURE_USE_AZURE_CLI
+       AZURE_STORAGE_USE_EMULATOR=true AZURITE_BLOB_STORAGE_URL="$AZ_URL" BENCH_AZ_URL="$AZ_URL"
        AWS_ENDPOINT_URL="$S3_ENDPOINT" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
        AWS_REGION=us-east-1 NO_PROXY=127.0.0.1 no_proxy=127.0.0.1 XDG_CONFIG_HOME="$WORK/no-config"
        BENCH_S3_ENDPOINT="$S3_ENDPOINT" BENCH_S3_THREADS="$S3_THREADS")
@@ -160,6 +173,7 @@ cleanup() {
     local rc=$?
     trap - EXIT
     stop_workers || true
+    az_stop || true
     if [[ "$KEEP" == 1 ]]; then
         log "kept: scratch $WORK, buckets ${BUCKETS[*]:-none}, queues ${QUEUES[*]:-none}, databases ${DATABASES[*]:-none}"
     else
@@ -189,7 +203,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---------------------------------------------------------------------------------------
-# Services: moto and PostgreSQL (scripts/services.sh's; used as they are when they answer)
+# Services: moto and PostgreSQL (scripts/services.sh's; used as they are when they answer);
+# for an az backfill, an Azurite blob service of this run's own per backfill (az_start)
 # ---------------------------------------------------------------------------------------
 moto_up() { curl -sf --noproxy '*' --max-time 2 -o /dev/null "$S3_ENDPOINT/moto-api/"; }
 pg_up() { "$PSQL" "$PG_BASE/postgres" -X -tAc 'SELECT 1' >/dev/null 2>&1; }
@@ -212,7 +227,13 @@ else
     moto_up || die "moto does not answer on $S3_ENDPOINT after scripts/services.sh start"
     pg_up || die "PostgreSQL does not answer on 127.0.0.1:$PG_PORT after scripts/services.sh start"
 fi
-[[ -x "$VENV_PYTHON" ]] && "$VENV_PYTHON" -c 'import boto3' 2>/dev/null || die "$VENV_PYTHON has no boto3 (scripts/services.sh install)"
+AZ_BIN="${SLATE_TEST_HOME:-$HOME/.cache/slate-test}/azurite/node_modules/.bin/azurite-blob"
+if ((NEED_AZ)); then
+    [[ -x "$AZ_BIN" ]] || die "$AZ_BIN not found (scripts/services.sh install)"
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null || die "port $AZ_PORT on 127.0.0.1 is taken (BENCH_AZ_PORT)"
+fi
+[[ -x "$VENV_PYTHON" ]] && "$VENV_PYTHON" -c 'import boto3, azure.storage.blob' 2>/dev/null \
+    || die "$VENV_PYTHON has no boto3 or azure-storage-blob (scripts/services.sh install)"
 for ((i = 0; i < 9; i++)); do
     ! (exec 3<>"/dev/tcp/127.0.0.1/$((PORT_BASE + i))") 2>/dev/null || die "port $((PORT_BASE + i)) on 127.0.0.1 is taken (BENCH_WORKERS_PORT)"
 done
@@ -285,7 +306,7 @@ finish_workers() {
     WARNS=$(cat "${PID_LOGS[@]}" | grep -ciE 'warn|error' || true)
     WARN_TOTAL=$((WARN_TOTAL + WARNS))
     if ((WARNS > 0)); then
-        WARN_LINES+=$(cat "${PID_LOGS[@]}" | grep -iE 'warn|error' | head -n 3)$'\n'
+        WARN_LINES+=$(cat "${PID_LOGS[@]}" | grep -iE 'warn|error' | head -n 3 || true)$'\n'
     fi
 }
 WARN_TOTAL=0
@@ -304,31 +325,64 @@ CLK_TCK=$(getconf CLK_TCK)
 port_pid() { ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n 1; }
 # jiffies PID [REAPED]: user+sys of PID (REAPED=1: plus its reaped children's); 0 if gone
 jiffies() { awk -v c="${2:-0}" '{sub(/^.*\) /, ""); print $12 + $13 + (c ? $14 + $15 : 0)}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-cpu_now() {   # "machine_busy machine_total workers moto postgres" in jiffies
+cpu_now() {   # "machine_busy machine_total workers moto postgres azurite" in jiffies
     local w=0 p pg=0
     for p in "${PIDS[@]}"; do w=$((w + $(jiffies "$p"))); done
     if [[ -n "$PG_PID" ]]; then
         pg=$(jiffies "$PG_PID" 1)
         for p in $(pgrep -P "$PG_PID" 2>/dev/null); do pg=$((pg + $(jiffies "$p" 1))); done
     fi
-    printf '%s %s %s %s\n' "$(awk '/^cpu / {b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6}' /proc/stat)" \
-        "$w" "$([[ -n "$MOTO_PID" ]] && jiffies "$MOTO_PID" || echo 0)" "$pg"
+    printf '%s %s %s %s %s\n' "$(awk '/^cpu / {b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6}' /proc/stat)" \
+        "$w" "$([[ -n "$MOTO_PID" ]] && jiffies "$MOTO_PID" || echo 0)" "$pg" \
+        "$([[ -n "$AZ_PID" ]] && jiffies "$AZ_PID" || echo 0)"
 }
 cpu_mark() { CPU_MARK=$(cpu_now); }
-# cpu_since HELPER_S: "busy% worker_s moto_s pg_s helper_s other_s" since cpu_mark (busy: of
+# cpu_since HELPER_S: "busy% worker_s moto_s pg_s helper_s other_s azurite_s" since cpu_mark (busy: of
 # all cores; HELPER_S: the CPU of the python helper that ran the part, its writer and poller)
 cpu_since() {
     awk -v t="$CLK_TCK" -v a="$CPU_MARK" -v b="$(cpu_now)" -v h="$1" 'BEGIN {
         split(a, x, " "); split(b, y, " ")
-        busy = y[1] - x[1]; all = y[2] - x[2]; w = y[3] - x[3]; m = y[4] - x[4]; p = y[5] - x[5]
-        o = busy - w - m - p - h * t; if (o < 0) o = 0
-        printf "%.0f %.1f %.1f %.1f %.1f %.1f", (all > 0 ? 100 * busy / all : 0), w / t, m / t, p / t, h, o / t }'
+        busy = y[1] - x[1]; all = y[2] - x[2]; w = y[3] - x[3]; m = y[4] - x[4]; p = y[5] - x[5]; a = y[6] - x[6]
+        o = busy - w - m - p - a - h * t; if (o < 0) o = 0
+        printf "%.0f %.1f %.1f %.1f %.1f %.1f %.1f", (all > 0 ? 100 * busy / all : 0), w / t, m / t, p / t, h, o / t, a / t }'
 }
 # cpu_cell BUSY W M P H O: the report's CPU cell
-cpu_cell() { printf '%s%% busy; slate %s s, moto %s s, PostgreSQL %s s, bench helper %s s, other %s s' "$@"; }
+cpu_cell() {   # BUSY W M P H O A: Azurite's only when one ran (an az backfill)
+    printf '%s%% busy; slate %s s, moto %s s, PostgreSQL %s s' "$1" "$2" "$3" "$4"
+    if [[ "${7:-0}" != 0 && "${7:-0}" != 0.0 ]]; then printf ', Azurite %s s' "$7"; fi
+    printf ', bench helper %s s, other %s s' "$5" "$6"
+}
 command -v ss >/dev/null || die "ss not found (iproute2): needed to find moto's and PostgreSQL's processes"
 MOTO_PID=$(port_pid "$MOTO_PORT")
 PG_PID=$(port_pid "$PG_PORT")
+AZ_PID=""   # this run's own Azurite while a backfill writes to it (az_start)
+
+# Azurite answers an unsigned list request with 403, but with its x-ms-request-id header
+az_up() { [[ "$(curl -s --noproxy '*' --max-time 2 -D - -o /dev/null "$AZ_URL/devstoreaccount1?comp=list" 2>/dev/null)" == *[Xx]-[Mm][Ss]-[Rr]equest-[Ii]d* ]]; }
+# az_start DIR: a fresh Azurite blob service on AZ_PORT (blobs in memory; DIR holds its log),
+# one per backfill: next to the earlier runs' blobs its Node heap grew past 1.5 GiB
+# and its collections stalled it for tens of seconds (the 2- and 3-worker runs came out slower
+# than one worker's, Azurite at 93% of a core); with its blobs on disk each PUT cost it ~6 ms
+# of CPU instead of ~3.5 and its PUTs slowed as the container grew
+az_start() {
+    mkdir -p "$1"
+    setsid "$AZ_BIN" --blobHost 127.0.0.1 --blobPort "$AZ_PORT" --inMemoryPersistence \
+        --extentMemoryLimit 6144 --skipApiVersionCheck \
+        --loose --disableTelemetry --silent >"$1.log" 2>&1 &
+    AZ_PID=$!
+    local i
+    for ((i = 0; i < 300; i++)); do az_up && return 0; kill -0 "$AZ_PID" 2>/dev/null || break; sleep 0.1; done
+    die "Azurite did not answer on $AZ_URL: $(tail -n 3 "$1.log" 2>/dev/null)"
+}
+az_stop() {
+    [[ -n "$AZ_PID" ]] || return 0
+    kill -TERM -- "-$AZ_PID" 2>/dev/null || kill -TERM "$AZ_PID" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 100; i++)); do kill -0 "$AZ_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$AZ_PID" 2>/dev/null || true
+    wait "$AZ_PID" 2>/dev/null || true
+    AZ_PID=""
+}
 [[ -n "$MOTO_PID" && -n "$PG_PID" ]] || log "WARNING: moto's or PostgreSQL's process not found by its port: their CPU is reported as 0"
 
 # ---------------------------------------------------------------------------------------
@@ -347,9 +401,14 @@ if has_part backfill; then
         QUEUES+=("$q")
         py queue-create "$q" >/dev/null || die "creating queue $q failed"
         new_db "fill$w"
-        if [[ "$FILL_DST" == s3 ]]; then
-            # another bucket: workers on several hosts split only pairs of two stores (a local
-            # folder is each host's own), so a local replica would be backfilled by one worker
+        if [[ "$FILL_DST" == az ]]; then
+            # a container on Azurite: workers split only pairs of two stores (a local folder is
+            # each host's own), and between two stores every byte passes through a worker, so
+            # each worker's --bwlimit is its link (two buckets of moto would be CopyObject)
+            az_start "$WORK/azurite$w"
+            py container-create "$B_FILL-dst$w" >/dev/null || die "creating container $B_FILL-dst$w failed"
+            dst="az://$B_FILL-dst$w/replica"
+        elif [[ "$FILL_DST" == s3 ]]; then
             BUCKETS+=("$B_FILL-dst$w")
             py bucket-create "$B_FILL-dst$w" >/dev/null || die "creating bucket $B_FILL-dst$w failed"
             dst="s3://$B_FILL-dst$w/replica"
@@ -372,7 +431,7 @@ if has_part backfill; then
         cb=$(py same-local "$B_FILL" "$dst") || die "the replica of the $w-worker backfill differs from the source"
         finish_workers "backfill by $w worker(s)"
         echo "$w $secs $per_worker $load0 $load1 $cpu $WARNS" >>"$WORK/res.backfill"
-        rm -rf "$dst"
+        if [[ "$FILL_DST" == az ]]; then az_stop; rm -rf "$WORK/azurite$w"; else rm -rf "$dst"; fi
         drop_bucket - "$q"
     done
     drop_bucket "$B_FILL" -
@@ -470,20 +529,25 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
     echo
     if [[ -s "$WORK/res.backfill" ]]; then
         mib=$(awk -v b="$FILL_BYTES" 'BEGIN {printf "%.0f", b / 1048576}')
-        echo "### Backfill: $N × $KIB_EACH KiB ($mib MiB), S3 (moto) → local folder, each worker \`--bwlimit $BWLIMIT\`"
+        case "$FILL_DST" in
+            az) dst_text="Azure Blob (Azurite, one Node process)"; dst_run="an empty container on Azurite" ;;
+            s3) dst_text="another bucket on moto (CopyObject: no byte through slate, --bwlimit paces nothing)"; dst_run="an empty bucket on moto" ;;
+            *) dst_text="a local folder (never split: one worker copies all)"; dst_run="an empty local folder" ;;
+        esac
+        echo "### Backfill: $N × $KIB_EACH KiB ($mib MiB), S3 (moto) → $dst_text, each worker \`--bwlimit $BWLIMIT\`"
         echo
         echo "| workers | time to reconciled and equal | aggregate MiB/s | vs 1 worker | MiB copied by each worker | CPU over the run ($(nproc) cores) | load (1 min) before → after |"
         echo "|---|---|---|---|---|---|---|"
         one=""
-        while read -r w secs per_worker l0 l1 cb cw cm cp ch co _warns; do
+        while read -r w secs per_worker l0 l1 cb cw cm cp ch co ca _warns; do
             rate=$(awk -v b="$FILL_BYTES" -v s="$secs" 'BEGIN {printf "%.2f", b / 1048576 / s}')
             [[ -n "$one" ]] || one=$rate
             split=$(tr ',' '\n' <<<"$per_worker" | awk '{printf "%s%.0f", (NR > 1 ? " / " : ""), $1 / 1048576}')
             printf '| %d | %s s | %s | %s× | %s | %s | %s → %s |\n' "$w" "$secs" "$rate" "$(ratio "$rate" "$one")" "$split" \
-                "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co")" "$l0" "$l1"
+                "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co" "$ca")" "$l0" "$l1"
         done <"$WORK/res.backfill"
         echo
-        echo "Seeding took $FILL_SEED_S s (untimed). Per run: a fresh PostgreSQL database and an empty local folder; the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT --bwlimit $BWLIMIT\`, the queue empty: the source sends no events) start together; the time runs from their start until \`slate pairs --db …\` shows the pair's last sync set (polled every 0.5 s) and the folder holds every object with its size; then every file is compared with the source (size and MD5 against the ETag). MiB copied per worker: each one's \`slate_bytes_copied_total\`."
+        echo "Seeding took $FILL_SEED_S s (untimed). Per run: a fresh PostgreSQL database and $dst_run; the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT --bwlimit $BWLIMIT\`, the queue empty: the source sends no events) start together; the time runs from their start until \`slate pairs --db …\` shows the pair's last sync set (polled every 0.5 s) and the replica holds every object with its size; then every object is compared with the source (size, and its MD5 against the source's ETag). MiB copied per worker: each one's \`slate_bytes_copied_total\`."
         echo
     fi
     if [[ -s "$WORK/res.latency" ]]; then
@@ -492,13 +556,13 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
         echo "| rate | workers | p50 | p99 | max | writer achieved | arrived within $LAT_GRACE s of the writer's end | SQS backlog when the writer stopped | keys applied by each worker | statements / key (all workers) | CPU over the phase ($(nproc) cores) | load (1 min) before → after |"
         echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
         : >"$WORK/res.lat.short"
-        while read -r r w total missing p50 p99 pmax mean achieved behind during backlog t_phase t_idle is iw ir ps pw pr per_worker l0 l1 cb cw cm cp ch co _warns; do
+        while read -r r w total missing p50 p99 pmax mean achieved behind during backlog t_phase t_idle is iw ir ps pw pr per_worker l0 l1 cb cw cm cp ch co ca _warns; do
             n_applied=$(tr ',' '\n' <<<"$per_worker" | awk '{s += $1} END {print s + 0}')
             spk=$(awk -v p="$ps" -v i="$is" -v ti="$t_idle" -v t="$t_phase" -v n="$n_applied" \
                 'BEGIN {if (n > 0) printf "%.1f (net of idle %.1f)", p / n, (p - i / ti * t) / n; else print "—"}')
             printf '| %d/s | %d | %.0f ms | %.0f ms | %.0f ms | %.0f/s | %d of %d%s | %d | %s | %s | %s | %s → %s |\n' \
                 "$r" "$w" "$p50" "$p99" "$pmax" "$achieved" "$((total - missing))" "$total" "$( ((missing == 0)) || echo " (**$missing not**)")" \
-                "$backlog" "${per_worker//,/ / }" "$spk" "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co")" "$l0" "$l1"
+                "$backlog" "${per_worker//,/ / }" "$spk" "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co" "$ca")" "$l0" "$l1"
             echo "$r $w $p50 $p99 $missing $achieved" >>"$WORK/res.lat.short"
         done <"$WORK/res.latency"
         echo
@@ -524,11 +588,11 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
         echo
         echo "| state database | statements / key | write transactions / key | read calls / key | idle (before the burst) | p50 / p99 latency | CPU over the burst ($(nproc) cores) |"
         echo "|---|---|---|---|---|---|---|"
-        while read -r backend total missing p50 p99 _pmax _mean _ach _beh _dur _bl t_phase t_idle is iw ir ps pw pr per_worker cb cw cm cp ch co _warns; do
+        while read -r backend total missing p50 p99 _pmax _mean _ach _beh _dur _bl t_phase t_idle is iw ir ps pw pr per_worker cb cw cm cp ch co ca _warns; do
             if [[ "$backend" == postgres ]]; then
                 PG_TRIPS=$(awk -v n="$total" -v ps="$ps" -v pw="$pw" -v pr="$pr" 'BEGIN {printf "%.1f", (ps + 2 * pw) / n}')
             fi
-            awk -v cpu="$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co")" -v b="$backend" -v n="$total" -v t="$t_phase" -v ti="$t_idle" -v is="$is" -v iw="$iw" -v ir="$ir" \
+            awk -v cpu="$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co" "$ca")" -v b="$backend" -v n="$total" -v t="$t_phase" -v ti="$t_idle" -v is="$is" -v iw="$iw" -v ir="$ir" \
                 -v ps="$ps" -v pw="$pw" -v pr="$pr" -v p50="$p50" -v p99="$p99" 'BEGIN {
                     printf "| %s | %.2f (net %.2f) | %.2f (net %.2f) | %.2f (net %.2f) | %.1f statements/s, %.1f writes/s, %.1f reads/s | %.0f / %.0f ms | %s |\n",
                         (b == "sqlite" ? "SQLite" : "PostgreSQL"),

@@ -190,6 +190,28 @@ def bucket_create(name):
     print("ok")
 
 
+# Azurite's account and key are the emulator's published defaults (no secret).
+AZ_ACCOUNT = "devstoreaccount1"
+AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def az_container(name):
+    """A ContainerClient on Azurite at BENCH_AZ_URL (127.0.0.1 only)."""
+    from azure.storage.blob import BlobServiceClient
+    url = os.environ.get("BENCH_AZ_URL", "")
+    if not url.startswith("http://127.0.0.1:"):
+        die("BENCH_AZ_URL %r is not on 127.0.0.1" % url)
+    conn = ("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;BlobEndpoint=%s/%s;"
+            % (AZ_ACCOUNT, AZ_KEY, url.rstrip("/"), AZ_ACCOUNT))
+    return BlobServiceClient.from_connection_string(conn).get_container_client(name)
+
+
+def container_create(name):
+    """An empty container on Azurite (a backfill's destination in another store)."""
+    az_container(name).create_container()
+    print("ok")
+
+
 def queue_create(name):
     """An SQS queue that nothing sends to (the backfill's workers need an --events queue)."""
     db.s3_client("sqs").create_queue(QueueName=name)
@@ -249,9 +271,29 @@ def s3_url(dst):
     return bucket, prefix.rstrip("/") + "/"
 
 
+def az_url(dst):
+    """(container, prefix ending in /) of an az:// destination, or None."""
+    if not dst.startswith("az://"):
+        return None
+    container, _, prefix = dst[len("az://"):].partition("/")
+    return container, prefix.rstrip("/") + "/"
+
+
+def az_listing(dst):
+    """{key relative to dst: (size, Content-MD5 as hex or None)} of an az:// destination."""
+    container, prefix = az_url(dst)
+    out = {}
+    for b in az_container(container).list_blobs(name_starts_with=prefix):
+        md5 = b.content_settings.content_md5 if b.content_settings else None
+        out[b.name[len(prefix):]] = (b.size, bytes(md5).hex() if md5 else None)
+    return out
+
+
 def local_sizes(dst):
     """{key relative to dst: size} of every file (no slate temporary files expected), or of
-    every object under an s3:// destination."""
+    every object under an s3:// or az:// destination."""
+    if az_url(dst):
+        return {k: v[0] for k, v in az_listing(dst).items()}
     at = s3_url(dst)
     if at:
         bucket, prefix = at
@@ -273,6 +315,32 @@ def same_local(bucket, dst):
     want = db.S3(bucket).listing()
     got = local_sizes(dst)
     want_rel = {k[len(PREFIX):]: v for k, v in want.items()}
+    if az_url(dst):
+        # a container replica: each blob's Content-MD5 (Azure's of a single Put Blob) against
+        # the source's ETag; a blob without one (put in blocks) is read and hashed
+        got = az_listing(dst)
+        missing = sorted(set(want_rel) - set(got))
+        extra = sorted(set(got) - set(want_rel))
+        wrong = sorted(k for k in set(want_rel) & set(got) if got[k][0] != want_rel[k][0])
+        unhashed = sorted(k for k in set(want_rel) & set(got) if got[k][1] is None)
+        container, prefix = az_url(dst)
+        cc = az_container(container)
+
+        def md5_ok(k):
+            if got[k][1] is not None:
+                return got[k][1] == want_rel[k][1].strip('"')
+            return hashlib.md5(cc.download_blob(prefix + k).readall()).hexdigest() == want_rel[k][1].strip('"')
+        if not (missing or extra or wrong):
+            with cf.ThreadPoolExecutor(8) as ex:
+                wrong = sorted(k for k, ok in zip(want_rel, ex.map(md5_ok, want_rel)) if not ok)
+        if missing or extra or wrong:
+            die("%s differs from s3://%s/%s: %d missing (e.g. %s), %d extra (e.g. %s), %d different (e.g. %s)"
+                % (dst, bucket, PREFIX, len(missing), ", ".join(missing[:3]), len(extra), ", ".join(extra[:3]),
+                   len(wrong), ", ".join(wrong[:3])))
+        if unhashed:
+            log("  %d blobs had no Content-MD5: read and hashed" % len(unhashed))
+        print("%d %d" % (len(want), sum(v[0] for v in want.values())))
+        return
     at = s3_url(dst)
     if at:
         # a bucket replica: its ETags (the MD5 of a single PUT) against the source's
@@ -424,6 +492,7 @@ COMMANDS = {
     "seed-backfill": (seed_backfill, S, I, I, I),          # BUCKET N SIZE_KIB PER_FOLDER
     "queue-create": (queue_create, S),                     # QUEUE
     "bucket-create": (bucket_create, S),                   # BUCKET
+    "container-create": (container_create, S),             # CONTAINER (Azurite)
     "event-bucket": (event_bucket, S, S, I),               # BUCKET QUEUE N_SEED
     "backfill-wait": (backfill_wait, S, S, S, S, F, S),    # SLATE DB BUCKET DST TIMEOUT URLS
     "same-local": (same_local, S, S),                      # BUCKET DST
