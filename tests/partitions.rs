@@ -131,6 +131,8 @@ fn three_workers_split_a_backfill_and_one_killed_mid_partition_costs_only_its_re
             }
         }
     }
+    // killed at once: a partition of 500 keys has a few seconds left once 100 are recorded
+    workers[victim].kill9();
     // while the run goes on, a whole-pair reconcile of the pair is refused, naming a holder
     let out = run({
         let mut c = slate_db(&db);
@@ -139,8 +141,6 @@ fn three_workers_split_a_backfill_and_one_killed_mid_partition_costs_only_its_re
     });
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
-
-    workers[victim].kill9();
     let dead = pids[victim];
     let killed_part = range.2;
 

@@ -165,15 +165,22 @@ pub async fn reconcile(
         // the planner stops with this worker's part of the run (a drop included: a daemon
         // stopping)
         shared: tokio::sync::Mutex::new(Shared::default()),
+        stop: std::sync::atomic::AtomicBool::new(false),
     };
-    let runs = futures::future::try_join_all((0..slots).map(|_| worker.slot())).await;
+    // every slot ends at a partition's end: a slot dropped while its take commits would leave
+    // a partition lease nobody renews or gives back (this process lives on)
+    let runs = futures::future::join_all((0..slots).map(|_| worker.slot())).await;
     let Shared { report, parts, .. } = worker.shared.into_inner();
-    let run = runs?
-        .pop() // each slot read the run once it was finished: one row
-        .ok_or_else(|| SlateError::Manifest {
-            path: db.path().display().to_string(),
-            why: format!("partitioned run {} had no slot", run.id),
-        })?;
+    let mut finished = None;
+    for r in runs {
+        if let Some(run) = r? {
+            finished = Some(run); // each slot read the run once it was finished: one row
+        }
+    }
+    let run = finished.ok_or_else(|| SlateError::Manifest {
+        path: db.path().display().to_string(),
+        why: format!("partitioned run {} had no slot", run.id),
+    })?;
     let mut report = report;
     report.elapsed = began.elapsed();
     let d = db.clone();
@@ -229,13 +236,27 @@ struct Worker<'a> {
     plan_side: Side,
     source: String,
     shared: tokio::sync::Mutex<Shared>,
+    /// Set by a slot that failed: the others stop before their next partition.
+    stop: std::sync::atomic::AtomicBool,
 }
 
 impl Worker<'_> {
-    /// Takes partitions one after another until the run is finished; the run as it ended.
-    async fn slot(&self) -> Result<PartRun> {
+    /// Takes partitions one after another until the run is finished: the run as it ended;
+    /// None when another slot failed. A failure stops the other slots at their partition's end.
+    async fn slot(&self) -> Result<Option<PartRun>> {
+        let r = self.slot_loop().await;
+        if r.is_err() {
+            self.stop.store(true, Relaxed);
+        }
+        r
+    }
+
+    async fn slot_loop(&self) -> Result<Option<PartRun>> {
         let (db, run_id) = (self.db, self.run_id);
         loop {
+            if self.stop.load(Relaxed) {
+                return Ok(None);
+            }
             let d = db.clone();
             let run = blocking(move || Partitions::new(&d).run(run_id))
                 .await?
@@ -244,7 +265,7 @@ impl Worker<'_> {
                     why: format!("partitioned run {run_id} is gone"),
                 })?;
             if run.finished_at.is_some() {
-                return Ok(run);
+                return Ok(Some(run));
             }
             if !run.planned {
                 self.plan(&run).await?;

@@ -1,5 +1,5 @@
 //! Partitioned reconciles (schema 0010): a pair's backfill or drift check split into key
-//! ranges that workers sharing the database take one at a time. See
+//! ranges that workers sharing the database take (each worker two at a time). See
 //! `schema/sqlite/0010_partitions.sql` for the tables and [`crate::engine::partition`] for the
 //! workers' side.
 //!
@@ -352,7 +352,7 @@ impl<'a> Partitions<'a> {
                 return Ok(None);
             };
             let pending = c.query_map(
-                // the first few: at most one partition per live worker is held
+                // the first few: at most two partitions per live worker are held
                 &format!(
                     "{PART_SQL} WHERE run_id = ?1 AND state = 'pending' AND retry_at <= ?2
                      ORDER BY idx LIMIT {TAKE_WINDOW}"
