@@ -532,18 +532,7 @@ mod tests {
 
     #[test]
     fn the_spec_names_what_partitions_must_share_and_not_the_listing_depth() {
-        let base = SyncOptions {
-            dry_run: false,
-            no_delete: false,
-            max_delete: None,
-            filter: Default::default(),
-            full: false,
-            copy: Default::default(),
-            wait: Wait::No,
-            purpose: "daemon backfill".into(),
-            unless_synced: false,
-            rule: Default::default(),
-        };
+        let base = options();
         let full = SyncOptions {
             full: true,
             purpose: "drift check".into(),
