@@ -313,8 +313,14 @@ def same_local(bucket, dst):
     """The local folder dst holds exactly the bucket's data/ (every key, its size, and its MD5
     against the listing's ETag: moto's ETag of a single PUT is the MD5). Prints: count bytes."""
     want = db.S3(bucket).listing()
-    got = local_sizes(dst)
     want_rel = {k[len(PREFIX):]: v for k, v in want.items()}
+
+    def differs(missing, extra, wrong):
+        if missing or extra or wrong:
+            die("%s differs from s3://%s/%s: %d missing (e.g. %s), %d extra (e.g. %s), %d different (e.g. %s)"
+                % (dst, bucket, PREFIX, len(missing), ", ".join(missing[:3]), len(extra), ", ".join(extra[:3]),
+                   len(wrong), ", ".join(wrong[:3])))
+        print("%d %d" % (len(want), sum(v[0] for v in want.values())))
     if az_url(dst):
         # a container replica: each blob's Content-MD5 (Azure's of a single Put Blob) against
         # the source's ETag; a blob without one (put in blocks) is read and hashed
@@ -333,13 +339,9 @@ def same_local(bucket, dst):
         if not (missing or extra or wrong):
             with cf.ThreadPoolExecutor(8) as ex:
                 wrong = sorted(k for k, ok in zip(want_rel, ex.map(md5_ok, want_rel)) if not ok)
-        if missing or extra or wrong:
-            die("%s differs from s3://%s/%s: %d missing (e.g. %s), %d extra (e.g. %s), %d different (e.g. %s)"
-                % (dst, bucket, PREFIX, len(missing), ", ".join(missing[:3]), len(extra), ", ".join(extra[:3]),
-                   len(wrong), ", ".join(wrong[:3])))
         if unhashed:
             log("  %d blobs had no Content-MD5: read and hashed" % len(unhashed))
-        print("%d %d" % (len(want), sum(v[0] for v in want.values())))
+        differs(missing, extra, wrong)
         return
     at = s3_url(dst)
     if at:
@@ -348,11 +350,9 @@ def same_local(bucket, dst):
         wrong = sorted(k for k in want_rel if k in got_etags and got_etags[k] != want_rel[k][1])
         missing = sorted(set(want_rel) - set(got_etags))
         extra = sorted(set(got_etags) - set(want_rel))
-        if missing or extra or wrong:
-            die("%s differs from s3://%s/%s: %d missing, %d extra, %d different"
-                % (dst, bucket, PREFIX, len(missing), len(extra), len(wrong)))
-        print("%d %d" % (len(want), sum(v[0] for v in want.values())))
+        differs(missing, extra, wrong)
         return
+    got = local_sizes(dst)
     missing = sorted(set(want_rel) - set(got))
     extra = sorted(set(got) - set(want_rel))
     wrong = sorted(k for k in set(want_rel) & set(got) if got[k] != want_rel[k][0])
@@ -365,11 +365,7 @@ def same_local(bucket, dst):
             return h.hexdigest() == want_rel[k][1].strip('"')
         with cf.ThreadPoolExecutor(4) as ex:
             wrong = sorted(k for k, ok in zip(want_rel, ex.map(md5_ok, want_rel)) if not ok)
-    if missing or extra or wrong:
-        die("%s differs from s3://%s/%s: %d missing (e.g. %s), %d extra (e.g. %s), %d different (e.g. %s)"
-            % (dst, bucket, PREFIX, len(missing), ", ".join(missing[:3]), len(extra), ", ".join(extra[:3]),
-               len(wrong), ", ".join(wrong[:3])))
-    print("%d %d" % (len(want), sum(v[0] for v in want.values())))
+    differs(missing, extra, wrong)
 
 
 # =======================================================================================
