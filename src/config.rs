@@ -150,6 +150,9 @@ pub struct CopyConfig {
     /// Bandwidth limit of the reads, all transfers together: `8M`, or a timetable
     /// (`"08:00,10M 19:00,off"`).
     pub bwlimit: Option<String>,
+    /// false: every byte passes through slate, never a store-side copy
+    /// (`--no-server-side-copy`).
+    pub server_side_copy: Option<bool>,
 }
 
 fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {

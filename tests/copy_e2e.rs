@@ -102,6 +102,14 @@ fn between_buckets_of_one_cloud() {
         &["--verify"],
     );
     assert!(summary.contains("server-side"), "{summary}");
+    // asked not to, every byte passes through slate (a GET and a PUT each)
+    let summary = roundtrip(
+        End::S3("slate-src"),
+        End::S3("slate-dst"),
+        20,
+        &["--verify", "--no-server-side-copy"],
+    );
+    assert!(!summary.contains("server-side"), "{summary}");
     roundtrip(End::Az("slate-src"), End::Az("slate-dst"), 20, &[]);
 }
 
@@ -115,6 +123,13 @@ fn within_one_bucket_is_server_side() {
         let summary = roundtrip(end, end, 10, &["--verify"]);
         assert!(summary.contains("server-side"), "{end:?}: {summary}");
     }
+    let summary = roundtrip(
+        End::S3("slate-src"),
+        End::S3("slate-src"),
+        10,
+        &["--verify", "--no-server-side-copy"],
+    );
+    assert!(!summary.contains("server-side"), "{summary}");
 }
 
 #[test]

@@ -118,6 +118,11 @@ pub struct TuningArgs {
     /// and `Mon-08:00,…` too).
     #[arg(long, value_name = "RATE|TIMETABLE", value_parser = Schedule::parse)]
     pub bwlimit: Option<Schedule>,
+    /// Move every byte through slate, even where the store could copy by itself (one bucket,
+    /// or two buckets of one S3 endpoint): for an S3-compatible whose CopyObject is missing
+    /// or slow, or to hold the copies to this host's --bwlimit.
+    #[arg(long)]
+    pub no_server_side_copy: bool,
     /// Config file (default: ~/.config/slate/slate.toml when it exists).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -168,6 +173,7 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
             })
             .map(|s| std::sync::Arc::new(BwLimit::new(s))),
         resume: None,
+        server_side_copy: !args.no_server_side_copy && cfg.copy.server_side_copy.unwrap_or(true),
     }
 }
 
@@ -180,7 +186,7 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
     opts.placement_for(&dst)?;
     if args.estimate {
         let est = copy::estimate(&src, &dst, &opts).await?;
-        let server_side = src.same_store(&dst);
+        let server_side = opts.server_side_copy && src.same_store(&dst);
         let (egress, requests) = est.cost(&cfg.pricing, src.scheme, dst.scheme, server_side);
         println!("estimate for {src} -> {dst} (nothing copied)");
         println!("  objects:   {}", est.objects);

@@ -74,6 +74,11 @@ pub struct CopyOptions {
     /// Where uploads under way are recorded, so that a copy cut short continues from its last
     /// chunk (`copy::resume`); None: every copy starts from the beginning.
     pub resume: Option<resume::UploadsDb>,
+    /// Let the store copy what it can (one bucket of any store; two buckets of one S3
+    /// endpoint: CopyObject) (default); false (`--no-server-side-copy`) moves every byte
+    /// through slate: for an S3-compatible whose CopyObject is missing or slower than a GET
+    /// and a PUT, or when the copies must pass through this host (its `--bwlimit`).
+    pub server_side_copy: bool,
 }
 
 impl Default for CopyOptions {
@@ -92,6 +97,7 @@ impl Default for CopyOptions {
             metadata: true,
             bwlimit: None,
             resume: None,
+            server_side_copy: true,
         }
     }
 }
@@ -654,7 +660,7 @@ pub async fn estimate(
         Some(item) => est.add(
             item.size,
             opts.chunk_size.unwrap_or(tune::DEFAULT_CHUNK),
-            plan.is_server_side(item.size),
+            opts.server_side_copy && plan.is_server_side(item.size),
             s,
             d,
         ),
@@ -671,7 +677,7 @@ pub async fn estimate(
                 est.add(
                     item.size,
                     opts.chunk_size.unwrap_or(tune::DEFAULT_CHUNK),
-                    plan.is_server_side(item.size),
+                    opts.server_side_copy && plan.is_server_side(item.size),
                     s,
                     d,
                 );

@@ -108,6 +108,7 @@ const OPTION_FIELDS: &[&str] = &[
     "checksum",
     "size_only",
     "bwlimit",
+    "no_server_side_copy",
 ];
 
 /// Checks a `POST /jobs` body; every refusal names the field.
@@ -311,6 +312,9 @@ impl Opts<'_> {
         }
         copy.verify = self.flag("verify")?;
         copy.copy_links = self.flag("copy_links")?;
+        if self.flag("no_server_side_copy")? {
+            copy.server_side_copy = false;
+        }
         copy.validate()
             .map_err(|e| Refused::bad("options", e.to_string()))?;
         Ok(copy)
@@ -415,6 +419,16 @@ mod tests {
             Some("STANDARD_IA")
         );
         assert_eq!(s.copy.placement.acl.as_deref(), Some("public-read"));
+        assert!(s.copy.server_side_copy, "the store copies by default");
+        let ok =
+            parse_request(br#"{"src":"/a","dst":"/b","options":{"no_server_side_copy":true}}"#)
+                .unwrap();
+        assert!(
+            !ok.settings(&CopyOptions::default())
+                .unwrap()
+                .copy
+                .server_side_copy
+        );
         let ok = parse_request(
             br#"{"kind":"sync-once","src":"/a","dst":"/b","options":{"no_delete":true,"max_delete":"10%","transfers":4,"chunk_size":"8MiB","include":["x/**"]}}"#,
         )
@@ -504,6 +518,10 @@ mod tests {
             (
                 r#"{"kind":"copy","src":"/a","dst":"/b","options":{"copy_links":1}}"#,
                 "options.copy_links",
+            ),
+            (
+                r#"{"src":"/a","dst":"/b","options":{"no_server_side_copy":"yes"}}"#,
+                "options.no_server_side_copy",
             ),
         ];
         for (body, field) in table {
