@@ -156,7 +156,7 @@ class S3(Store):
         out = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
             for o in page.get("Contents", []):
-                out[o["Key"]] = (o["Size"], o["ETag"])
+                out[o["Key"]] = (o["Size"], o.get("ETag"))
         return out
 
     def head(self, key):

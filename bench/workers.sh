@@ -3,11 +3,13 @@
 # a second and a third worker buy, and what the shared state costs per key.
 #
 # Parts (BENCH_PARTS, default all three):
-#   backfill  BENCH_WORKERS_N objects of BENCH_WORKERS_KIB KiB (default 10,000 × 64 KiB) on
-#             moto → BENCH_WORKERS_DST: az (default), a container on Azurite, so that every
-#             byte passes through a worker; s3, another bucket on moto (CopyObject: no byte
-#             passes through slate and --bwlimit has nothing to pace); local, a folder (each
-#             host's own: never split), by 1, 2 and 3 workers (BENCH_WORKERS_COUNTS) started
+#   backfill  BENCH_WORKERS_N objects of BENCH_WORKERS_KIB KiB (default 10,000 × 64 KiB),
+#             by BENCH_WORKERS_DST: s3s (default), a bucket on an s3s-fs of the run's own (a
+#             Rust S3 server) → another bucket of it, the workers with --no-server-side-copy
+#             so that every byte passes through a worker; az, moto → a container on Azurite
+#             (one Node process: the bound of the last run); s3, moto → another bucket on moto
+#             (CopyObject: no byte passes through slate and --bwlimit has nothing to pace);
+#             local, moto → a folder (each host's own: never split); by 1, 2 and 3 workers (BENCH_WORKERS_COUNTS) started
 #             together on a fresh PostgreSQL database, each capped at --bwlimit
 #             BENCH_WORKERS_BWLIMIT (default 6M), so that one worker is bandwidth-bound. Time
 #             from the start until `slate pairs` shows the pair reconciled (last sync set) and
@@ -36,7 +38,7 @@ BENCH_CMD=""
 for v in SLATE_BIN BENCH_PARTS BENCH_DIR BENCH_WORKERS_N BENCH_WORKERS_KIB BENCH_WORKERS_BWLIMIT \
          BENCH_WORKERS_COUNTS BENCH_WORKERS_DST BENCH_WORKERS_RATES BENCH_WORKERS_SECONDS BENCH_WORKERS_LAT_COUNTS \
          BENCH_OPS_KEYS BENCH_OPS_RATE BENCH_WORKERS_PORT BENCH_BACKFILL_TIMEOUT BENCH_REPORT BENCH_KEEP \
-         BENCH_S3_THREADS BENCH_AZ_PORT SLATE_MOTO_PORT SLATE_PG_PORT; do
+         BENCH_S3_THREADS BENCH_AZ_PORT BENCH_S3S_PORT SLATE_MOTO_PORT SLATE_PG_PORT; do
     if [[ -n "${!v+x}" ]]; then BENCH_CMD+="$v=$(printf '%q' "${!v}") "; fi
 done
 BENCH_CMD+="bench/workers.sh"
@@ -50,7 +52,7 @@ N="${BENCH_WORKERS_N:-10000}"                    # backfill: objects
 KIB_EACH="${BENCH_WORKERS_KIB:-64}"              # backfill: KiB an object
 BWLIMIT="${BENCH_WORKERS_BWLIMIT:-6M}"           # backfill: each worker's --bwlimit
 COUNTS="${BENCH_WORKERS_COUNTS:-1 2 3}"          # backfill: workers per run
-FILL_DST="${BENCH_WORKERS_DST:-az}"              # backfill: az (Azurite), s3 (a bucket on moto) or local
+FILL_DST="${BENCH_WORKERS_DST:-s3s}"             # backfill: s3s (s3s-fs → s3s-fs), az (moto → Azurite), s3 (moto → moto) or local
 RATES="${BENCH_WORKERS_RATES:-100 20}"           # latency: new objects per second, a phase each
 SECONDS_LAT="${BENCH_WORKERS_SECONDS:-30}"       # latency: writer duration
 LAT_COUNTS="${BENCH_WORKERS_LAT_COUNTS:-1 3}"    # latency: workers per run
@@ -63,6 +65,7 @@ KEEP="${BENCH_KEEP:-0}"
 S3_THREADS="${BENCH_S3_THREADS:-16}"
 MOTO_PORT="${SLATE_MOTO_PORT:-5000}"
 AZ_PORT="${BENCH_AZ_PORT:-10310}"                # backfill az: this run's own Azurite
+S3S_PORT="${BENCH_S3S_PORT:-8320}"               # backfill s3s: this run's own s3s-fs
 PG_PORT="${SLATE_PG_PORT:-5440}"
 
 PER_FOLDER=1000      # backfill objects per "folder"
@@ -93,9 +96,10 @@ for c in $COUNTS $LAT_COUNTS; do
 done
 ((OPS_KEYS % OPS_RATE == 0)) || die "BENCH_OPS_KEYS ($OPS_KEYS) must be a multiple of BENCH_OPS_RATE ($OPS_RATE)"
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
-[[ "$FILL_DST" == az || "$FILL_DST" == s3 || "$FILL_DST" == local ]] || die "BENCH_WORKERS_DST: az, s3 or local, got '$FILL_DST'"
-NEED_AZ=0
+[[ "$FILL_DST" =~ ^(s3s|az|s3|local)$ ]] || die "BENCH_WORKERS_DST: s3s, az, s3 or local, got '$FILL_DST'"
+NEED_AZ=0 NEED_S3S=0
 if has_part backfill && [[ "$FILL_DST" == az ]]; then NEED_AZ=1; fi
+if has_part backfill && [[ "$FILL_DST" == s3s ]]; then NEED_S3S=1; fi
 
 # ---------------------------------------------------------------------------------------
 # Tools, the build
@@ -125,6 +129,7 @@ mkdir -p "$BENCH_DIR"
 WORK="$(mktemp -d "$BENCH_DIR/workers.XXXXXX")"
 S3_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
 AZ_URL="http://127.0.0.1:$AZ_PORT"
+S3S_URL="http://127.0.0.1:$S3S_PORT"
 PG_BASE="postgres://postgres@127.0.0.1:$PG_PORT"
 # Nothing of the user's AWS or Azure setup leaks in: only moto and Azurite on 127.0.0.1,
 # testing/testing for moto, Azurite's emulator account.
@@ -139,6 +144,11 @@ S3ENV=(env -u AWS_CA_BUNDLE -u AWS_PROFILE -u AWS_DEFAULT_PROFILE -u AWS_SESSION
        AWS_REGION=us-east-1 NO_PROXY=127.0.0.1 no_proxy=127.0.0.1 XDG_CONFIG_HOME="$WORK/no-config"
        BENCH_S3_ENDPOINT="$S3_ENDPOINT" BENCH_S3_THREADS="$S3_THREADS")
 py() { "${S3ENV[@]}" "$VENV_PYTHON" "$HELPER" "$@"; }
+# The backfill's S3 (FILL_ENV): moto's, or for an s3s backfill this run's s3s-fs (the SQS queue
+# the workers need stays on moto: AWS_ENDPOINT_URL_S3 moves S3 alone)
+FILL_ENV=()
+if ((NEED_S3S)); then FILL_ENV=(AWS_ENDPOINT_URL_S3="$S3S_URL" BENCH_S3_ENDPOINT="$S3S_URL"); fi
+py_fill() { "${S3ENV[@]}" "${FILL_ENV[@]}" "$VENV_PYTHON" "$HELPER" "$@"; }
 
 PIDS=()              # the running workers
 PID_LOGS=()
@@ -174,6 +184,7 @@ cleanup() {
     trap - EXIT
     stop_workers || true
     az_stop || true
+    s3s_stop || true
     if [[ "$KEEP" == 1 ]]; then
         log "kept: scratch $WORK, buckets ${BUCKETS[*]:-none}, queues ${QUEUES[*]:-none}, databases ${DATABASES[*]:-none}"
     else
@@ -232,6 +243,11 @@ if ((NEED_AZ)); then
     [[ -x "$AZ_BIN" ]] || die "$AZ_BIN not found (scripts/services.sh install)"
     ! (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null || die "port $AZ_PORT on 127.0.0.1 is taken (BENCH_AZ_PORT)"
 fi
+S3S_BIN="${SLATE_TEST_HOME:-$HOME/.cache/slate-test}/s3s-fs/bin/s3s-fs"
+if ((NEED_S3S)); then
+    [[ -x "$S3S_BIN" ]] || die "$S3S_BIN not found (scripts/services.sh install)"
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$S3S_PORT") 2>/dev/null || die "port $S3S_PORT on 127.0.0.1 is taken (BENCH_S3S_PORT)"
+fi
 [[ -x "$VENV_PYTHON" ]] && "$VENV_PYTHON" -c 'import boto3, azure.storage.blob' 2>/dev/null \
     || die "$VENV_PYTHON has no boto3 or azure-storage-blob (scripts/services.sh install)"
 for ((i = 0; i < 9; i++)); do
@@ -267,7 +283,7 @@ start_workers() {
     for ((i = 0; i < count; i++)); do
         logf="$WORK/$name-w$i.log"
         : >"$logf"   # exists before the first grep (the worker's redirection runs in the child)
-        "${S3ENV[@]}" "$SLATE" sync "$src" "$dst" --events "sqs://$queue" --db "$dbloc" --drift-check-secs 0 --quiet \
+        "${S3ENV[@]}" "${FILL_ENV[@]}" "$SLATE" sync "$src" "$dst" --events "sqs://$queue" --db "$dbloc" --drift-check-secs 0 --quiet \
             --listen "127.0.0.1:$((PORT_BASE + i))" "$@" >"$logf" 2>&1 &
         PIDS+=($!)
         PID_LOGS+=("$logf")
@@ -334,7 +350,7 @@ cpu_now() {   # "machine_busy machine_total workers moto postgres azurite" in ji
     fi
     printf '%s %s %s %s %s\n' "$(awk '/^cpu / {b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6}' /proc/stat)" \
         "$w" "$([[ -n "$MOTO_PID" ]] && jiffies "$MOTO_PID" || echo 0)" "$pg" \
-        "$([[ -n "$AZ_PID" ]] && jiffies "$AZ_PID" || echo 0)"
+        "$(if [[ -n "$AZ_PID" ]]; then jiffies "$AZ_PID"; elif [[ -n "$S3S_PID" ]]; then jiffies "$S3S_PID"; else echo 0; fi)"
 }
 cpu_mark() { CPU_MARK=$(cpu_now); }
 # cpu_since HELPER_S: "busy% worker_s moto_s pg_s helper_s other_s azurite_s" since cpu_mark (busy: of
@@ -347,15 +363,16 @@ cpu_since() {
         printf "%.0f %.1f %.1f %.1f %.1f %.1f %.1f", (all > 0 ? 100 * busy / all : 0), w / t, m / t, p / t, h, o / t, a / t }'
 }
 # cpu_cell BUSY W M P H O: the report's CPU cell
-cpu_cell() {   # BUSY W M P H O A: Azurite's only when one ran (an az backfill)
+cpu_cell() {   # BUSY W M P H O A: the backfill's own store server's (Azurite or s3s-fs) only when one ran
     printf '%s%% busy; slate %s s, moto %s s, PostgreSQL %s s' "$1" "$2" "$3" "$4"
-    if [[ "${7:-0}" != 0 && "${7:-0}" != 0.0 ]]; then printf ', Azurite %s s' "$7"; fi
+    if [[ "${7:-0}" != 0 && "${7:-0}" != 0.0 ]]; then printf ', %s %s s' "$(if ((NEED_S3S)); then echo s3s-fs; else echo Azurite; fi)" "$7"; fi
     printf ', bench helper %s s, other %s s' "$5" "$6"
 }
 command -v ss >/dev/null || die "ss not found (iproute2): needed to find moto's and PostgreSQL's processes"
 MOTO_PID=$(port_pid "$MOTO_PORT")
 PG_PID=$(port_pid "$PG_PORT")
 AZ_PID=""   # this run's own Azurite while a backfill writes to it (az_start)
+S3S_PID=""  # this run's own s3s-fs during an s3s backfill (s3s_start)
 
 # Azurite answers an unsigned list request with 403, but with its x-ms-request-id header
 az_up() { [[ "$(curl -s --noproxy '*' --max-time 2 -D - -o /dev/null "$AZ_URL/devstoreaccount1?comp=list" 2>/dev/null)" == *[Xx]-[Mm][Ss]-[Rr]equest-[Ii]d* ]]; }
@@ -383,6 +400,27 @@ az_stop() {
     wait "$AZ_PID" 2>/dev/null || true
     AZ_PID=""
 }
+# s3s_start DIR: an s3s-fs over the folder DIR on S3S_PORT (testing/testing, as moto's), for the
+# whole backfill: the source bucket and each run's replica bucket
+s3s_start() {
+    mkdir -p "$1"
+    setsid env -u RUST_LOG "$S3S_BIN" --host 127.0.0.1 --port "$S3S_PORT" --access-key testing \
+        --secret-key testing "$1" >"$1.log" 2>&1 &
+    S3S_PID=$!
+    local i
+    for ((i = 0; i < 100; i++)); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$S3S_PORT") 2>/dev/null && return 0
+        kill -0 "$S3S_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    die "s3s-fs did not listen on $S3S_URL: $(tail -n 3 "$1.log" 2>/dev/null)"
+}
+s3s_stop() {
+    [[ -n "$S3S_PID" ]] || return 0
+    kill -TERM -- "-$S3S_PID" 2>/dev/null || kill -TERM "$S3S_PID" 2>/dev/null || true
+    wait "$S3S_PID" 2>/dev/null || true
+    S3S_PID=""
+}
 [[ -n "$MOTO_PID" && -n "$PG_PID" ]] || log "WARNING: moto's or PostgreSQL's process not found by its port: their CPU is reported as 0"
 
 # ---------------------------------------------------------------------------------------
@@ -391,9 +429,15 @@ az_stop() {
 : >"$WORK/res.backfill"
 if has_part backfill; then
     B_FILL="slate-wb-fill-$TAG"
-    BUCKETS+=("$B_FILL")
-    log "seeding $N × $KIB_EACH KiB random objects → s3://$B_FILL/data ($S3_THREADS threads)"
-    out=$(py seed-backfill "$B_FILL" "$N" "$KIB_EACH" "$PER_FOLDER") || die "seeding failed"
+    if ((NEED_S3S)); then
+        s3s_start "$WORK/s3s"   # removed with $WORK
+        SRC_TEXT="s3s-fs"
+    else
+        BUCKETS+=("$B_FILL")
+        SRC_TEXT="moto"
+    fi
+    log "seeding $N × $KIB_EACH KiB random objects → s3://$B_FILL/data on $SRC_TEXT ($S3_THREADS threads)"
+    out=$(py_fill seed-backfill "$B_FILL" "$N" "$KIB_EACH" "$PER_FOLDER") || die "seeding failed"
     read -r _ FILL_BYTES FILL_SEED_S <<<"$out"
     log "  seeded $FILL_BYTES bytes in $FILL_SEED_S s"
     for w in $COUNTS; do
@@ -401,7 +445,14 @@ if has_part backfill; then
         QUEUES+=("$q")
         py queue-create "$q" >/dev/null || die "creating queue $q failed"
         new_db "fill$w"
-        if [[ "$FILL_DST" == az ]]; then
+        EXTRA=()
+        if [[ "$FILL_DST" == s3s ]]; then
+            # another bucket of this run's s3s-fs, every byte through a worker: the store's
+            # own copy (CopyObject) would bypass the worker and its --bwlimit
+            py_fill bucket-create "$B_FILL-dst$w" >/dev/null || die "creating bucket $B_FILL-dst$w on s3s-fs failed"
+            dst="s3://$B_FILL-dst$w/replica"
+            EXTRA=(--no-server-side-copy)
+        elif [[ "$FILL_DST" == az ]]; then
             # a container on Azurite: workers split only pairs of two stores (a local folder is
             # each host's own), and between two stores every byte passes through a worker, so
             # each worker's --bwlimit is its link (two buckets of moto would be CopyObject)
@@ -419,8 +470,8 @@ if has_part backfill; then
         log "backfill by $w worker(s), --bwlimit $BWLIMIT each: s3://$B_FILL/data → $dst, --db ${NEW_DB##*/}"
         t0=$(now_s)
         cpu_mark
-        start_workers "$w" "$NEW_DB" "s3://$B_FILL/data" "$dst" "$q" "fill$w" --bwlimit "$BWLIMIT"
-        out=$(py backfill-wait "$SLATE" "$NEW_DB" "$B_FILL" "$dst" "$BACKFILL_TIMEOUT" "$URLS") \
+        start_workers "$w" "$NEW_DB" "s3://$B_FILL/data" "$dst" "$q" "fill$w" --bwlimit "$BWLIMIT" "${EXTRA[@]}"
+        out=$(py_fill backfill-wait "$SLATE" "$NEW_DB" "$B_FILL" "$dst" "$BACKFILL_TIMEOUT" "$URLS") \
             || { workers_alive "during the backfill"; die "the backfill by $w worker(s) did not finish"; }
         read -r t_sync t_equal per_worker hcpu <<<"$out"
         cpu=$(cpu_since "$hcpu")
@@ -428,13 +479,17 @@ if has_part backfill; then
         secs=$(awk -v a="$t0" -v b="$t_sync" -v c="$t_equal" 'BEGIN {e = (b > c ? b : c); printf "%.1f", e - a}')
         log "  $w worker(s): reconciled and equal after $secs s (bytes copied per worker: $per_worker); checking every object (size, MD5)"
         wait_following 60
-        cb=$(py same-local "$B_FILL" "$dst") || die "the replica of the $w-worker backfill differs from the source"
+        cb=$(py_fill same-local "$B_FILL" "$dst") || die "the replica of the $w-worker backfill differs from the source"
         finish_workers "backfill by $w worker(s)"
         echo "$w $secs $per_worker $load0 $load1 $cpu $WARNS" >>"$WORK/res.backfill"
-        if [[ "$FILL_DST" == az ]]; then az_stop; rm -rf "$WORK/azurite$w"; else rm -rf "$dst"; fi
+        case "$FILL_DST" in
+            az) az_stop; rm -rf "$WORK/azurite$w" ;;
+            s3s | s3) ;;   # s3s-fs's folder goes with $WORK; moto's bucket at the end
+            *) rm -rf "$dst" ;;
+        esac
         drop_bucket - "$q"
     done
-    drop_bucket "$B_FILL" -
+    if ((NEED_S3S)); then s3s_stop; else drop_bucket "$B_FILL" -; fi
 fi
 
 # ---------------------------------------------------------------------------------------
@@ -530,11 +585,12 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
     if [[ -s "$WORK/res.backfill" ]]; then
         mib=$(awk -v b="$FILL_BYTES" 'BEGIN {printf "%.0f", b / 1048576}')
         case "$FILL_DST" in
+            s3s) dst_text="another bucket of it, \`--no-server-side-copy\` (every byte through a worker)"; dst_run="an empty bucket on the s3s-fs" ;;
             az) dst_text="Azure Blob (Azurite, one Node process)"; dst_run="an empty container on Azurite" ;;
             s3) dst_text="another bucket on moto (CopyObject: no byte through slate, --bwlimit paces nothing)"; dst_run="an empty bucket on moto" ;;
             *) dst_text="a local folder (never split: one worker copies all)"; dst_run="an empty local folder" ;;
         esac
-        echo "### Backfill: $N × $KIB_EACH KiB ($mib MiB), S3 (moto) → $dst_text, each worker \`--bwlimit $BWLIMIT\`"
+        echo "### Backfill: $N × $KIB_EACH KiB ($mib MiB), S3 ($SRC_TEXT) → $dst_text, each worker \`--bwlimit $BWLIMIT\`"
         echo
         echo "| workers | time to reconciled and equal | aggregate MiB/s | vs 1 worker | MiB copied by each worker | CPU over the run ($(nproc) cores) | load (1 min) before → after |"
         echo "|---|---|---|---|---|---|---|"
@@ -547,7 +603,7 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
                 "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co" "$ca")" "$l0" "$l1"
         done <"$WORK/res.backfill"
         echo
-        echo "Seeding took $FILL_SEED_S s (untimed). Per run: a fresh PostgreSQL database and $dst_run; the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT --bwlimit $BWLIMIT\`, the queue empty: the source sends no events) start together; the time runs from their start until \`slate pairs --db …\` shows the pair's last sync set (polled every 0.5 s) and the replica holds every object with its size; then every object is compared with the source (size, and its MD5 against the source's ETag). MiB copied per worker: each one's \`slate_bytes_copied_total\`."
+        echo "Seeding took $FILL_SEED_S s (untimed). Per run: a fresh PostgreSQL database and $dst_run; the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT --bwlimit $BWLIMIT${EXTRA[*]:+ ${EXTRA[*]}}\`, the queue (on moto) empty: the source sends no events) start together; the time runs from their start until \`slate pairs --db …\` shows the pair's last sync set (polled every 2 s) and the replica holds every object with its size; then every object is compared with the source (size, and its MD5 against the source's ETag). MiB copied per worker: each one's \`slate_bytes_copied_total\`."
         echo
     fi
     if [[ -s "$WORK/res.latency" ]]; then
