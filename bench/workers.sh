@@ -7,9 +7,10 @@
 #             by BENCH_WORKERS_DST: s3s (default), a bucket on an s3s-fs of the run's own (a
 #             Rust S3 server) → another bucket of it, the workers with --no-server-side-copy
 #             so that every byte passes through a worker; az, moto → a container on Azurite
-#             (one Node process: the bound of the last run); s3, moto → another bucket on moto
-#             (CopyObject: no byte passes through slate and --bwlimit has nothing to pace);
-#             local, moto → a folder (each host's own: never split); by 1, 2 and 3 workers (BENCH_WORKERS_COUNTS) started
+#             (one Node process: it bounded an earlier run); s3, moto → another bucket on
+#             moto (CopyObject: no byte passes through slate, --bwlimit has nothing to pace);
+#             local, moto → a folder (each host's own: never split); by 1, 2 and 3 workers
+#             (BENCH_WORKERS_COUNTS) started
 #             together on a fresh PostgreSQL database, each capped at --bwlimit
 #             BENCH_WORKERS_BWLIMIT (default 6M), so that one worker is bandwidth-bound. Time
 #             from the start until `slate pairs` shows the pair reconciled (last sync set) and
@@ -30,7 +31,7 @@
 # Prints one markdown report on stdout (progress on stderr) and writes it to
 # bench/last-workers-run.md. Only 127.0.0.1: moto (S3 + SQS) and PostgreSQL from
 # scripts/services.sh (started when they do not answer, stopped at the end if this run started
-# them), the workers' listeners (BENCH_WORKERS_PORT, +1, +2). See bench/README.md ("Workers
+# them), the backfill's own s3s-fs or Azurite, the workers' listeners (BENCH_WORKERS_PORT, +1, +2). See bench/README.md ("Workers
 # benchmark") for the knobs.
 set -euo pipefail
 
@@ -79,7 +80,7 @@ log() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf '\n[bench] ERROR: %s\n' "$*" >&2; exit 1; }
 
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
-    sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 [[ $# -eq 0 ]] || die "no arguments expected (configure with BENCH_* environment variables)"
@@ -489,7 +490,12 @@ if has_part backfill; then
         esac
         drop_bucket - "$q"
     done
-    if ((NEED_S3S)); then s3s_stop; else drop_bucket "$B_FILL" -; fi
+    if ((NEED_S3S)); then
+        s3s_stop
+        FILL_ENV=()   # the latency and ops parts' S3 is moto's
+    else
+        drop_bucket "$B_FILL" -
+    fi
 fi
 
 # ---------------------------------------------------------------------------------------
@@ -603,7 +609,7 @@ moto_version=$("$VENV_PYTHON" -c 'import moto; print(moto.__version__)' 2>/dev/n
                 "$(cpu_cell "$cb" "$cw" "$cm" "$cp" "$ch" "$co" "$ca")" "$l0" "$l1"
         done <"$WORK/res.backfill"
         echo
-        echo "Seeding took $FILL_SEED_S s (untimed). Per run: a fresh PostgreSQL database and $dst_run; the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT --bwlimit $BWLIMIT${EXTRA[*]:+ ${EXTRA[*]}}\`, the queue (on moto) empty: the source sends no events) start together; the time runs from their start until \`slate pairs --db …\` shows the pair's last sync set (polled every 2 s) and the replica holds every object with its size; then every object is compared with the source (size, and its MD5 against the source's ETag). MiB copied per worker: each one's \`slate_bytes_copied_total\`."
+        echo "Seeding took $FILL_SEED_S s (untimed). Per run: a fresh PostgreSQL database and $dst_run; the workers (\`slate sync s3://SRC/data DST --events sqs://Q --db postgres://… --drift-check-secs 0 --quiet --listen 127.0.0.1:PORT --bwlimit $BWLIMIT${EXTRA[*]:+ ${EXTRA[*]}}\`, the queue (on moto) empty: the source sends no events) start together; the time runs from their start until \`slate pairs --db …\` shows the pair's last sync set (polled every 2 s) and the replica holds every object with its size; then every object is compared with the source (size, and its MD5: against the source's ETag, or$(if [[ "$FILL_DST" == s3s ]]; then echo ", s3s-fs listing no ETags,"; fi) both objects read and hashed). MiB copied per worker: each one's \`slate_bytes_copied_total\`."
         echo
     fi
     if [[ -s "$WORK/res.latency" ]]; then

@@ -363,6 +363,36 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
         c
     });
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // asked for no store-side copies, a change of metadata alone is written again whole (the
+    // server may lack the CopyObject that replaces metadata in place): a GET of the body;
+    // made in a later second than the last write, as above
+    let last = rt()
+        .block_on(src.head(&Path::parse(&key).unwrap()))
+        .expect("head")
+        .last_modified;
+    wait_for("a later second than the last write", 5, || {
+        chrono::Utc::now().timestamp() > last.timestamp()
+    });
+    s3_replace_metadata(&bucket, &key, "text/plain", &[("owner", "team-d")]);
+    let before = counter.gets.load(Relaxed);
+    let out = run({
+        let mut c = slate_db(&db);
+        c.env("AWS_ENDPOINT_URL", &counter.addr).args([
+            "sync",
+            "--once",
+            "--no-server-side-copy",
+            &su,
+            &du,
+        ]);
+        c
+    });
+    let line = stdout(&out) + &stderr(&out);
+    assert!(out.status.success(), "{line}");
+    assert!(owner_is(&dst_s3, &k_s3, "team-d", "text/plain"), "{line}");
+    assert!(
+        counter.gets.load(Relaxed) > before,
+        "the body read and written again: {line}"
+    );
 }
 
 #[test]

@@ -263,7 +263,13 @@ impl Engine {
         let dst_etag = match &self.ctx.dst {
             Side::Cloud { loc, .. } => {
                 let mut copy_again = match loc.scheme {
-                    Scheme::S3 => e.size > MAX_COPY_OBJECT || self.ctx.s3_self.is_none(),
+                    // S3 replaces metadata by a CopyObject onto itself: not where asked
+                    // for no store-side copies (the server may lack CopyObject)
+                    Scheme::S3 => {
+                        e.size > MAX_COPY_OBJECT
+                            || self.ctx.s3_self.is_none()
+                            || !self.ctx.opts.server_side_copy
+                    }
                     Scheme::Azure => self.ctx.azure.is_none(),
                     Scheme::Gcs => self.ctx.gcs_patch.is_none(),
                     Scheme::Local => true,

@@ -58,10 +58,15 @@ pub fn partitionable(opts: &SyncOptions) -> bool {
 /// The options every partition of a run must share: a worker with other options does not
 /// join (`full` is left out: listing the destination too is only more thorough).
 pub fn spec(opts: &SyncOptions) -> String {
-    format!(
+    let mut spec = format!(
         "deletes={} max-delete={:?} rule={:?} metadata={} placement={:?}",
         !opts.no_delete, opts.max_delete, opts.rule, opts.copy.metadata, opts.copy.placement
-    )
+    );
+    // only when asked for: runs under way keep the spec they were started with
+    if !opts.copy.server_side_copy {
+        spec.push_str(" no-server-side-copy");
+    }
+    spec
 }
 
 use crate::state::clock::now_ms;
@@ -549,6 +554,13 @@ mod tests {
             ..base.clone()
         };
         assert_ne!(spec(&base), spec(&capped));
+        let mut by_slate = base.clone();
+        by_slate.copy.server_side_copy = false;
+        assert_ne!(spec(&base), spec(&by_slate));
+        assert!(
+            !spec(&base).contains("server-side"),
+            "runs under way keep their spec"
+        );
         assert!(partitionable(&base));
         assert!(!partitionable(&SyncOptions {
             dry_run: true,
