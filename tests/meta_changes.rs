@@ -101,6 +101,18 @@ fn daemon_cmd(
     c
 }
 
+/// Waits for a later second than `key`'s last write: S3 keeps last-modified in seconds, so a
+/// listing tells a change apart only from one made in an earlier second.
+fn after_last_write(src: &Arc<dyn ObjectStore>, key: &str) {
+    let last = rt()
+        .block_on(src.head(&Path::parse(key).unwrap()))
+        .expect("head")
+        .last_modified;
+    wait_for("a later second than the last write", 5, || {
+        chrono::Utc::now().timestamp() > last.timestamp()
+    });
+}
+
 /// Replaces the metadata of `bucket/key` in place, as `aws s3 cp s3://b/k s3://b/k
 /// --metadata-directive REPLACE` does (moto publishes `ObjectCreated:Copy`).
 fn s3_replace_metadata(bucket: &str, key: &str, content_type: &str, meta: &[(&str, &str)]) {
@@ -290,13 +302,7 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
     // --once sees the next one by the source's last-modified, which S3 keeps in seconds: a
     // change within the second of the last write is seen by the daemon (its event), not by
     // a listing; the next change is made in a later second
-    let last = rt()
-        .block_on(src.head(&Path::parse(&key).unwrap()))
-        .expect("head")
-        .last_modified;
-    wait_for("a later second than the last write", 5, || {
-        chrono::Utc::now().timestamp() > last.timestamp()
-    });
+    after_last_write(&src, &key);
     s3_replace_metadata(
         &bucket,
         &key,
@@ -366,13 +372,7 @@ fn a_metadata_only_change_reaches_s3_and_azure_replicas_without_moving_bytes() {
     // asked for no store-side copies, a change of metadata alone is written again whole (the
     // server may lack the CopyObject that replaces metadata in place): a GET of the body;
     // made in a later second than the last write, as above
-    let last = rt()
-        .block_on(src.head(&Path::parse(&key).unwrap()))
-        .expect("head")
-        .last_modified;
-    wait_for("a later second than the last write", 5, || {
-        chrono::Utc::now().timestamp() > last.timestamp()
-    });
+    after_last_write(&src, &key);
     s3_replace_metadata(&bucket, &key, "text/plain", &[("owner", "team-d")]);
     let before = counter.gets.load(Relaxed);
     let out = run({
