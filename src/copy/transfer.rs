@@ -266,9 +266,10 @@ impl Ctx {
                 loc: dst_loc.clone(),
             };
         }
-        let (mut server_side, mut cross) = match opts.server_side_copy {
-            true => (plan.server_side, plan.cross.clone()),
-            false => (false, None),
+        let (mut server_side, mut cross) = if opts.server_side_copy {
+            (plan.server_side, plan.cross.clone())
+        } else {
+            (false, None)
         };
         if !placement.is_empty() && (server_side || cross.is_some()) {
             // a store-side copy keeps the source's class and ACL: S3 copies with the
