@@ -38,6 +38,9 @@ pub struct DaemonConfig {
     pub drift_check_interval: Option<String>,
     /// Address of the listener (webhook deliveries), e.g. "127.0.0.1:3030"; `--listen` wins.
     pub listen: Option<String>,
+    /// How long dead letters are kept (e.g. "30d", the default): the daemon drops older ones
+    /// every hour, so the table cannot grow without bound.
+    pub dead_letter_retention: Option<String>,
 }
 
 /// One pair: a source kept equal to a destination.
@@ -118,6 +121,10 @@ impl Config {
         if let Some(b) = &self.copy.bwlimit {
             crate::copy::bwlimit::Schedule::parse(b)
                 .map_err(|e| bad(format!("copy.bwlimit: {e}")))?;
+        }
+        if let Some(d) = &self.daemon.dead_letter_retention {
+            crate::core::filter::parse_age(d)
+                .map_err(|e| bad(format!("daemon.dead_letter_retention: {e}")))?;
         }
         if let Some(d) = &self.daemon.drift_check_interval {
             if d.trim() != "0" {

@@ -3,6 +3,7 @@
 
 pub mod cleanup;
 pub mod copy;
+pub mod deadletters;
 pub mod diff;
 pub mod jobs;
 pub mod pairs;
@@ -50,6 +51,9 @@ pub enum Command {
     Jobs(jobs::JobsArgs),
     /// One job in detail; exit 0 succeeded, 1 failed, 3 cancelled or interrupted, 4 not finished.
     Status(jobs::StatusArgs),
+    /// Messages no pair could use (malformed, of a bucket no pair follows): list, show,
+    /// retry through the inbox, purge.
+    Deadletters(deadletters::DeadLettersArgs),
 }
 
 /// Runs the parsed command; returns the process exit code.
@@ -63,6 +67,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Cleanup(args) => cleanup::run(args).await,
         Command::Jobs(args) => jobs::run_jobs(args).await,
         Command::Status(args) => jobs::run_status(args).await,
+        Command::Deadletters(args) => deadletters::run(args).await,
     }
 }
 

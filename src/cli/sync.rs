@@ -255,6 +255,13 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
     let quiet = args.tuning.quiet;
     if !args.once {
         crate::state::inbox::set_claim_ttl(std::time::Duration::from_secs(args.claim_secs));
+        if let Some(r) = cfg.daemon.dead_letter_retention.as_deref() {
+            let keep = parse_age(r).map_err(|why| SlateError::BadOption {
+                option: "daemon.dead_letter_retention".into(),
+                why,
+            })?;
+            crate::state::deadletters::set_retention(keep);
+        }
         let drift = match (
             args.drift_check_secs,
             cfg.daemon.drift_check_interval.as_deref(),

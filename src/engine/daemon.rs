@@ -115,6 +115,36 @@ impl EventSource {
             (_, Some(s)) => Err(bad(format!("'{s}' cannot feed {src}; it takes {accepted}"))),
         }
     }
+
+    /// The queue or subscription as configured (`sqs://…`), `webhook` or `watch`: what dead
+    /// letters of no pair are counted under.
+    pub fn spec(&self) -> String {
+        match self {
+            EventSource::Sqs(s) | EventSource::AzQueue(s) | EventSource::PubSub(s) => s.clone(),
+            EventSource::Webhook => "webhook".into(),
+            EventSource::Watch => "watch".into(),
+        }
+    }
+}
+
+/// Drops dead letters past their retention every hour (the table cannot grow without bound
+/// while the daemon runs for months).
+fn prune_dead_letters_hourly(db: Arc<Manifest>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+            }
+            let d = db.clone();
+            let keep = crate::state::deadletters::retention_ms();
+            match blocking(move || Inbox::new(&d).prune_dead_letters(keep)).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(dropped = n, "dead letters past their retention dropped"),
+                Err(e) => tracing::warn!(error = %e, "could not drop old dead letters"),
+            }
+        }
+    });
 }
 
 /// SQS receives in flight per queue: one returns at most 10 messages, so intake per queue is
@@ -228,10 +258,11 @@ pub async fn run_all(
                 "freed the claims of a worker of this host that is gone"
             );
         }
-        ib.prune_dead_letters(30 * 86_400_000)
+        ib.prune_dead_letters(crate::state::deadletters::retention_ms())
     })
     .await?;
     renew_claims(db.clone(), stop.clone());
+    prune_dead_letters_hourly(db.clone(), stop.clone());
     let mut queues: BTreeMap<EventSource, Arc<Fanout>> = BTreeMap::new();
     let mut handles = Vec::new();
     for p in &pairs {
@@ -256,7 +287,7 @@ pub async fn run_all(
                 let what = p.src.scheme.short();
                 queues
                     .entry(source.clone())
-                    .or_insert_with(|| Fanout::new(db.clone(), what))
+                    .or_insert_with(|| Fanout::new(db.clone(), what, source.spec()))
                     .add(target);
             }
             EventSource::Webhook => match &hub {

@@ -460,11 +460,17 @@ impl Source for AzQueueSource {
         Ok(msgs
             .into_iter()
             .map(|m| {
-                let parsed = super::decode_queue_message(&m.text)
-                    .and_then(|json| super::parse_eventgrid(&json))
-                    .map_err(|e| e.to_string());
+                // the decoded event is kept beside the base64 text: a dead letter shows it
+                let (decoded, parsed) = match super::decode_queue_message(&m.text) {
+                    Ok(json) => {
+                        let parsed = super::parse_eventgrid(&json).map_err(|e| e.to_string());
+                        (Some(json.into_bytes()), parsed)
+                    }
+                    Err(e) => (None, Err(e.to_string())),
+                };
                 Message {
                     raw: m.text.into_bytes(),
+                    decoded,
                     parsed,
                     ack: QueueAck {
                         id: m.id,

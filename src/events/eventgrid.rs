@@ -35,7 +35,7 @@ pub fn parse_eventgrid(body: &str) -> Result<Parsed, ParseError> {
         Value::Array(items) if items.is_empty() => Ok(Parsed::Ignore("eventgrid: empty batch")),
         Value::Array(items) => {
             // each event on its own: a malformed one must not take the others with it
-            let (mut good, mut bad) = (Vec::with_capacity(items.len()), Vec::new());
+            let (mut good, mut bad) = (Vec::with_capacity(items.len()), super::Bad::default());
             for (i, item) in items.iter().enumerate() {
                 match parse_event(item, &format!("[{i}]")) {
                     Ok(p) => good.push(p),
@@ -785,11 +785,11 @@ mod tests {
                 "{text:?}"
             );
         }
-        let huge = "A".repeat(300 * 1024);
+        let huge = "A".repeat(1100 * 1024);
         assert!(decode_queue_message(&huge)
             .unwrap_err()
             .reason
-            .starts_with("queue message: 307200 bytes"));
+            .starts_with("queue message: 1126400 bytes"));
     }
 
     #[test]
@@ -837,7 +837,7 @@ mod tests {
             (format!("\"{secret}\""), "body: expected an event object or an array"),
             (format!("[{secret}]"), "body: not JSON"),
             (format!("{}{}", "[".repeat(5000), "]".repeat(5000)), "body: not JSON"),
-            (format!("[{{\"pad\":\"{}\"}}]", "x".repeat(300 * 1024)), "body: 307"),
+            (format!("[{{\"pad\":\"{}\"}}]", "x".repeat(1100 * 1024)), "body: 112"),
             ("[null]".into(), "[0]: expected an object, found null"),
             ("[[]]".into(), "[0]: expected an object, found an array"),
             ("{}".into(), "body: neither eventType"),

@@ -375,7 +375,7 @@ mod tests {
             a.remove(name);
             a
         };
-        let big = "x".repeat(300 * 1024);
+        let big = "x".repeat(1100 * 1024);
         let cases: Vec<(HashMap<String, String>, Vec<u8>, &str)> = vec![
             (HashMap::new(), vec![], "attributes.eventType: missing"),
             (
@@ -448,8 +448,8 @@ mod tests {
                 br#"{"etag":5}"#.to_vec(),
                 "data.etag: expected a string",
             ),
-            (with(&[]), big.clone().into_bytes(), "message: 307"),
-            (with(&[("pad", big.as_str())]), vec![], "message: 307"),
+            (with(&[]), big.clone().into_bytes(), "message: 112"),
+            (with(&[("pad", big.as_str())]), vec![], "message: 112"),
         ];
         for (a, d, want) in &cases {
             crate::events::assert_rejected(parse_gcs(a, d), want, secret);
@@ -475,7 +475,7 @@ mod tests {
             (r#"{"message":{"attributes":{"eventType":"OBJECT_FINALIZE","bucketId":"b","objectId":"k"},"data":7}}"#.into(), "message.data: expected a string"),
             // base64 of "[]"
             (r#"{"message":{"attributes":{"eventType":"OBJECT_FINALIZE","bucketId":"b","objectId":"k"},"data":"W10="}}"#.into(), "data: expected an object"),
-            (format!(r#"{{"message":{{"pad":"{big}"}}}}"#), "body: 307"),
+            (format!(r#"{{"message":{{"pad":"{big}"}}}}"#), "body: 112"),
             (format!("{{\"message\": {secret}"), "body: not JSON"),
         ];
         for (body, want) in &push_cases {

@@ -25,6 +25,7 @@ pub mod eventgrid;
 pub mod gcs;
 pub mod pubsub;
 pub mod push;
+pub mod retry;
 pub mod route;
 pub mod s3;
 pub mod source;
@@ -39,9 +40,33 @@ pub use s3::parse_s3;
 
 use std::cmp::Ordering;
 
-/// Largest message body a parser accepts: SQS's own limit (256 KiB). Cloud notifications are
-/// far smaller (S3 documents 64 KB at most); anything bigger is not one of them.
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
+/// Largest message body a parser accepts: 1 MiB, the largest delivery any transport makes
+/// (Event Grid batches deliveries of up to 1 MB; SQS messages and Pub/Sub pushes are smaller).
+/// The webhook accepts exactly this much ([`push::MAX_DELIVERY`]), so a delivery the listener
+/// took is never refused by its parser.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Most reasons kept for the malformed events of one message; the rest are counted (a message
+/// of 100,000 bad elements keeps 10 reasons and "and 99,990 more").
+pub const MAX_REASONS: usize = 10;
+
+/// The malformed events of one message, as a parser meets them: the first [`MAX_REASONS`]
+/// reasons kept, the others only counted, so that memory stays bounded whatever the message.
+#[derive(Debug, Default)]
+pub(crate) struct Bad {
+    kept: Vec<ParseError>,
+    more: usize,
+}
+
+impl Bad {
+    pub(crate) fn push(&mut self, e: ParseError) {
+        if self.kept.len() < MAX_REASONS {
+            self.kept.push(e);
+        } else {
+            self.more += 1;
+        }
+    }
+}
 
 /// What happened to a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,17 +241,18 @@ impl Parsed {
     /// take the others to the dead letters with it. When nothing good is left to act on (no
     /// event but ignored ones), the message fails as a whole: the first bad event's reason,
     /// with how many more there were.
-    pub(crate) fn from_parts(
-        good: Vec<Parsed>,
-        bad: Vec<ParseError>,
-    ) -> Result<Parsed, ParseError> {
+    pub(crate) fn from_parts(good: Vec<Parsed>, bad: Bad) -> Result<Parsed, ParseError> {
         let good = Parsed::combine(good);
-        let mut bad = bad.into_iter();
+        let Bad {
+            kept,
+            more: uncounted,
+        } = bad;
+        let mut bad = kept.into_iter();
         let Some(first) = bad.next() else {
             return Ok(good);
         };
         if matches!(good, Parsed::Ignore(_)) {
-            let more = bad.count();
+            let more = bad.len() + uncounted;
             return Err(if more == 0 {
                 first
             } else {
@@ -237,8 +263,15 @@ impl Parsed {
                 ))
             });
         }
+        let rest = (uncounted > 0).then(|| {
+            ParseError::new(format!(
+                "and {uncounted} more malformed event{}",
+                if uncounted == 1 { "" } else { "s" }
+            ))
+        });
         let invalid = std::iter::once(first)
             .chain(bad)
+            .chain(rest)
             .map(|e| Parsed::Invalid(e.reason));
         Ok(Parsed::combine(
             std::iter::once(good).chain(invalid).collect(),
@@ -649,7 +682,38 @@ mod tests {
             (vec![Parsed::Ignore("x")], vec![], Ok(Parsed::Ignore("x"))),
         ];
         for (i, (good, bad, want)) in cases.into_iter().enumerate() {
-            assert_eq!(Parsed::from_parts(good, bad), want, "case {i}");
+            let mut b = Bad::default();
+            bad.into_iter().for_each(|e| b.push(e));
+            assert_eq!(Parsed::from_parts(good, b), want, "case {i}");
         }
+    }
+
+    #[test]
+    fn a_message_of_many_bad_events_keeps_a_bounded_number_of_reasons() {
+        let mut bad = Bad::default();
+        for i in 0..100_000 {
+            bad.push(ParseError::new(format!("[{i}]: expected an object")));
+        }
+        let got = Parsed::from_parts(vec![Parsed::Events(vec![ev("a")])], bad);
+        let Ok(Parsed::Batch(items)) = got else {
+            panic!("{got:?}")
+        };
+        // the good event, MAX_REASONS reasons, and the count of the rest
+        assert_eq!(items.len(), 1 + MAX_REASONS + 1);
+        assert_eq!(
+            items.last(),
+            Some(&Parsed::Invalid(format!(
+                "and {} more malformed events",
+                100_000 - MAX_REASONS
+            )))
+        );
+        let mut all_bad = Bad::default();
+        for i in 0..50 {
+            all_bad.push(ParseError::new(format!("[{i}]: x")));
+        }
+        assert_eq!(
+            Parsed::from_parts(vec![], all_bad),
+            Err(ParseError::new("[0]: x (and 49 more malformed events)"))
+        );
     }
 }

@@ -281,6 +281,7 @@ impl Source for PubSubSource {
             let (raw, parsed) = decode(&r["message"]);
             out.push(Message {
                 raw,
+                decoded: None,
                 parsed,
                 ack: ack_id.to_string(),
             });

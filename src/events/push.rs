@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::route::Fanout;
+use super::route::{Fanout, Received};
 use super::{ParseError, Parsed};
 use crate::state::manifest::Manifest;
 
@@ -59,8 +59,8 @@ fn parse_body(
 impl Hub {
     pub fn new(db: Arc<Manifest>) -> Arc<Hub> {
         Arc::new(Hub {
-            eventgrid: Fanout::new(db.clone(), "az"),
-            pubsub: Fanout::new(db, "gs"),
+            eventgrid: Fanout::new(db.clone(), "az", "/events/eventgrid"),
+            pubsub: Fanout::new(db, "gs", "/events/pubsub"),
             deliveries: AtomicU64::new(0),
             ready: Default::default(),
         })
@@ -101,7 +101,10 @@ impl Hub {
         if !self.ready.load(Relaxed) {
             return Delivery::Retry;
         }
-        match fanout.store(source, vec![(body.to_vec(), parsed)]).await {
+        match fanout
+            .store(source, vec![Received::new(body.to_vec(), parsed)])
+            .await
+        {
             Ok(()) => Delivery::Stored,
             Err(e) => {
                 tracing::error!(error = %e, "could not store a delivery; the sender will retry");

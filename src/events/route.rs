@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use super::{EventKind, Parsed, Token};
 use crate::core::error::Result;
 use crate::core::location::Location;
-use crate::state::inbox::{Inbox, Intake, Kind};
+use crate::state::inbox::{DeadLetter, Inbox, Intake, Kind};
 use crate::state::manifest::Manifest;
 
 /// One inbox row to be: key relative to the pair's prefix, what happened, ordering token.
@@ -164,16 +164,38 @@ impl Routed {
     }
 }
 
-/// Reasons for the events of `parsed` that none of `scopes` takes, and for its malformed ones
-/// (the dead letters of a delivery that several pairs share).
-pub fn strangers(parsed: &Parsed, scopes: &[Scope], what: &str) -> Vec<String> {
-    let mut out = Vec::new();
+/// What of `parsed` none of `scopes` takes: the reasons to keep (malformed events, events of
+/// a bucket no pair follows), and how many events name a key of a followed bucket outside
+/// every pair's prefix (counted and ignored: a bucket's queue carries every write of the
+/// bucket, and a pair on `s3://b/data` has no use for `b/logs/…`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Strangers {
+    pub reasons: Vec<String>,
+    pub outside: u64,
+}
+
+/// The [`Strangers`] of a message shared by `scopes`.
+pub fn strangers(parsed: &Parsed, scopes: &[Scope], what: &str) -> Strangers {
+    let mut out = Strangers::default();
+    add_strangers(parsed, scopes, what, &mut out);
+    out
+}
+
+fn add_strangers(parsed: &Parsed, scopes: &[Scope], what: &str, out: &mut Strangers) {
+    let known = |bucket: &str| scopes.iter().any(|s| s.bucket == bucket);
     match parsed {
         Parsed::Events(evs) => {
             for ev in evs {
-                if !scopes.iter().any(|s| s.rel(&ev.bucket, &ev.key).is_some()) {
-                    out.push(format!(
-                        "event for {what}://{}/{} is outside every pair's source",
+                if scopes.iter().any(|s| s.rel(&ev.bucket, &ev.key).is_some()) {
+                    continue;
+                }
+                if known(&ev.bucket) {
+                    tracing::debug!(what, bucket = %ev.bucket, key = %ev.key,
+                        "event outside every pair's prefix: ignored");
+                    out.outside += 1;
+                } else {
+                    out.reasons.push(format!(
+                        "event for {what}://{}/{} is in a bucket no pair follows",
                         ev.bucket, ev.key
                     ));
                 }
@@ -181,23 +203,85 @@ pub fn strangers(parsed: &Parsed, scopes: &[Scope], what: &str) -> Vec<String> {
         }
         Parsed::Batch(items) => {
             for p in items {
-                out.extend(strangers(p, scopes, what));
+                add_strangers(p, scopes, what, out);
             }
         }
         Parsed::PrefixReconcile { bucket, prefix } => {
-            if !scopes
+            if scopes
                 .iter()
                 .any(|s| s.rel_prefix(bucket, prefix).is_some())
             {
-                out.push(format!(
-                    "directory event for {what}://{bucket}/{prefix} is outside every pair's source"
+            } else if known(bucket) {
+                out.outside += 1;
+            } else {
+                out.reasons.push(format!(
+                    "directory event for {what}://{bucket}/{prefix} is in a bucket no pair follows"
                 ));
             }
         }
-        Parsed::Invalid(why) => out.push(why.clone()),
+        Parsed::Invalid(why) => out.reasons.push(why.clone()),
         Parsed::Ignore(_) | Parsed::Handshake { .. } => {}
     }
-    out
+}
+
+/// The reasons of one message as one line: at most [`super::MAX_REASONS`], the rest counted.
+pub fn join_reasons(reasons: &[String]) -> String {
+    let max = super::MAX_REASONS;
+    let mut line = reasons
+        .iter()
+        .take(max)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if reasons.len() > max {
+        line.push_str(&format!("; and {} more", reasons.len() - max));
+    }
+    line
+}
+
+/// One WARN line per dead letter, at most [`LOGGED_PER_MINUTE`] a minute (a queue full of bad
+/// messages must not flood the log); the ones left out are counted in the next line logged.
+pub fn warn_dead_letter(source: &str, queue: &str, pair_id: Option<i64>, reason: &str) {
+    static WINDOW: std::sync::Mutex<Option<(std::time::Instant, u32, u64)>> =
+        std::sync::Mutex::new(None);
+    let Ok(mut w) = WINDOW.lock() else {
+        return;
+    };
+    let now = std::time::Instant::now();
+    let (start, logged, skipped) = w.get_or_insert((now, 0, 0));
+    if now.duration_since(*start) >= std::time::Duration::from_secs(60) {
+        (*start, *logged) = (now, 0);
+    }
+    if *logged >= LOGGED_PER_MINUTE {
+        *skipped += 1;
+        return;
+    }
+    *logged += 1;
+    let not_logged = std::mem::take(skipped);
+    tracing::warn!(source, queue, pair = ?pair_id, reason, not_logged,
+        "message kept as a dead letter (slate deadletters lists them)");
+}
+
+/// Dead letters logged at WARN per minute, at most.
+pub const LOGGED_PER_MINUTE: u32 = 10;
+
+/// One message as a transport received it: the raw text (kept for a dead letter), the text
+/// the parser read when the transport decoded it first, and what the parser made of it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub raw: Vec<u8>,
+    pub decoded: Option<Vec<u8>>,
+    pub parsed: std::result::Result<Parsed, String>,
+}
+
+impl Received {
+    pub fn new(raw: Vec<u8>, parsed: std::result::Result<Parsed, String>) -> Received {
+        Received {
+            raw,
+            decoded: None,
+            parsed,
+        }
+    }
 }
 
 /// Counters of one pair's intake (events stored for it by any consumer, the webhook or the
@@ -213,6 +297,9 @@ pub struct IntakeStats {
     /// Prefixes to reconcile as a whole (directory renames and deletes, folders the watcher
     /// saw appear or vanish, a watch queue overflow).
     pub prefixes: AtomicU64,
+    /// Events on the pair's queue (or webhook) for keys of a followed bucket outside every
+    /// pair's prefix: counted and ignored.
+    pub outside: AtomicU64,
     /// When an event of the pair was last stored (unix ms; 0: never).
     pub last_event_ms: AtomicU64,
 }
@@ -234,27 +321,34 @@ pub struct Fanout {
     db: Arc<Manifest>,
     /// The scheme's short name used in dead-letter reasons (`s3`, `az`, `gs`).
     what: &'static str,
+    /// The queue, subscription or webhook route it reads (for dead letters of no pair).
+    queue: String,
     targets: RwLock<Vec<Target>>,
     /// Dead letters stored by this fan-out (messages no pair could use).
     pub dead_lettered: AtomicU64,
+    /// Events for keys of a followed bucket outside every pair's prefix (ignored).
+    pub outside: AtomicU64,
 }
 
 impl std::fmt::Debug for Fanout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fanout")
             .field("what", &self.what)
+            .field("queue", &self.queue)
             .field("targets", &self.targets().len())
             .finish()
     }
 }
 
 impl Fanout {
-    pub fn new(db: Arc<Manifest>, what: &'static str) -> Arc<Fanout> {
+    pub fn new(db: Arc<Manifest>, what: &'static str, queue: impl Into<String>) -> Arc<Fanout> {
         Arc::new(Fanout {
             db,
             what,
+            queue: queue.into(),
             targets: RwLock::new(Vec::new()),
             dead_lettered: AtomicU64::new(0),
+            outside: AtomicU64::new(0),
         })
     }
 
@@ -270,96 +364,118 @@ impl Fanout {
         self.targets.read().map(|t| t.clone()).unwrap_or_default()
     }
 
-    /// Routes and stores a batch of messages (raw text, what the parser made of it) in one
-    /// transaction: each pair's rows and prefixes, and a dead letter (with the raw text) per
-    /// reason no pair could use, each malformed event of a message ([`Parsed::Invalid`])
-    /// included. Only after this returns Ok may the messages be acknowledged.
-    pub async fn store(
-        &self,
-        source: &'static str,
-        batch: Vec<(Vec<u8>, std::result::Result<Parsed, String>)>,
-    ) -> Result<()> {
+    /// Routes and stores a batch of messages in one transaction: each pair's rows and
+    /// prefixes, and for a message with anything no pair could use (a malformed event, a
+    /// bucket no pair follows, a key no store can address) one dead letter holding the raw
+    /// message once and its reasons (at most [`super::MAX_REASONS`]). Events of a followed
+    /// bucket outside every pair's prefix are counted and ignored. Only after this returns Ok
+    /// may the messages be acknowledged.
+    pub async fn store(&self, source: &'static str, batch: Vec<Received>) -> Result<()> {
         let targets = self.targets();
+        let scopes: Vec<Scope> = targets.iter().map(|t| t.scope.clone()).collect();
         let mut intake = Intake::default();
+        // per target: messages that named it, rows, ignored, prefixes
         let mut touched = vec![(0u64, 0u64, 0u64, 0u64); targets.len()];
-        for (raw, parsed) in batch {
-            let parsed = match parsed {
+        let mut outside = 0u64;
+        for Received {
+            raw,
+            decoded,
+            parsed,
+        } in batch
+        {
+            let mut reasons = Vec::new();
+            // pairs whose keys (unaddressable) are among the reasons; `nobody`: a reason that
+            // is no pair's
+            let mut owners = std::collections::BTreeSet::new();
+            let mut nobody = false;
+            match parsed {
                 Ok(Parsed::Ignore(_) | Parsed::Handshake { .. }) => {
                     // well-formed, nothing to do (test events, overwrites' deletes, handshakes)
                     for c in touched.iter_mut() {
                         c.2 += 1;
                     }
-                    continue;
                 }
-                Ok(p) => p,
                 Err(why) => {
-                    intake.dead.push((None, source.to_string(), raw, why));
-                    continue;
+                    reasons.push(why);
+                    nobody = true;
                 }
-            };
-            if targets.is_empty() {
-                let why = format!("no {}:// pair follows {source}", self.what);
-                // and the message's malformed events, each with its reason
-                let invalid = match &parsed {
-                    Parsed::Batch(items) => items.iter().collect(),
-                    one => vec![one],
-                };
-                for p in invalid {
-                    if let Parsed::Invalid(bad) = p {
-                        intake
+                Ok(parsed) if targets.is_empty() => {
+                    reasons.push(format!("no {}:// pair follows {source}", self.what));
+                    reasons.extend(strangers(&parsed, &[], self.what).reasons);
+                    nobody = true;
+                }
+                Ok(parsed) => {
+                    let st = strangers(&parsed, &scopes, self.what);
+                    nobody |= !st.reasons.is_empty();
+                    reasons.extend(st.reasons);
+                    outside += st.outside;
+                    for (i, t) in targets.iter().enumerate() {
+                        let mut routed = Routed::default();
+                        routed.add(parsed.clone(), &t.scope, self.what);
+                        let named = !routed.rows.is_empty() || !routed.prefixes.is_empty();
+                        let c = &mut touched[i];
+                        c.0 += u64::from(named);
+                        c.1 += routed.rows.len() as u64;
+                        c.2 += routed.ignored;
+                        c.3 += routed.prefixes.len() as u64;
+                        // unaddressable keys of this pair (never applied, kept with their
+                        // reason); "outside the pair" is `strangers`' business
+                        for why in routed
                             .dead
-                            .push((None, source.to_string(), raw.clone(), bad.clone()));
+                            .into_iter()
+                            .filter(|w| !w.contains("outside the pair"))
+                        {
+                            owners.insert(t.pair_id);
+                            reasons.push(why);
+                        }
+                        intake.rows.extend(
+                            routed
+                                .rows
+                                .into_iter()
+                                .map(|(k, kind, tok)| (t.pair_id, k, kind, tok)),
+                        );
+                        intake
+                            .prefixes
+                            .extend(routed.prefixes.into_iter().map(|p| (t.pair_id, p)));
                     }
                 }
-                intake.dead.push((None, source.to_string(), raw, why));
+            }
+            if reasons.is_empty() {
                 continue;
             }
-            let scopes: Vec<Scope> = targets.iter().map(|t| t.scope.clone()).collect();
-            for why in strangers(&parsed, &scopes, self.what) {
-                intake
-                    .dead
-                    .push((None, source.to_string(), raw.clone(), why));
-            }
-            for (i, t) in targets.iter().enumerate() {
-                let mut routed = Routed::default();
-                routed.add(parsed.clone(), &t.scope, self.what);
-                let named = !routed.rows.is_empty() || !routed.prefixes.is_empty();
-                let c = &mut touched[i];
-                c.0 += u64::from(named);
-                c.1 += routed.rows.len() as u64;
-                c.2 += routed.ignored;
-                c.3 += routed.prefixes.len() as u64;
-                // unaddressable keys of this pair (never applied, kept with their reason)
-                for why in routed
-                    .dead
-                    .into_iter()
-                    .filter(|w| !w.contains("outside the pair"))
-                {
-                    intake
-                        .dead
-                        .push((Some(t.pair_id), source.to_string(), raw.clone(), why));
-                }
-                intake.rows.extend(
-                    routed
-                        .rows
-                        .into_iter()
-                        .map(|(k, kind, tok)| (t.pair_id, k, kind, tok)),
-                );
-                intake
-                    .prefixes
-                    .extend(routed.prefixes.into_iter().map(|p| (t.pair_id, p)));
-            }
+            let pair_id = match (nobody, owners.len()) {
+                (false, 1) => owners.into_iter().next(),
+                _ => None,
+            };
+            intake.dead.push(DeadLetter {
+                pair_id,
+                source: source.to_string(),
+                queue: self.queue.clone(),
+                raw,
+                decoded,
+                reason: join_reasons(&reasons),
+            });
         }
-        let dead = intake.dead.len() as u64;
+        let letters: Vec<(Option<i64>, String)> = intake
+            .dead
+            .iter()
+            .map(|d| (d.pair_id, d.reason.clone()))
+            .collect();
         let db = self.db.clone();
         crate::state::blocking(move || Inbox::new(&db).store(&intake)).await?;
-        self.dead_lettered.fetch_add(dead, Relaxed);
+        self.dead_lettered.fetch_add(letters.len() as u64, Relaxed);
+        self.outside.fetch_add(outside, Relaxed);
+        for (pair_id, reason) in &letters {
+            warn_dead_letter(source, &self.queue, *pair_id, reason);
+        }
         let now = crate::core::metrics::unix_ms();
         for (t, (msgs, rows, ignored, prefixes)) in targets.iter().zip(touched) {
             t.stats.messages.fetch_add(msgs, Relaxed);
             t.stats.events.fetch_add(rows, Relaxed);
             t.stats.ignored.fetch_add(ignored, Relaxed);
             t.stats.prefixes.fetch_add(prefixes, Relaxed);
+            // every pair the queue feeds sees what none of them takes
+            t.stats.outside.fetch_add(outside, Relaxed);
             if rows + prefixes > 0 {
                 t.stats.last_event_ms.store(now, Relaxed);
             }
@@ -495,32 +611,84 @@ mod tests {
         assert_eq!(r.ignored, 0);
         assert_eq!(
             strangers(&parsed, std::slice::from_ref(&scope), "az"),
-            vec![
-                "[1].subject: missing".to_string(),
-                "[2]: expected an object, found null".to_string()
-            ]
+            Strangers {
+                reasons: vec![
+                    "[1].subject: missing".to_string(),
+                    "[2]: expected an object, found null".to_string()
+                ],
+                outside: 0
+            }
         );
     }
 
-    /// (pair, source, raw, reason) of every dead letter, in order.
-    fn dead_letters(db: &Manifest) -> Vec<(Option<i64>, String, Vec<u8>, String)> {
+    #[test]
+    fn events_outside_every_prefix_of_a_followed_bucket_are_counted_not_kept() {
+        let scopes = [
+            Scope {
+                bucket: "b".into(),
+                prefix: "data".into(),
+            },
+            Scope {
+                bucket: "b".into(),
+                prefix: "models".into(),
+            },
+        ];
+        // (bucket, key) → (reasons, outside)
+        let table: &[(&str, &str, usize, u64)] = &[
+            ("b", "data/x", 0, 0),
+            ("b", "models/y", 0, 0),
+            ("b", "logs/z", 0, 1),
+            ("b", "database/x", 0, 1),
+            ("other", "data/x", 1, 0),
+        ];
+        for (bucket, key, reasons, outside) in table {
+            let st = strangers(
+                &Parsed::Events(vec![ev(bucket, key, EventKind::Upsert)]),
+                &scopes,
+                "s3",
+            );
+            assert_eq!(
+                (st.reasons.len(), st.outside),
+                (*reasons, *outside),
+                "{bucket}/{key}: {st:?}"
+            );
+        }
+        let dir = Parsed::PrefixReconcile {
+            bucket: "b".into(),
+            prefix: "logs/".into(),
+        };
+        assert_eq!(strangers(&dir, &scopes, "s3").outside, 1);
+    }
+
+    #[test]
+    fn reasons_of_one_message_are_bounded() {
+        let many: Vec<String> = (0..25).map(|i| format!("[{i}]: bad")).collect();
+        let line = join_reasons(&many);
+        assert!(line.starts_with("[0]: bad; [1]: bad;"), "{line}");
+        assert!(line.ends_with("[9]: bad; and 15 more"), "{line}");
+        assert_eq!(join_reasons(&many[..2]), "[0]: bad; [1]: bad");
+    }
+
+    /// (pair, source, queue, raw, reason) of every dead letter, in order.
+    type Letter = (Option<i64>, String, String, Vec<u8>, String);
+    fn dead_letters(db: &Manifest) -> Vec<Letter> {
         db.read(|c| {
             c.query_map(
-                "SELECT pair_id, source, raw, reason FROM dead_letters ORDER BY id",
+                "SELECT pair_id, source, queue, raw, reason FROM dead_letters ORDER BY id",
                 crate::state::db::params![],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
         })
         .unwrap()
     }
 
     #[tokio::test]
-    async fn fanout_stores_the_good_events_and_dead_letters_each_bad_one() {
+    async fn fanout_stores_the_good_events_and_one_dead_letter_per_bad_message() {
         let dir = tempfile::tempdir().unwrap();
         let db = Arc::new(Manifest::open(&dir.path().join("s.db")).unwrap());
         let one = db.pair("az://b/one", "/tmp/one").unwrap().id;
         let two = db.pair("az://b/two", "/tmp/two").unwrap().id;
-        let fan = Fanout::new(db.clone(), "az");
+        let fan = Fanout::new(db.clone(), "az", "azqueue://acct/q");
         for (id, prefix) in [(one, "one"), (two, "two")] {
             fan.add(Target {
                 pair_id: id,
@@ -531,20 +699,32 @@ mod tests {
                 stats: Arc::default(),
             });
         }
-        // a batch of three whose middle event is malformed, then a message that failed whole
+        // a batch of three whose middle event is malformed and one names a key outside both
+        // pairs; then a message that failed whole; then one of a bucket no pair follows
         let raw = b"[{...}, {...}, {...}]".to_vec();
         let batch = Parsed::Batch(vec![
             Parsed::Events(vec![
                 ev("b", "one/a", EventKind::Upsert),
                 ev("b", "two/c", EventKind::Delete),
+                ev("b", "logs/z", EventKind::Upsert),
             ]),
             Parsed::Invalid("[1].subject: missing".into()),
+            Parsed::Invalid("[3].subject: missing".into()),
         ]);
         fan.store(
             "azqueue",
             vec![
-                (raw.clone(), Ok(batch)),
-                (b"garbage".to_vec(), Err("body: not JSON".into())),
+                Received::new(raw.clone(), Ok(batch)),
+                Received::new(b"garbage".to_vec(), Err("body: not JSON".into())),
+                Received::new(
+                    b"{elsewhere}".to_vec(),
+                    Ok(Parsed::Events(vec![ev("c", "one/a", EventKind::Upsert)])),
+                ),
+                // an unaddressable key of pair one: the letter is that pair's
+                Received::new(
+                    b"{slashes}".to_vec(),
+                    Ok(Parsed::Events(vec![ev("b", "one/a//b", EventKind::Upsert)])),
+                ),
             ],
         )
         .await
@@ -560,37 +740,54 @@ mod tests {
         };
         assert_eq!(keys(one), vec![("a".to_string(), Kind::Upsert)]);
         assert_eq!(keys(two), vec![("c".to_string(), Kind::Delete)]);
-        // one dead letter per malformed event (not one per pair), with the raw message
+        // one dead letter per message (the raw text once, its reasons joined), none for the
+        // key outside both prefixes
+        let q = "azqueue://acct/q".to_string();
+        let got = dead_letters(&db);
         assert_eq!(
-            dead_letters(&db),
-            vec![
+            got[..3],
+            [
                 (
                     None,
                     "azqueue".into(),
+                    q.clone(),
                     raw.clone(),
-                    "[1].subject: missing".into()
+                    "[1].subject: missing; [3].subject: missing".into()
                 ),
                 (
                     None,
                     "azqueue".into(),
+                    q.clone(),
                     b"garbage".to_vec(),
                     "body: not JSON".into()
                 ),
+                (
+                    None,
+                    "azqueue".into(),
+                    q.clone(),
+                    b"{elsewhere}".to_vec(),
+                    "event for az://c/one/a is in a bucket no pair follows".into()
+                ),
             ]
         );
-        assert_eq!(fan.dead_lettered.load(Relaxed), 2);
+        assert_eq!(got[3].0, Some(one), "{:?}", got[3]);
+        assert_eq!(got.len(), 4);
+        assert_eq!(fan.dead_lettered.load(Relaxed), 4);
+        assert_eq!(fan.outside.load(Relaxed), 1);
         let targets = fan.targets();
         for t in &targets {
-            assert_eq!(t.stats.events.load(Relaxed), 1, "pair {}", t.pair_id);
-            assert_eq!(t.stats.messages.load(Relaxed), 1, "pair {}", t.pair_id);
+            assert_eq!(t.stats.outside.load(Relaxed), 1, "pair {}", t.pair_id);
         }
+        // counted under the pair it belongs to, not under every pair
+        assert_eq!(inbox.stats(one).unwrap().dead_letters, 1);
+        assert_eq!(inbox.stats(two).unwrap().dead_letters, 0);
 
-        // with no pair following, the message is dead-lettered with each bad event's reason too
-        let lonely = Fanout::new(db.clone(), "az");
+        // with no pair following, the message is one dead letter saying so first
+        let lonely = Fanout::new(db.clone(), "az", "/events/eventgrid");
         lonely
             .store(
                 "webhook-eventgrid",
-                vec![(
+                vec![Received::new(
                     raw.clone(),
                     Ok(Parsed::Batch(vec![
                         Parsed::Events(vec![ev("b", "x", EventKind::Upsert)]),
@@ -600,14 +797,12 @@ mod tests {
             )
             .await
             .unwrap();
-        let reasons: Vec<String> = dead_letters(&db)[2..].iter().map(|d| d.3.clone()).collect();
+        let last = dead_letters(&db).pop().unwrap();
         assert_eq!(
-            reasons,
-            vec![
-                "[0].data: missing".to_string(),
-                "no az:// pair follows webhook-eventgrid".to_string()
-            ]
+            last.4,
+            "no az:// pair follows webhook-eventgrid; event for az://b/x is in a bucket no pair follows; [0].data: missing"
         );
+        assert_eq!(last.2, "/events/eventgrid");
     }
 
     #[test]

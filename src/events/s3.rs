@@ -53,7 +53,20 @@ fn parse_value(v: &Value, path: &str, inside_sns: bool) -> Result<Parsed, ParseE
                 let inner = parse_json(&inner_path, req_str(v, "Message", path)?)?;
                 parse_value(&inner, &inner_path, true)
             }
-            "SubscriptionConfirmation" => Ok(Parsed::Ignore("sns:SubscriptionConfirmation")),
+            // Never acknowledged in silence: a cross-account SNS → SQS subscription stays
+            // unconfirmed until someone opens its SubscribeURL. Kept as a dead letter (the
+            // raw message holds the URL) and logged at WARN with the topic.
+            "SubscriptionConfirmation" => {
+                let topic = v
+                    .get("TopicArn")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(no TopicArn)");
+                Err(ParseError::new(format!(
+                    "SNS SubscriptionConfirmation for topic {topic}: confirm it by opening the \
+                     SubscribeURL of this dead letter (slate deadletters show ID), or with \
+                     `aws sns confirm-subscription`"
+                )))
+            }
             "UnsubscribeConfirmation" => Ok(Parsed::Ignore("sns:UnsubscribeConfirmation")),
             _ => Err(ParseError::new(format!(
                 "{}: unknown SNS message type",
@@ -120,7 +133,7 @@ fn parse_records(v: &Value, path: &str) -> Result<Parsed, ParseError> {
         .as_array()
         .ok_or_else(|| ParseError::new(format!("{records_path}: expected an array")))?;
     // each record on its own: a malformed one must not take the others with it
-    let (mut events, mut bad) = (Vec::with_capacity(records.len()), Vec::new());
+    let (mut events, mut bad) = (Vec::with_capacity(records.len()), super::Bad::default());
     for (i, record) in records.iter().enumerate() {
         match parse_record(record, &format!("{records_path}[{i}]")) {
             Ok(Some(ev)) => events.push(ev),
@@ -542,10 +555,14 @@ mod tests {
             parse_s3(EVENTBRIDGE_CREATED)
         );
         let confirm = r#"{"Type":"SubscriptionConfirmation","MessageId":"m","Token":"t","TopicArn":"arn:aws:sns:us-east-1:1:t","Message":"You have chosen to subscribe","SubscribeURL":"https://sns.example/"}"#;
-        assert_eq!(
-            parse_s3(confirm),
-            Ok(Parsed::Ignore("sns:SubscriptionConfirmation"))
+        // kept as a dead letter naming the topic (never acknowledged in silence)
+        let e = parse_s3(confirm).unwrap_err();
+        assert!(
+            e.reason
+                .starts_with("SNS SubscriptionConfirmation for topic arn:aws:sns:us-east-1:1:t"),
+            "{e}"
         );
+        assert!(e.reason.contains("SubscribeURL"), "{e}");
     }
 
     #[test]
@@ -634,7 +651,7 @@ mod tests {
     fn hostile_bodies() {
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         let deep_obj = format!("{}1{}", r#"{"a":"#.repeat(5_000), "}".repeat(5_000));
-        let huge = format!(r#"{{"Records":[], "pad":"{}"}}"#, "x".repeat(300 * 1024));
+        let huge = format!(r#"{{"Records":[], "pad":"{}"}}"#, "x".repeat(1100 * 1024));
         let secret = "SECRET-SHOULD-NOT-BE-ECHOED";
         let cases: Vec<(String, &str)> = vec![
             ("".into(), "body: empty"),
@@ -647,7 +664,7 @@ mod tests {
             (format!("{{\"Records\": [{secret}"), "body: not JSON"),
             (deep, "body: not JSON"),
             (deep_obj, "body: not JSON"),
-            (huge, "body: 307"),
+            (huge, "body: 112"),
             ("{}".into(), "body: not an S3 notification"),
             (format!(r#"{{"Hello":"{secret}"}}"#), "body: not an S3 notification"),
             (r#"{"Records":null}"#.into(), "Records: missing"),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::route::Fanout;
+use super::route::{Fanout, Received};
 use super::Parsed;
 use crate::core::backoff::Backoff;
 use crate::core::error::Result;
@@ -20,6 +20,9 @@ use crate::core::error::Result;
 /// transport's handle to acknowledge it.
 pub struct Message<A> {
     pub raw: Vec<u8>,
+    /// The text the parser read, when the transport decoded `raw` first (a Storage Queue's
+    /// base64): what a dead letter shows.
+    pub decoded: Option<Vec<u8>>,
     pub parsed: std::result::Result<Parsed, String>,
     pub ack: A,
 }
@@ -147,7 +150,11 @@ pub async fn consume<S: Source>(
         let mut items = Vec::with_capacity(batch.len());
         for m in batch {
             acks.push(m.ack);
-            items.push((m.raw, m.parsed));
+            items.push(Received {
+                raw: m.raw,
+                decoded: m.decoded,
+                parsed: m.parsed,
+            });
         }
         match fanout.store(source.name(), items).await {
             Ok(()) => {

@@ -121,6 +121,7 @@ impl Source for SqsSource {
                 let parsed = super::parse_s3(&body).map_err(|e| e.to_string());
                 Some(Message {
                     raw: body.into_bytes(),
+                    decoded: None,
                     parsed,
                     ack,
                 })

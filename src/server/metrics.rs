@@ -193,6 +193,17 @@ impl Collector for Scrape {
             Ok(stats) => encode_inbox(&mut encoder, &pairs, &stats)?,
             Err(e) => tracing::warn!(error = %e, "metrics: the inbox could not be read"),
         }
+        match crate::state::deadletters::DeadLetters::new(&self.db).unowned_by_queue() {
+            Ok(by_queue) => family(
+                &mut encoder,
+                ("slate_dead_letters_unowned", MetricType::Gauge),
+                "Dead letters of no pair (malformed messages, buckets no pair follows), by the queue or webhook they came from.",
+                by_queue
+                    .iter()
+                    .map(|(q, n)| -> ([(&str, &str); 1], u64) { ([("queue", q.as_str())], *n) }),
+            )?,
+            Err(e) => tracing::warn!(error = %e, "metrics: the dead letters could not be read"),
+        }
         encode_consumers(&mut encoder, &self.running.consumers())?;
         let deliveries = self.hub.deliveries.load(Relaxed);
         family(
@@ -259,11 +270,16 @@ fn per_pair(
 type PairCounter = (&'static str, &'static str, fn(&PairHandle) -> u64);
 
 /// The pairs' counters with one sample per pair.
-const PAIR_COUNTERS: [PairCounter; 6] = [
+const PAIR_COUNTERS: [PairCounter; 7] = [
     (
         "slate_events_received",
         "Change events stored in the inbox.",
         |p| p.intake.events.load(Relaxed),
+    ),
+    (
+        "slate_events_outside",
+        "Events on the pair's queue or webhook for keys of a followed bucket outside every pair's prefix (ignored).",
+        |p| p.intake.outside.load(Relaxed),
     ),
     (
         "slate_messages_received",
@@ -431,7 +447,7 @@ fn encode_inbox(
     family(
         encoder,
         ("slate_dead_letters", MetricType::Gauge),
-        "Messages kept as dead letters (the pair's and those of no pair).",
+        "Messages kept as dead letters that belong to the pair (slate_dead_letters_unowned counts those of no pair).",
         gauge(|s| s.dead_letters),
     )
 }
@@ -485,9 +501,16 @@ mod tests {
             .map(|i| (format!("k{i}"), Kind::Upsert, None))
             .collect();
         Inbox::new(&db).push(a.id, &keys).unwrap();
-        let dead = (Some(a.id), "az".into(), b"{".to_vec(), "not JSON".into());
+        let dead = |pair_id| crate::state::inbox::DeadLetter {
+            pair_id,
+            source: "azqueue".into(),
+            queue: "azqueue://acct/q".into(),
+            raw: b"{".to_vec(),
+            decoded: None,
+            reason: "not JSON".into(),
+        };
         let intake = Intake {
-            dead: vec![dead],
+            dead: vec![dead(Some(a.id)), dead(None)],
             ..Default::default()
         };
         Inbox::new(&db).store(&intake).unwrap();
@@ -581,6 +604,10 @@ mod tests {
             format!("slate_backlog{{{pair}}} 4"),
             format!("slate_backlog{{{other}}} 0"),
             format!("slate_dead_letters{{{pair}}} 1"),
+            // a letter of no pair is counted under its queue, not under every pair
+            format!("slate_dead_letters{{{other}}} 0"),
+            r#"slate_dead_letters_unowned{queue="azqueue://acct/q"} 1"#.to_string(),
+            format!("slate_events_outside_total{{{pair}}} 0"),
         ]);
         for want in &want {
             assert!(

@@ -11,6 +11,7 @@
 //! they answer nothing secret).
 
 pub mod api;
+pub mod deadletters;
 pub mod intake;
 pub mod metrics;
 
@@ -115,6 +116,7 @@ async fn require_token(State(s): State<Arc<Server>>, req: Request, next: Next) -
 /// Every route: the open ones, then the ones behind the token.
 pub fn router(s: Arc<Server>) -> Router {
     let guarded = api::routes()
+        .merge(deadletters::routes())
         .merge(intake::routes())
         .merge(metrics::routes())
         .route_layer(axum::middleware::from_fn_with_state(

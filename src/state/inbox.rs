@@ -47,7 +47,7 @@ pub fn bell() -> &'static tokio::sync::Notify {
 /// Stores one event for a key, coalescing with the key's pending row: the newest token wins,
 /// but a row with any untokened event stays untokened (it must be applied whatever the tokens
 /// say); a new event makes the key due at once and restarts its backoff.
-const PUSH_SQL: &str =
+pub(crate) const PUSH_SQL: &str =
     "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
      VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
      ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
@@ -64,8 +64,26 @@ pub struct Intake {
     pub rows: Vec<(i64, String, Kind, Option<String>)>,
     /// (pair, prefix to expand: relative, '' or ending with '/').
     pub prefixes: Vec<(i64, String)>,
-    /// (pair if one, source, raw message, reason).
-    pub dead: Vec<(Option<i64>, String, Vec<u8>, String)>,
+    /// Messages kept as dead letters (one row per message).
+    pub dead: Vec<DeadLetter>,
+}
+
+/// A message kept as a dead letter: stored once per message, whatever it held.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The pair it belongs to, if exactly one (an unaddressable key of that pair); `None` for
+    /// a message of no pair (malformed, or naming a bucket no pair follows).
+    pub pair_id: Option<i64>,
+    /// The transport (`sqs`, `azqueue`, `pubsub`, `webhook-eventgrid`, …).
+    pub source: String,
+    /// The queue, subscription or webhook it came from (never a secret).
+    pub queue: String,
+    pub raw: Vec<u8>,
+    /// The text the parser read, when the transport decoded it first (a Storage Queue's
+    /// base64).
+    pub decoded: Option<Vec<u8>>,
+    /// One line, or several reasons joined by `; ` (at most `events::MAX_REASONS`).
+    pub reason: String,
 }
 
 impl Intake {
@@ -143,10 +161,11 @@ impl<'a> Inbox<'a> {
                         params![pair_id, prefix, t],
                     )?;
                 }
-                for (pair_id, source, raw, reason) in &intake.dead {
+                for d in &intake.dead {
                     c.execute(
-                        "INSERT INTO dead_letters (pair_id, source, raw, reason, received_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                        params![pair_id, source, raw, reason, t],
+                        "INSERT INTO dead_letters (pair_id, source, queue, raw, decoded, reason, received_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![d.pair_id, d.source, d.queue, d.raw, d.decoded, d.reason, t],
                     )?;
                 }
                 Ok(())
@@ -323,13 +342,11 @@ impl<'a> Inbox<'a> {
                     "SELECT COUNT(*) FROM inbox WHERE pair_id = ?1",
                     params![pair_id],
                 )?,
-                // two counts, each an index seek (an OR between them would read the table)
+                // the pair's own: a letter of no pair is counted under its queue
+                // (`slate deadletters`, `slate_dead_letters_unowned`), never under every pair
                 dead_letters: count(
                     "SELECT COUNT(*) FROM dead_letters WHERE pair_id = ?1",
                     params![pair_id],
-                )? + count(
-                    "SELECT COUNT(*) FROM dead_letters WHERE pair_id IS NULL",
-                    params![],
                 )?,
             })
         })

@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod db;
+pub mod deadletters;
 pub mod inbox;
 pub mod jobs;
 pub mod leases;

@@ -17,7 +17,7 @@ use slate::copy::{CopyOptions, Counters, ProgressMode};
 use slate::core::location::Location;
 use slate::engine::expand::Expander;
 use slate::engine::key::{Applied, Engine};
-use slate::events::route::{Fanout, IntakeStats, Routed, Scope, Target};
+use slate::events::route::{Fanout, IntakeStats, Received, Routed, Scope, Target};
 use slate::events::{self, Parsed};
 use slate::state::inbox::Inbox;
 use slate::state::manifest::Manifest;
@@ -248,7 +248,7 @@ impl Env {
             bucket: BUCKET.into(),
             prefix: prefix.into(),
         };
-        let fanout = Fanout::new(manifest.clone(), "s3");
+        let fanout = Fanout::new(manifest.clone(), "s3", "test");
         fanout.add(Target {
             pair_id: pair,
             scope: scope.clone(),
@@ -491,7 +491,7 @@ impl World {
                 if !routed.dead.is_empty() {
                     return Err(fail(format!("dead letters: {:?}", routed.dead)));
                 }
-                batch.push((raw, Ok(parsed)));
+                batch.push(Received::new(raw, Ok(parsed)));
             }
         }
         env.fanout
