@@ -60,7 +60,8 @@ pub(crate) struct Bad {
 
 impl Bad {
     pub(crate) fn push(&mut self, e: ParseError) {
-        if self.kept.len() < MAX_REASONS {
+        // one place left for the count of the rest
+        if self.kept.len() < MAX_REASONS - 1 {
             self.kept.push(e);
         } else {
             self.more += 1;
@@ -698,13 +699,13 @@ mod tests {
         let Ok(Parsed::Batch(items)) = got else {
             panic!("{got:?}")
         };
-        // the good event, MAX_REASONS reasons, and the count of the rest
-        assert_eq!(items.len(), 1 + MAX_REASONS + 1);
+        // the good event, MAX_REASONS - 1 reasons, and the count of the rest
+        assert_eq!(items.len(), 1 + MAX_REASONS);
         assert_eq!(
             items.last(),
             Some(&Parsed::Invalid(format!(
                 "and {} more malformed events",
-                100_000 - MAX_REASONS
+                100_000 - (MAX_REASONS - 1)
             )))
         );
         let mut all_bad = Bad::default();

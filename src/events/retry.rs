@@ -200,7 +200,8 @@ mod tests {
             (8, Location::parse("az://b/data").unwrap()),
         ];
         // (source, raw, pairs, rows, kept)
-        let table: Vec<(&str, &str, &[(i64, Location)], usize, bool)> = vec![
+        type Case<'a> = (&'a str, &'a str, &'a [(i64, Location)], usize, bool);
+        let table: Vec<Case> = vec![
             ("sqs", s3, &pairs, 1, false),
             // the pair is not there (yet): kept
             ("sqs", s3, &pairs[1..], 0, true),

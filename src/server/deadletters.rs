@@ -45,25 +45,19 @@ async fn list(State(s): State<Arc<Server>>, uri: Uri) -> Response {
     let mut q_pair = None;
     let (mut limit, mut before) = (100usize, None);
     for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
-        let num = |field: &str| {
-            v.parse::<i64>().map_err(|_| {
-                error(
+        let field = k.as_ref();
+        let num = v.parse::<i64>();
+        match (field, num) {
+            ("pair", _) => q_pair = Some(v.to_string()),
+            ("limit", Ok(n)) => limit = n.clamp(1, 1000) as usize,
+            ("before", Ok(n)) => before = Some(n),
+            ("limit" | "before", Err(_)) => {
+                return error(
                     StatusCode::BAD_REQUEST,
                     field,
                     format!("{field}: '{v}' is not a number"),
                 )
-            })
-        };
-        match k.as_ref() {
-            "pair" => q_pair = Some(v.to_string()),
-            "limit" => match num("limit") {
-                Ok(n) => limit = n.clamp(1, 1000) as usize,
-                Err(r) => return r,
-            },
-            "before" => match num("before") {
-                Ok(n) => before = Some(n),
-                Err(r) => return r,
-            },
+            }
             _ => {}
         }
     }
@@ -140,22 +134,22 @@ struct Which {
     older_than: Option<String>,
 }
 
-fn which(body: &Bytes) -> Result<Which, Response> {
+fn which(body: &Bytes) -> Result<Which, Box<Response>> {
     serde_json::from_slice(body).map_err(|e| {
-        error(
+        Box::new(error(
             StatusCode::BAD_REQUEST,
             "body",
             format!("body: expected {{\"ids\": [..]}} or {{\"all\": true}} ({e})"),
-        )
+        ))
     })
 }
 
 async fn retry(State(s): State<Arc<Server>>, body: Bytes) -> Response {
     let w = match which(&body) {
         Ok(w) => w,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
-    if w.all == !w.ids.is_empty() {
+    if w.all != w.ids.is_empty() {
         return error(
             StatusCode::BAD_REQUEST,
             "ids",
@@ -212,7 +206,7 @@ async fn retry(State(s): State<Arc<Server>>, body: Bytes) -> Response {
 async fn purge(State(s): State<Arc<Server>>, body: Bytes) -> Response {
     let w = match which(&body) {
         Ok(w) => w,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let age = match (&w.older_than, w.all) {
         (None, true) => 0,
