@@ -159,6 +159,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         wait: if args.wait { Wait::Yes } else { Wait::No },
         unless_synced: false,
         rule: args.compare.rule(),
+        enqueue: false,
         purpose: if args.once {
             "sync --once".into()
         } else {

@@ -994,6 +994,10 @@ async fn drift_check(
     // another reconcile of the pair is running (a job, a CLI run): it does the same work
     let mut o = daemon_sync(&p.opts.sync, "drift check", super::lease::Wait::No);
     o.full = true;
+    // what the drift check finds goes through the inbox: the event loop applies it under its
+    // claims (one reconcile of a key at a time, the newest state wins, deletes meet the same
+    // checks as an event's)
+    o.enqueue = true;
     let r = if partitioned(db, &p.src, &p.dst, &o) {
         match super::partition::reconcile(db.clone(), &p.src, &p.dst, &o, start, None).await {
             Ok(Some(j)) => {
@@ -1014,7 +1018,7 @@ async fn drift_check(
     };
     match r {
         Ok(r) => {
-            let repaired = r.copied + r.deleted;
+            let repaired = r.copied + r.deleted + r.queued;
             let c = &r.counts;
             let found = c.only_in_source + c.changed + c.only_in_destination;
             stats.drift_found.fetch_add(found, Relaxed);

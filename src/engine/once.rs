@@ -95,6 +95,13 @@ pub struct SyncOptions {
     pub unless_synced: bool,
     /// How keys the manifest cannot vouch for are compared (`--checksum`, `--size-only`).
     pub rule: Rule,
+    /// Act through the inbox: each key to copy, update or delete becomes a pending key of the
+    /// pair (its manifest row of the destination forgotten, so that the per-key reconcile
+    /// looks at the destination again) instead of being acted on here. The daemon's drift
+    /// checks run so: the event loop applies those keys under its claims, one worker and one
+    /// reconcile at a time per key, so a drift copy of an old version can never land after
+    /// the event loop wrote a newer one.
+    pub enqueue: bool,
 }
 
 /// The plan's tally (what `diff` reports).
@@ -213,6 +220,8 @@ pub struct SyncReport {
     pub first_error: Option<String>,
     pub elapsed: Duration,
     pub dry_run: bool,
+    /// Keys put through the inbox instead of acted on ([`SyncOptions::enqueue`]).
+    pub queued: u64,
 }
 
 impl SyncReport {
@@ -266,6 +275,12 @@ impl SyncReport {
             s.push_str(&format!(
                 ", {} deletes skipped (source has the key again)",
                 self.delete_skipped
+            ));
+        }
+        if self.queued > 0 {
+            s.push_str(&format!(
+                ", {} put through the inbox (applied by the event loop)",
+                self.queued
             ));
         }
         if c.only_in_source + c.changed == 0 && !self.dry_run {
@@ -869,7 +884,12 @@ async fn sync_held(
         copy::ProgressMode::Quiet
     };
     let reporter = progress::Reporter::start(counters.clone(), show);
-    let result = act(run, &engine, &mut report, failed).await;
+    let result = if opts.enqueue {
+        record_equal(run, engine.pair_id).await?;
+        enqueue(run, engine.pair_id, &mut report).await
+    } else {
+        act(run, &engine, &mut report, failed).await
+    };
     if let (true, Some(l)) = (result.is_ok(), &ctx.ledger) {
         // what a stopped slate left and this run, to its end, did not continue
         l.release_unused(&ctx.dst).await;
@@ -980,8 +1000,50 @@ async fn act(
     failed: Option<&FailedHook>,
 ) -> Result<()> {
     let (db, pair_id) = (run.db, engine.pair_id);
-    // 1. keys equal without a manifest row on both sides: recorded, so that the next run
-    //    knows them by their change tokens
+    // 1. keys equal without a manifest row on both sides
+    record_equal(run, pair_id).await?;
+    act_on_keys(run, engine, report, failed, db, pair_id).await
+}
+
+/// The act step through the inbox ([`SyncOptions::enqueue`]): every key to copy, update or
+/// delete becomes a pending key of the pair, applied by the daemon's per-key path under its
+/// claims. The destination's manifest row of a key to copy or update is forgotten first, so
+/// that the reconcile of the key compares with the destination again (the manifest's row
+/// is what the drift check found untrue).
+async fn enqueue(run: &Run<'_>, pair_id: i64, report: &mut SyncReport) -> Result<()> {
+    for action in [
+        Action::CopyMissing,
+        Action::CopyChanged,
+        Action::MetaChanged,
+        Action::Delete,
+    ] {
+        let kind = if action == Action::Delete {
+            crate::state::inbox::Kind::Delete
+        } else {
+            crate::state::inbox::Kind::Upsert
+        };
+        let mut pages = Pages::new(run, SpillFilter::Action(action as u8));
+        while let Some(rows) = pages.next().await? {
+            let keys: Vec<String> = rows.into_iter().map(|r| r.key).collect();
+            report.queued += keys.len() as u64;
+            let d = run.db.clone();
+            blocking(move || {
+                if kind == crate::state::inbox::Kind::Upsert {
+                    d.forget_side(pair_id, manifest::Side::Dst, &keys)?;
+                }
+                let rows: Vec<_> = keys.into_iter().map(|k| (k, kind, None)).collect();
+                crate::state::inbox::Inbox::new(&d).push(pair_id, &rows)
+            })
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Keys found equal without a manifest row on both sides: recorded, so that the next run
+/// knows them by their change tokens.
+async fn record_equal(run: &Run<'_>, pair_id: i64) -> Result<()> {
+    let db = run.db;
     for action in [
         Action::EqualDigest,
         Action::EqualModTime,
@@ -1016,7 +1078,18 @@ async fn act(
             blocking(move || d.record(pair_id, &recs)).await?;
         }
     }
+    Ok(())
+}
 
+/// Copies, metadata updates, then deletes, acted on here.
+async fn act_on_keys(
+    run: &Run<'_>,
+    engine: &Engine,
+    report: &mut SyncReport,
+    failed: Option<&FailedHook>,
+    db: &Arc<Manifest>,
+    pair_id: i64,
+) -> Result<()> {
     // 2. copies, `transfers` at once; results recorded in batches as they complete
     let transfers = engine.ctx.ceiling();
     for action in [Action::CopyMissing, Action::CopyChanged] {

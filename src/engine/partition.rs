@@ -509,6 +509,7 @@ mod tests {
             purpose: "daemon backfill".into(),
             unless_synced: false,
             rule: Default::default(),
+            enqueue: false,
         }
     }
 

@@ -257,6 +257,7 @@ impl JobRequest {
                 wait: Wait::Yes,
                 unless_synced: false,
                 rule,
+                enqueue: false,
                 purpose: format!("job ({})", self.kind.name()),
             },
             copy,
