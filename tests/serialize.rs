@@ -75,7 +75,7 @@ fn drift_checks_beside_bursts_of_overwrites_never_roll_a_key_back() {
 
     // the newest version each key was seen with at the destination
     let mut seen: BTreeMap<usize, u32> = BTreeMap::new();
-    let mut watch = |seen: &mut BTreeMap<usize, u32>| {
+    let watch = |seen: &mut BTreeMap<usize, u32>| {
         for k in 0..KEYS {
             if let Some(v) = version_of(&dst.join(name(k))) {
                 let before = seen.insert(k, v).unwrap_or(0);

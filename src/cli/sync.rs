@@ -72,8 +72,9 @@ pub struct SyncArgs {
     pub drift_check_secs: Option<u64>,
     /// Daemon: how long a worker's claim on a pending key lasts without renewal (renewed every
     /// third of it while the worker lives): how soon the keys of a worker that died pass to
-    /// the other workers sharing the database
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(3..=3600))]
+    /// the other workers sharing the database. Longer than the 60 s a worker waits out a
+    /// PostgreSQL outage, so that a live worker's claims do not lapse during one
+    #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u64).range(3..=3600))]
     pub claim_secs: u64,
     /// Print the plan (one line per copy or delete) and change nothing.
     #[arg(long)]

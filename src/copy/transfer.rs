@@ -294,12 +294,14 @@ impl Ctx {
             let _ = counters.limit.set(l.clone());
         }
         let ledger = match &opts.resume {
-            Some(db) if !server_side => match Ledger::open(
-                db.0.clone(),
-                &dst,
-                &plan.dst_root,
-                plan.single.as_ref().map(|i| i.dst.as_str()),
-            ) {
+            Some(db) if !server_side => match crate::state::off_the_runtime(|| {
+                Ledger::open(
+                    db.0.clone(),
+                    &dst,
+                    &plan.dst_root,
+                    plan.single.as_ref().map(|i| i.dst.as_str()),
+                )
+            }) {
                 Ok(l) => Some(Arc::new(l)),
                 Err(e) => {
                     tracing::warn!("copies cut short will start again from the beginning: {e}");

@@ -213,20 +213,40 @@ const APPLIES_KEPT: Duration = Duration::from_secs(6 * 3600);
 fn renew_claims(db: Arc<Manifest>, mut stop: tokio::sync::watch::Receiver<bool>) {
     tokio::spawn(async move {
         let every = inbox::claim_ttl() / 3;
+        // the claims run out this long after the last renewal that worked
+        let mut valid_until = Instant::now() + inbox::claim_ttl();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
             let d = db.clone();
+            let asked = Instant::now();
             let renewed = blocking(move || {
                 let ib = Inbox::new(&d);
                 let held = ib.renew_claims(inbox::worker())?;
                 ib.prune_applies(APPLIES_KEPT.as_millis() as i64)?;
                 Ok(held)
             });
-            if let Err(e) = renewed.await {
-                tracing::warn!(error = %e, "renewing this worker's claims failed; retried");
+            match renewed.await {
+                Ok(_) => {
+                    valid_until = asked + inbox::claim_ttl();
+                    if inbox::claims_lapsed() {
+                        tracing::warn!(
+                            "this worker's claims are renewed again; it takes keys again"
+                        );
+                        inbox::set_claims_lapsed(false);
+                    }
+                }
+                Err(e) if Instant::now() >= valid_until => {
+                    if !inbox::claims_lapsed() {
+                        tracing::error!(error = %e, "this worker's claims ran out while their renewals failed: it stops applying keys until a renewal works (another worker may have taken them)");
+                        inbox::set_claims_lapsed(true);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing this worker's claims failed; retried")
+                }
             }
         }
     });
@@ -764,9 +784,13 @@ async fn run_pair(
         // no more than it applies at once: what a worker claims, the others cannot take
         let at_once = engine.ctx.opts.transfers.unwrap_or(DAEMON_KEYS_AT_ONCE);
         let (m, batch) = (db.clone(), opts.batch.min(at_once).max(1));
-        // claimed: workers sharing the database each apply keys of their own
-        let pending =
-            blocking(move || Inbox::new(&m).claim(pair_id, batch, inbox::worker())).await?;
+        // claimed: workers sharing the database each apply keys of their own (none while this
+        // worker's claims may have lapsed: another may be applying them)
+        let pending = if inbox::claims_lapsed() {
+            Vec::new()
+        } else {
+            blocking(move || Inbox::new(&m).claim(pair_id, batch, inbox::worker())).await?
+        };
         if pending.is_empty() {
             if !expanded {
                 tokio::select! {
@@ -849,8 +873,19 @@ async fn apply_batch(
         Ok::<(), SlateError>(())
     };
     let mut drain = std::pin::pin!(drain);
+    // the claims lapsed meanwhile (their renewals failed past their life): the work in
+    // flight is dropped (copies cut short leave nothing visible), its keys are another's now
+    let lapsed = async {
+        while !inbox::claims_lapsed() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
     tokio::select! {
         r = &mut drain => r.map(|_| true),
+        _ = lapsed => {
+            tracing::error!("claims lapsed: the keys in flight are dropped; their inbox rows stay");
+            Ok(true)
+        }
         _ = shutdown => {
             tracing::info!("shutting down: finishing the work in flight");
             match tokio::time::timeout(opts.shutdown_grace, &mut drain).await {

@@ -20,8 +20,10 @@ use crate::state::leases::{Holder, Leases};
 use crate::state::manifest::Manifest;
 use crate::state::owner;
 
-/// How long a lease lives without renewal.
-pub const TTL: Duration = Duration::from_secs(30);
+/// How long a lease lives without renewal: longer than a renewal can wait out a PostgreSQL
+/// outage (60 s) plus the time between renewals (a third of this), so that a live holder's
+/// lease does not lapse during one.
+pub const TTL: Duration = Duration::from_secs(120);
 
 /// What a taker does when the lease is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -122,12 +124,23 @@ impl PairLease {
         let renewer = {
             let (db, name, owner, lost) = (db.clone(), name.clone(), owner.clone(), lost.clone());
             tokio::spawn(async move {
+                // the lease runs out this long after the last renewal that worked
+                let mut valid_until = std::time::Instant::now() + TTL;
                 loop {
                     tokio::time::sleep(TTL / 3).await;
                     let (d, n, o) = (db.clone(), name.clone(), owner.clone());
                     let until = now_ms() + TTL.as_millis() as i64;
-                    match blocking(move || Leases::new(&d).renew(&n, &o, until)).await {
-                        Ok(true) => {}
+                    let asked = std::time::Instant::now();
+                    let renewed = blocking(move || Leases::new(&d).renew(&n, &o, until)).await;
+                    if !matches!(renewed, Ok(true)) && std::time::Instant::now() >= valid_until {
+                        // renewals failed past the lease's life: another holder may have it
+                        // now, so this run stops (it checks the flag between pages of work)
+                        lost.store(true, Relaxed);
+                        tracing::error!(lease = %name, "the lease ran out while its renewals failed; this run stops");
+                        return;
+                    }
+                    match renewed {
+                        Ok(true) => valid_until = asked + TTL,
                         Ok(false) => {
                             lost.store(true, Relaxed);
                             tracing::error!(lease = %name, "the lease was taken by another holder (this one was too slow to renew it)");

@@ -381,8 +381,24 @@ pub fn worker() -> &'static Worker {
 
 /// How long a claim on a pending key lives unless its worker renews it
 /// ([`Inbox::renew_claims`], every third of it): how soon a dead worker's keys pass to another
-/// (`sync --claim-secs`; 60 s unless set).
-static CLAIM_TTL_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(60_000);
+/// (`sync --claim-secs`; 150 s unless set: longer than the 60 s a worker waits out a
+/// PostgreSQL outage).
+static CLAIM_TTL_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(150_000);
+
+/// Set while this process's claims may have lapsed (their renewals failed for longer than a
+/// claim lives): the event loop takes no keys and drops the work in flight, since another
+/// worker may have taken those keys over.
+static CLAIMS_LAPSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process's claims may have lapsed (see [`set_claims_lapsed`]).
+pub fn claims_lapsed() -> bool {
+    CLAIMS_LAPSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Says whether this process's claims may have lapsed (set by the renewal loop).
+pub fn set_claims_lapsed(lapsed: bool) {
+    CLAIMS_LAPSED.store(lapsed, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// Sets this process's claim lifetime (see [`claim_ttl`]).
 pub fn set_claim_ttl(ttl: std::time::Duration) {
@@ -431,9 +447,12 @@ fn finish_key(
     events: u64,
     by: Option<&str>,
 ) -> DbResult<()> {
+    // only by its holder: a worker whose claim lapsed (and another took the key over) must not
+    // finish the key under the other's hands
     let gone = c.execute(
-        "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3",
-        params![pair_id, key, events as i64],
+        "DELETE FROM inbox WHERE pair_id = ?1 AND key = ?2 AND events <= ?3
+           AND (CAST(?4 AS TEXT) IS NULL OR claimed_by IS NULL OR claimed_by = ?4)",
+        params![pair_id, key, events as i64, by],
     )?;
     if gone == 0 {
         c.execute(
@@ -631,8 +650,41 @@ mod tests {
     conformance!(
         events_coalesce_per_key_and_survive_reopening,
         claims_give_each_key_to_one_worker_until_they_expire,
-        concurrent_claims_never_share_a_key
+        concurrent_claims_never_share_a_key,
+        a_key_is_finished_only_by_its_holder
     );
+
+    /// A worker whose claim lapsed (another took the key over) cannot finish the key under
+    /// the other's hands.
+    fn a_key_is_finished_only_by_its_holder(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a", "s3://fin").unwrap().id;
+        let ib = Inbox::new(&m);
+        ib.push(p, &[("k".into(), Kind::Upsert, None)]).unwrap();
+        let t = now_ms();
+        let (a, b) = (worker("1:1:a"), worker("2:2:b"));
+        let mine = ib.claim_at(p, 1, &a, t, 1_000).unwrap();
+        assert_eq!(keys(&mine), ["k"]);
+        // a's claim lapses; b takes the key over
+        assert_eq!(
+            keys(&ib.claim_at(p, 1, &b, t + 2_000, 1_000).unwrap()),
+            ["k"]
+        );
+        let late = Apply {
+            worker: &a,
+            started_at: t,
+            outcome: "copied",
+        };
+        ib.settle(p, "k", mine[0].events, &late).unwrap();
+        assert_eq!(ib.stats(p).unwrap().pending, 1, "a did not finish b's key");
+        let holder = Apply {
+            worker: &b,
+            started_at: t,
+            outcome: "copied",
+        };
+        ib.settle(p, "k", mine[0].events, &holder).unwrap();
+        assert_eq!(ib.stats(p).unwrap().pending, 0);
+    }
 
     fn worker(id: &str) -> Worker {
         Worker {

@@ -25,3 +25,14 @@ pub async fn blocking<T: Send + 'static>(
             why: format!("internal: {e}"),
         })?
 }
+
+/// Runs synchronous database work from code that may be on a runtime's worker thread: on a
+/// multi-threaded runtime the worker is handed over first (`block_in_place`), so the other
+/// tasks it runs are not stalled while the statement waits (PostgreSQL: out to its reconnect
+/// window); elsewhere (no runtime, a current-thread runtime) it simply runs.
+pub fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
