@@ -9,4 +9,5 @@ pub mod location;
 pub mod meta;
 pub mod metrics;
 pub mod object;
+pub mod range;
 pub mod units;

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::core::backoff::Backoff;
 use crate::core::error::{Result, SlateError};
 
 /// The backends as the state metrics label them (`backend="sqlite"`, `backend="postgres"`).
@@ -605,6 +606,34 @@ const PG_POOL: usize = 8;
 /// How long a call waits for PostgreSQL to come back (a restart, a failover) before it fails.
 const PG_RECONNECT: Duration = Duration::from_secs(60);
 
+/// The waits of the database's retry loops, on the one schedule of `core/backoff.rs`:
+/// a transaction that lost a serialization conflict (PostgreSQL) is run again at once and
+/// then after 1, 2, 4 … 200 ms, 50 times at most.
+const CONFLICTS: Backoff = Backoff {
+    initial: Duration::from_millis(2),
+    max: Duration::from_millis(200),
+    attempts: 50,
+    deadline: None,
+};
+
+/// A server that cannot be reached (a restart, a failover): asked again every 50 to 500 ms
+/// until [`PG_RECONNECT`].
+const RECONNECT: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_millis(500),
+    attempts: u32::MAX,
+    deadline: Some(PG_RECONNECT),
+};
+
+/// A new SQLite database another process is switching to WAL at the same instant: asked
+/// again every few milliseconds for as long as the busy timeout.
+const WAL_BUSY: Backoff = Backoff {
+    initial: Duration::from_millis(10),
+    max: Duration::from_millis(25),
+    attempts: u32::MAX,
+    deadline: Some(Duration::from_secs(30)),
+};
+
 /// Where the state lives, from `--db`: a file path (SQLite) or a `postgres://` URL.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Location {
@@ -856,7 +885,7 @@ impl Db {
                                 held.give_back();
                             }
                             let again = match e {
-                                DbError::Conflict(_) => attempt < 50,
+                                DbError::Conflict(_) => attempt < CONFLICTS.attempts,
                                 DbError::Closed(_) => started.elapsed() < PG_RECONNECT,
                                 _ => false,
                             };
@@ -864,8 +893,7 @@ impl Db {
                                 return Err(self.err(e));
                             }
                             drop(held);
-                            let backoff = 2u64.saturating_pow(attempt.min(8)).min(200);
-                            std::thread::sleep(Duration::from_millis(fastrand::u64(1..=backoff)));
+                            std::thread::sleep(CONFLICTS.delay(attempt.saturating_add(1)));
                         }
                     }
                 }
@@ -897,6 +925,7 @@ impl Db {
                     }
                 }
                 let started = Instant::now();
+                let mut attempt = 1u32;
                 loop {
                     let client = self.pg_client(pg, started)?;
                     READS[1].fetch_add(1, Relaxed);
@@ -904,7 +933,8 @@ impl Db {
                         Ok(v) => return Ok(v),
                         Err(DbError::Closed(_)) if started.elapsed() < PG_RECONNECT => {
                             drop(client);
-                            std::thread::sleep(Duration::from_millis(fastrand::u64(50..200)));
+                            attempt = attempt.saturating_add(1);
+                            std::thread::sleep(RECONNECT.delay(attempt));
                         }
                         Err(e) => return Err(self.err(e)),
                     }
@@ -936,6 +966,7 @@ impl Db {
             .rt
             .as_ref()
             .ok_or_else(|| self.err("internal: the database is closing"))?;
+        let mut attempt = 1u32;
         loop {
             let pool = pg.pool.clone();
             let got = wait(rt.spawn(async move { pool.get().await }))
@@ -944,7 +975,8 @@ impl Db {
                 Ok(c) => return Ok(c),
                 Err(e) if since.elapsed() < PG_RECONNECT => {
                     tracing::debug!(db = %self.shown, "waiting for PostgreSQL: {e}");
-                    std::thread::sleep(Duration::from_millis(200 + fastrand::u64(..300)));
+                    attempt = attempt.saturating_add(1);
+                    std::thread::sleep(RECONNECT.delay(attempt));
                 }
                 Err(e) => return Err(self.err(pool_error(e))),
             }
@@ -988,14 +1020,18 @@ fn open_sqlite(path: &Path) -> std::result::Result<Lite, String> {
     // "database is locked" at once (without the busy handler) when another process opens it at
     // the same instant: asked again for as long as the busy timeout.
     let started = Instant::now();
+    let mut attempt = 1u32;
     loop {
         match conn.execute_batch("PRAGMA journal_mode = WAL;") {
             Ok(()) => break,
             Err(rusqlite::Error::SqliteFailure(f, _))
                 if f.code == rusqlite::ErrorCode::DatabaseBusy
-                    && started.elapsed() < Duration::from_secs(30) =>
+                    && WAL_BUSY
+                        .deadline
+                        .is_some_and(|d| started.elapsed() < d) =>
             {
-                std::thread::sleep(Duration::from_millis(5 + fastrand::u64(..20)));
+                attempt = attempt.saturating_add(1);
+                std::thread::sleep(WAL_BUSY.delay(attempt));
             }
             Err(err) => return Err(err.to_string()),
         }

@@ -18,7 +18,7 @@ use super::side::{one_line, prefix_path, Side};
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
 use crate::core::object::{local_etag, Entry};
-use crate::engine::merge::KeyRange;
+use crate::core::range::KeyRange;
 use object_store::ObjectStoreExt as _;
 
 /// Lists everything under `side`'s prefix into `tx`, **in key order** (byte order of the
