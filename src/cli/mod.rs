@@ -58,6 +58,8 @@ pub enum Command {
 
 /// Runs the parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
+    // the library prints nothing itself: the command line shows its progress on stderr
+    crate::copy::progress::set_printer(|line| eprintln!("{line}"));
     match cli.command {
         Command::Copy(args) => copy::run(args).await,
         Command::Sync(args) => sync::run(args).await,

@@ -107,6 +107,22 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
+/// Where progress lines go: nowhere until the application says (the library prints nothing
+/// itself; the `slate` binary installs stderr at start, see `cli::run`). A progress bar is
+/// drawn only when a printer is installed too.
+static PRINTER: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Installs the printer of progress lines (once per process; later calls are ignored).
+pub fn set_printer(print: fn(&str)) {
+    let _ = PRINTER.set(print);
+}
+
+fn print(line: &str) {
+    if let Some(p) = PRINTER.get() {
+        p(line);
+    }
+}
+
 /// Runs the display until `stop` resolves.
 pub struct Reporter {
     handle: Option<tokio::task::JoinHandle<()>>,
@@ -122,6 +138,8 @@ impl Reporter {
             m => Some(m),
         };
         let handle = match mode {
+            // no printer installed (the library used by another program): nothing shown
+            _ if PRINTER.get().is_none() => None,
             Some(ProgressMode::Quiet) => None,
             None => Some(tokio::spawn(run_bar(counters, stop.clone()))),
             Some(ProgressMode::Lines(every)) => {
@@ -189,7 +207,7 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
             "?".into()
         };
         // a last line at the end, so that a log always shows where the copy got to
-        eprintln!(
+        print(&format!(
             "progress: {}/{} objects, {}/{}, {}/s{}{}, ETA {eta}, {:.0}s elapsed",
             c.objects_done.load(Relaxed),
             c.objects_listed.load(Relaxed),
@@ -199,7 +217,7 @@ async fn run_lines(c: Arc<Counters>, every: Duration, stop: Arc<tokio::sync::Not
             c.limit_text(),
             c.tuning.text(),
             start.elapsed().as_secs_f64()
-        );
+        ));
         if stopping {
             break;
         }

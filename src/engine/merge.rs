@@ -22,7 +22,6 @@ use crate::state::manifest::{self, Manifest};
 /// Manifest rows read per page.
 const PAGE: usize = 10_000;
 
-
 /// One sorted input of the walk.
 pub enum Input {
     /// A listing as it streams in, with the filter applied.

@@ -1026,9 +1026,7 @@ fn open_sqlite(path: &Path) -> std::result::Result<Lite, String> {
             Ok(()) => break,
             Err(rusqlite::Error::SqliteFailure(f, _))
                 if f.code == rusqlite::ErrorCode::DatabaseBusy
-                    && WAL_BUSY
-                        .deadline
-                        .is_some_and(|d| started.elapsed() < d) =>
+                    && WAL_BUSY.deadline.is_some_and(|d| started.elapsed() < d) =>
             {
                 attempt = attempt.saturating_add(1);
                 std::thread::sleep(WAL_BUSY.delay(attempt));

@@ -338,11 +338,7 @@ impl AzureBlob {
         if status.is_success() {
             return Ok(etag);
         }
-        let code = text
-            .split("<Code>")
-            .nth(1)
-            .and_then(|r| r.split("</Code>").next())
-            .unwrap_or("");
+        let code = super::s3copy::error_code(&text).unwrap_or_default();
         Err(ChunkError::of_status(status, &format!("{comp} ({code})")))
     }
 }
@@ -351,16 +347,31 @@ impl AzureBlob {
 /// (names that do not decode are left out: they are not object_store's).
 pub fn block_names(xml: &str) -> std::collections::HashSet<String> {
     use base64::Engine as _;
-    let section = xml
-        .split("<UncommittedBlocks>")
-        .nth(1)
-        .and_then(|r| r.split("</UncommittedBlocks>").next())
-        .unwrap_or("");
-    section
-        .split("<Name>")
-        .skip(1)
-        .filter_map(|r| r.split("</Name>").next())
-        .filter_map(|n| {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct BlockList {
+        uncommitted_blocks: Option<Blocks>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "PascalCase")]
+    struct Blocks {
+        #[serde(default)]
+        block: Vec<Block>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Block {
+        name: String,
+    }
+    let blocks = quick_xml::de::from_str::<BlockList>(xml)
+        .ok()
+        .and_then(|b| b.uncommitted_blocks)
+        .unwrap_or_default();
+    blocks
+        .block
+        .into_iter()
+        .filter_map(|b| {
+            let n = b.name;
             base64::engine::general_purpose::STANDARD
                 .decode(n.trim())
                 .ok()

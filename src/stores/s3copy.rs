@@ -353,30 +353,51 @@ impl S3CrossBucket {
         let (status, _, body) = self.signed("PUT", dst_key, "", &all).await?;
         let text = String::from_utf8_lossy(&body);
         // S3 may answer 200 and still report an error in the body of a copy.
-        if status.is_success() && !text.contains("<Error>") {
+        let code = error_code(&text);
+        if status.is_success() && code.is_none() {
             // CopyObjectResult carries the new object's ETag
-            let etag = text
-                .split("<ETag>")
-                .nth(1)
-                .and_then(|r| r.split("</ETag>").next())
-                .map(|e| e.replace("&quot;", "\""));
+            #[derive(serde::Deserialize)]
+            struct CopyObjectResult {
+                #[serde(rename = "ETag")]
+                etag: Option<String>,
+            }
+            let etag = quick_xml::de::from_str::<CopyObjectResult>(&text)
+                .ok()
+                .and_then(|r| r.etag);
             return Ok(etag);
         }
+        let code = code.unwrap_or_default();
         let retry = status.is_server_error()
             || status.as_u16() == 429
-            || text.contains("<Code>InternalError</Code>")
-            || text.contains("SlowDown");
-        let code = text
-            .split("<Code>")
-            .nth(1)
-            .and_then(|r| r.split("</Code>").next())
-            .unwrap_or("");
+            || code == "InternalError"
+            || code == "SlowDown";
         let msg = format!("server-side copy answered {status} {code}");
         Err(if retry {
             ChunkError::Retry(msg)
         } else {
             ChunkError::Fatal(msg)
         })
+    }
+}
+
+/// The `<Code>` of an `<Error>` answer (S3 may answer 200 and still report an error in the
+/// body of a copy); None when the body is no error.
+pub fn error_code(xml: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename = "Error")]
+    struct ErrorAnswer {
+        #[serde(rename = "Code")]
+        code: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    enum Root {
+        Error(ErrorAnswer),
+        #[serde(other)]
+        Other,
+    }
+    match quick_xml::de::from_str::<Root>(xml).ok()? {
+        Root::Error(e) => Some(e.code.unwrap_or_default()),
+        Root::Other => None,
     }
 }
 
@@ -391,29 +412,38 @@ pub struct PartsPage {
 /// Reads a ListParts answer: each `<Part>`'s number and ETag (as S3 writes it, quoted), and
 /// whether more pages follow.
 pub fn parse_parts(xml: &str) -> std::result::Result<PartsPage, String> {
-    fn field<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
-        let open = format!("<{tag}>");
-        let start = text.find(&open)? + open.len();
-        let end = start + text[start..].find(&format!("</{tag}>"))?;
-        Some(&text[start..end])
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct ListPartsResult {
+        #[serde(default)]
+        part: Vec<Part>,
+        is_truncated: Option<String>,
+        next_part_number_marker: Option<String>,
     }
-    let mut page = PartsPage::default();
-    for part in xml.split("<Part>").skip(1) {
-        let part = part.split("</Part>").next().unwrap_or("");
-        let n = field(part, "PartNumber")
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Part {
+        part_number: Option<String>,
+        #[serde(rename = "ETag")]
+        etag: Option<String>,
+    }
+    let r: ListPartsResult =
+        quick_xml::de::from_str(xml).map_err(|e| format!("listing parts: {e}"))?;
+    let mut page = PartsPage {
+        truncated: r.is_truncated.as_deref().map(str::trim) == Some("true"),
+        next: r.next_part_number_marker.map(|s| s.trim().to_string()),
+        ..Default::default()
+    };
+    for p in r.part {
+        let n = p
+            .part_number
             .and_then(|n| n.trim().parse::<u32>().ok())
-            .ok_or_else(|| format!("listing parts: a part without a number: {part}"))?;
-        let etag = field(part, "ETag")
-            .map(|e| e.replace("&quot;", "\"").replace("&#34;", "\""))
+            .ok_or("listing parts: a part without a number")?;
+        let etag = p
+            .etag
             .ok_or_else(|| format!("listing parts: part {n} without an ETag"))?;
         page.parts.push((n, etag));
     }
-    // the page's own fields, after the parts are cut out
-    let head = xml.split("<Part>").next().unwrap_or("");
-    let tail = xml.rsplit("</Part>").next().unwrap_or("");
-    let pick = |t: &str| field(head, t).or_else(|| field(tail, t)).map(str::trim);
-    page.truncated = pick("IsTruncated") == Some("true");
-    page.next = pick("NextPartNumberMarker").map(str::to_string);
     Ok(page)
 }
 
@@ -440,7 +470,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(last, super::PartsPage::default());
-        assert!(super::parse_parts("<Part><ETag>x</ETag></Part>").is_err());
+        assert!(super::parse_parts(
+            "<ListPartsResult><Part><ETag>x</ETag></Part></ListPartsResult>"
+        )
+        .is_err());
+        assert!(super::parse_parts("<ListPartsResult><Part>").is_err());
+        // an error in a 200 answer is found by its root, not by a substring
+        assert_eq!(
+            super::error_code("<Error><Code>SlowDown</Code><Message>m</Message></Error>")
+                .as_deref(),
+            Some("SlowDown")
+        );
+        assert_eq!(
+            super::error_code(
+                "<CopyObjectResult><ETag>\"e\"</ETag><Note>&lt;Error&gt;</Note></CopyObjectResult>"
+            ),
+            None
+        );
     }
 
     use super::*;

@@ -49,26 +49,35 @@ impl HttpService for TagCounting {
 
 /// The tags of a `GetObjectTagging` answer, in order; values unescaped.
 pub fn parse_tagging(xml: &str) -> Result<Vec<(String, String)>, String> {
-    let text = |block: &str, tag: &str| -> Result<Option<String>, String> {
-        let open = format!("<{tag}>");
-        let Some(start) = block.find(&open).map(|i| i + open.len()) else {
-            return Ok(None);
-        };
-        let Some(end) = block[start..].find(&format!("</{tag}>")).map(|i| start + i) else {
-            return Ok(None);
-        };
-        quick_xml::escape::unescape(&block[start..end])
-            .map(|c| Some(c.to_string()))
-            .map_err(|e| format!("<{tag}> of a tag: {e}"))
-    };
-    let mut out = Vec::new();
-    for block in xml.split("<Tag>").skip(1) {
-        let k = text(block, "Key")?.ok_or("a <Tag> without <Key>")?;
-        // an empty value is written <Value></Value> or <Value/>
-        let v = text(block, "Value")?.unwrap_or_default();
-        out.push((k, v));
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Tagging {
+        tag_set: Option<TagSet>,
     }
-    Ok(out)
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "PascalCase")]
+    struct TagSet {
+        #[serde(default)]
+        tag: Vec<Tag>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Tag {
+        key: Option<String>,
+        // an empty value is written <Value></Value> or <Value/>
+        #[serde(default)]
+        value: Option<String>,
+    }
+    let t: Tagging = quick_xml::de::from_str(xml).map_err(|e| format!("tagging: {e}"))?;
+    t.tag_set
+        .unwrap_or_default()
+        .tag
+        .into_iter()
+        .map(|t| {
+            let k = t.key.ok_or("a <Tag> without <Key>")?;
+            Ok((k, t.value.unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// The reader of `loc`'s tags: an S3 source reached path style with credentials (anonymous
@@ -127,8 +136,14 @@ mod tests {
             parse_tagging("<Tagging><TagSet></TagSet></Tagging>").unwrap(),
             vec![]
         );
-        assert!(parse_tagging("<Tag><Value>x</Value></Tag>").is_err());
-        assert!(parse_tagging("<Tag><Key>a</Key><Value>&bogus;</Value></Tag>").is_err());
+        assert!(
+            parse_tagging("<Tagging><TagSet><Tag><Value>x</Value></Tag></TagSet></Tagging>")
+                .is_err()
+        );
+        assert!(parse_tagging(
+            "<Tagging><TagSet><Tag><Key>a</Key><Value>&bogus;</Value></Tag></TagSet></Tagging>"
+        )
+        .is_err());
         let tags = [("a b".to_string(), "x&y".to_string())];
         assert_eq!(encode_tags(tags.iter().map(|(k, v)| (k, v))), "a%20b=x%26y");
     }
