@@ -41,6 +41,14 @@ pub struct DaemonConfig {
     /// How long dead letters are kept (e.g. "30d", the default): the daemon drops older ones
     /// every hour, so the table cannot grow without bound.
     pub dead_letter_retention: Option<String>,
+    /// Host names requests may address the listener by, besides its own address.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Local folders jobs may read and write (none unless listed).
+    #[serde(default)]
+    pub allow_roots: Vec<String>,
+    /// A file holding the webhook intake's token (SLATE_WEBHOOK_TOKEN otherwise).
+    pub webhook_token_file: Option<String>,
 }
 
 /// One pair: a source kept equal to a destination.

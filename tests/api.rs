@@ -34,8 +34,12 @@ impl Server {
             .stderr(std::fs::File::create(log).expect("log"));
         match token {
             Some(t) => c.env("SLATE_API_TOKEN", t),
-            None => c.env_remove("SLATE_API_TOKEN"),
+            // these tests are of the jobs, not of the token slate makes on loopback (see
+            // `a_web_page_cannot_drive_the_api` for that)
+            None => c.env_remove("SLATE_API_TOKEN").arg("--no-token"),
         };
+        // the jobs of these tests read and write folders of the system's temporary folder
+        c.arg("--allow-root").arg(std::env::temp_dir());
         let child = spawn_ready(c, log, 30, |text| listen_addr(text).is_some());
         Server {
             child,
@@ -63,11 +67,13 @@ fn call(
     body: Option<&str>,
     token: Option<&str>,
 ) -> (u16, Value) {
+    let changes = method != reqwest::Method::GET;
     let mut r = http().request(method, url);
     if let Some(b) = body {
-        r = r
-            .header("content-type", "application/json")
-            .body(b.to_string());
+        r = r.body(b.to_string());
+    }
+    if changes {
+        r = r.header("content-type", "application/json");
     }
     if let Some(t) = token {
         r = r.bearer_auth(t);
@@ -356,13 +362,19 @@ fn bad_requests_are_refused_naming_the_field_and_create_nothing() {
 #[test]
 fn a_token_guards_everything_but_the_page_and_the_probes() {
     let dir = tempfile::tempdir().expect("tmp");
-    let token = "api-tok-7d1c9e";
+    let token = "api-tok-7d1c9e-5b3a1f0e9d8c7b6a";
     let s = Server::start(
         &dir.path().join("s.db"),
         &dir.path().join("serve.log"),
         Some(token),
     );
-    for path in ["/jobs", "/pairs", "/metrics", "/jobs/1", "/jobs/1/events"] {
+    for path in [
+        "/jobs",
+        "/pairs",
+        "/deadletters",
+        "/jobs/1",
+        "/jobs/1/events",
+    ] {
         let (st, v) = call(reqwest::Method::GET, &s.url(path), None, None);
         assert_eq!(st, 401, "{path}: {v}");
         let (st, _) = call(reqwest::Method::GET, &s.url(path), None, Some("wrong"));
@@ -375,7 +387,8 @@ fn a_token_guards_everything_but_the_page_and_the_probes() {
         None,
     );
     assert_eq!(st, 401);
-    for path in ["/", "/healthz", "/readyz", "/openapi.yaml"] {
+    // on loopback the probes and the metrics stay readable without it (local scrapers)
+    for path in ["/", "/healthz", "/readyz", "/openapi.yaml", "/metrics"] {
         let r = http().get(s.url(path)).send().expect("get");
         assert_eq!(r.status().as_u16(), 200, "{path}");
     }
@@ -660,5 +673,205 @@ fn jobs_run_on_any_worker_sharing_one_postgresql() {
     assert!(
         read_local(&d3).iter().all(|(_, v)| v.len() == 1 << 20),
         "only whole objects are visible"
+    );
+}
+
+/// `slate serve` as a user starts it: no token configured, none refused.
+fn serve_default(dir: &Path, extra: &[&str]) -> (Child, String, String) {
+    let log = dir.join("serve.log");
+    let mut c = slate_db(&dir.join("s.db"));
+    c.args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+        .args(extra)
+        .env_remove("SLATE_API_TOKEN")
+        .env("RUST_LOG", "slate=info,warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let child = spawn_ready(c, &log, 30, |text| text.contains("dashboard at "));
+    let text = read_log(&log);
+    let addr = listen_addr(&text).expect("listening");
+    // as Jupyter does: the URL with the token made at start
+    let url = text
+        .lines()
+        .find_map(|l| l.strip_prefix("slate: dashboard at "))
+        .expect("dashboard line")
+        .trim()
+        .to_string();
+    let token = url
+        .split_once("?token=")
+        .map(|(_, t)| t.to_string())
+        .unwrap_or_else(|| panic!("no token in {url}"));
+    assert_eq!(url, format!("http://{addr}/?token={token}"));
+    assert_eq!(token.len(), 64, "256 bits, hex: {token}");
+    (child, addr, token)
+}
+
+#[test]
+fn a_web_page_cannot_drive_the_api() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let allowed = dir.path().join("allowed");
+    let (src, dst) = (allowed.join("src"), allowed.join("dst"));
+    std::fs::create_dir_all(&src).expect("src");
+    std::fs::write(src.join("f.txt"), b"private").expect("write");
+    let (_child, addr, token) = serve_default(
+        dir.path(),
+        &["--allow-root", &allowed.display().to_string()],
+    );
+    let url = |p: &str| format!("http://{addr}{p}");
+    let job = json!({"kind": "copy", "src": src.display().to_string(),
+        "dst": dst.display().to_string()})
+    .to_string();
+    // a page's cross-origin "simple" request: text/plain, then a foreign Origin, then a
+    // foreign Host (DNS rebinding); with the token even, so that only the guard refuses
+    let c = http();
+    let r = c
+        .post(url("/jobs"))
+        .bearer_auth(&token)
+        .header("content-type", "text/plain")
+        .body(job.clone())
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 415);
+    let r = c
+        .post(url("/jobs"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("origin", "https://evil.example")
+        .body(job.clone())
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 403);
+    let r = c
+        .post(url("/jobs"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("host", "evil.example:3030")
+        .body(job.clone())
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 403);
+    // and without the token made at start, nothing at all
+    let r = c
+        .post(url("/jobs"))
+        .header("content-type", "application/json")
+        .body(job.clone())
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 401);
+    let (st, v) = call(reqwest::Method::GET, &url("/jobs"), None, Some(&token));
+    assert_eq!(st, 200);
+    assert_eq!(
+        v["jobs"].as_array().map(Vec::len),
+        Some(0),
+        "no job made: {v}"
+    );
+    assert!(!dst.exists());
+    // a local folder outside --allow-root is refused, naming it; inside, the job runs
+    let outside = dir.path().join("elsewhere");
+    let (st, v) = call(
+        reqwest::Method::POST,
+        &url("/jobs"),
+        Some(
+            &json!({"kind": "copy", "src": src.display().to_string(),
+            "dst": outside.display().to_string()})
+            .to_string(),
+        ),
+        Some(&token),
+    );
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["field"], "dst", "{v}");
+    assert!(
+        v["error"].as_str().unwrap_or("").contains("elsewhere"),
+        "{v}"
+    );
+    let (st, v) = call(
+        reqwest::Method::POST,
+        &url("/jobs"),
+        Some(&json!({"kind": "copy", "src": "/etc", "dst": dst.display().to_string()}).to_string()),
+        Some(&token),
+    );
+    assert_eq!((st, &v["field"]), (403, &json!("src")), "{v}");
+    let (st, v) = call(
+        reqwest::Method::POST,
+        &url("/jobs"),
+        Some(&job),
+        Some(&token),
+    );
+    assert_eq!(st, 201, "{v}");
+    wait_for("the allowed job copied the file", 60, || {
+        std::fs::read(dst.join("f.txt")).ok().as_deref() == Some(&b"private"[..])
+    });
+    // the probes and the metrics stay readable without the token on loopback
+    for p in ["/healthz", "/readyz", "/metrics", "/", "/openapi.yaml"] {
+        assert_eq!(
+            c.get(url(p)).send().expect("get").status().as_u16(),
+            200,
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn tokens_too_short_are_refused_and_the_webhook_has_its_own() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut c = slate_db(&dir.path().join("s.db"));
+    c.args(["serve", "--listen", "127.0.0.1:0"])
+        .env("SLATE_API_TOKEN", "short-token");
+    let out = c.output().expect("serve");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("SLATE_API_TOKEN") && err.contains("at least 22"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("short-token"),
+        "the token is not echoed: {err}"
+    );
+
+    let (api, hook) = (
+        "api-token-0123456789abcdef0123",
+        "hook-token-fedcba9876543210fedc",
+    );
+    let log = dir.path().join("serve.log");
+    let mut c = slate_db(&dir.path().join("s.db"));
+    c.args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+        .env("SLATE_API_TOKEN", api)
+        .env("SLATE_WEBHOOK_TOKEN", hook)
+        .env("RUST_LOG", "slate=info,warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let _child = spawn_ready(c, &log, 30, |text| listen_addr(text).is_some());
+    let addr = listen_addr(&read_log(&log)).expect("addr");
+    let eg = format!("http://{addr}/events/eventgrid");
+    let post = |tok: Option<&str>| {
+        let mut r = http()
+            .post(&eg)
+            .header("content-type", "application/json")
+            .body("[]");
+        if let Some(t) = tok {
+            r = r.bearer_auth(t);
+        }
+        r.send().expect("post").status().as_u16()
+    };
+    assert_eq!(post(Some(hook)), 200);
+    assert_eq!(post(None), 401);
+    assert_eq!(post(Some("wrong-token-0123456789abcdef")), 401);
+    // the API token keeps an existing subscription URL delivering, with a warning
+    assert_eq!(post(Some(api)), 200);
+    wait_for("the warning about the API token on the webhook", 10, || {
+        read_log(&log).contains("carried the API token")
+    });
+    // the webhook token opens nothing else
+    let (st, _) = call(
+        reqwest::Method::GET,
+        &format!("http://{addr}/jobs"),
+        None,
+        Some(hook),
+    );
+    assert_eq!(st, 401);
+    let text = read_log(&log);
+    assert!(
+        !text.contains(api) && !text.contains(hook),
+        "no token logged"
     );
 }

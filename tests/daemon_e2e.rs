@@ -468,7 +468,7 @@ fn webhook_takes_event_grid_and_pubsub_push_deliveries() {
         .collect();
     rt().block_on(seed(&az_store, &pa, &seed_a));
     rt().block_on(seed(&gs_write, &pg, &seed_a));
-    let token = "tok-3f9a-secret";
+    let token = "tok-3f9a-secret-0b1c2d3e4f5a6b7c";
     let conf = dir.path().join("slate.toml");
     std::fs::write(
         &conf,

@@ -17,8 +17,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const TOKEN: &str = "dash-7c1e-token";
-
 /// Chromium and playwright-core: where `scripts/services.sh env` says, else where
 /// `scripts/services.sh browser` puts them.
 fn browser() -> (PathBuf, PathBuf) {
@@ -57,23 +55,35 @@ fn browser() -> (PathBuf, PathBuf) {
     (chromium, playwright)
 }
 
-/// Starts the daemon and returns it with the address it listens on.
-fn start_daemon(db: &Path, cfg: &Path, log: &Path) -> (Child, String) {
+/// Starts the daemon as a user would (no token configured: it makes one and prints the
+/// dashboard's URL with it) and returns it with the address it listens on and that URL.
+fn start_daemon(db: &Path, cfg: &Path, log: &Path) -> (Child, String, String) {
     let mut c = slate_db(db);
     c.args(["sync", "--config", &cfg.display().to_string()])
         .args(["--listen", "127.0.0.1:0", "--quiet"])
-        .env("SLATE_API_TOKEN", TOKEN)
+        // the job below reads a folder of the system's temporary folder
+        .arg("--allow-root")
+        .arg(std::env::temp_dir())
+        .env_remove("SLATE_API_TOKEN")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("log"));
     let child = spawn_ready(c, log, 60, |text| {
         listen_addr(text).is_some() && text.contains("following changes")
     });
-    let addr = listen_addr(&read_log(log)).expect("listening");
-    (child, addr)
+    let text = read_log(log);
+    let addr = listen_addr(&text).expect("listening");
+    let url = text
+        .lines()
+        .find_map(|l| l.strip_prefix("slate: dashboard at "))
+        .expect("the dashboard's URL")
+        .trim()
+        .to_string();
+    (child, addr, url)
 }
 
 struct Api {
     base: String,
+    token: String,
     http: reqwest::blocking::Client,
 }
 
@@ -87,7 +97,7 @@ impl Api {
         let mut req = self
             .http
             .request(method.clone(), format!("{}{path}", self.base))
-            .bearer_auth(TOKEN)
+            .bearer_auth(&self.token)
             .timeout(Duration::from_secs(30));
         if let Some(b) = body {
             req = req
@@ -145,9 +155,14 @@ fn dashboard_shows_live_progress_in_a_real_browser() {
     src.seed(&files);
     let dst = Place::new(End::S3("slate-dst"), "dash-job");
 
-    let (daemon, addr) = start_daemon(&db, &cfg, &log);
+    let (daemon, addr, printed) = start_daemon(&db, &cfg, &log);
+    let token = printed
+        .split_once("?token=")
+        .map(|(_, t)| t.to_string())
+        .unwrap_or_else(|| panic!("no token in the printed URL {printed}"));
     let api = Api {
         base: format!("http://{addr}"),
+        token,
         http: reqwest::blocking::Client::new(),
     };
 
@@ -206,7 +221,8 @@ fn dashboard_shows_live_progress_in_a_real_browser() {
     let shot = artifacts.join("dashboard.png");
     let _ = std::fs::remove_file(&shot);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.mjs");
-    let url = format!("{}/?token={TOKEN}", api.base);
+    // the browser opens the URL slate printed
+    let url = printed.clone();
     let out_path = dir.path().join("browser.out");
     let node = Command::new("node")
         .arg(&script)

@@ -31,7 +31,8 @@ fn worker(db: &std::path::Path, src: &str, dst: &str, queue: &str, log: &std::pa
     let mut c = slate_db(db);
     c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
         .args(["--events", &format!("sqs://{queue}"), "--bwlimit", BWLIMIT])
-        .args(["--listen", "127.0.0.1:0"])
+        // the API without a token: this test reads GET /pairs; tokens are tests/api.rs's
+        .args(["--listen", "127.0.0.1:0", "--no-token"])
         .env("RUST_LOG", "slate=debug,warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(log).expect("log"));

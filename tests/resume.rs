@@ -334,7 +334,8 @@ fn a_cancelled_job_resumes_from_its_last_part() {
     let dir = tempfile::tempdir().expect("tmp");
     let (db, log) = (dir.path().join("slate.db"), dir.path().join("serve.log"));
     let mut c = slate_db(&db);
-    c.args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+    // the API without a token: this test is of resuming; tokens are tests/api.rs's
+    c.args(["serve", "--listen", "127.0.0.1:0", "--quiet", "--no-token"])
         .env(src.var, src.lab.url())
         .env("RUST_LOG", "slate=info,warn")
         .stdout(std::process::Stdio::null())
@@ -349,9 +350,14 @@ fn a_cancelled_job_resumes_from_its_last_part() {
         .build()
         .expect("client");
     let call = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
+        let changes = method != reqwest::Method::GET;
         let mut r = client.request(method, format!("{base}{path}"));
         if let Some(b) = body {
             r = r.json(&b);
+        }
+        if changes {
+            // every state-changing request is JSON
+            r = r.header("content-type", "application/json");
         }
         let resp = r.send().expect("request");
         let status = resp.status().as_u16();

@@ -731,6 +731,7 @@ fn emulator_credentials_never_appear_on_the_way_to_success() {
 
         // the daemon with its listener: the API, an SSE stream, a job that fails
         let dst = format!("s3://slate-dst/{p}/daemon");
+        let tmp = std::env::temp_dir().display().to_string();
         let d = Server::start(
             &env,
             &db,
@@ -743,6 +744,8 @@ fn emulator_credentials_never_appear_on_the_way_to_success() {
                 "127.0.0.1:0",
                 "--drift-check-secs",
                 "0",
+                "--allow-root",
+                &tmp,
             ],
             dir.path(),
             "following changes",
@@ -780,12 +783,14 @@ fn emulator_credentials_never_appear_on_the_way_to_success() {
         std::thread::sleep(Duration::from_millis(1500));
         d.stop(&mut t);
 
-        // serve, then what the jobs left in the database
+        // serve, then what the jobs left in the database (the jobs' local folders are in the
+        // system's temporary folder)
+        let tmp = std::env::temp_dir().display().to_string();
         let s = Server::start(
             &env,
             &db,
             level,
-            &["serve", "--listen", "127.0.0.1:0"],
+            &["serve", "--listen", "127.0.0.1:0", "--allow-root", &tmp],
             dir.path(),
             "listening on",
         );
@@ -1220,6 +1225,7 @@ fn fake_credentials_on_error_paths(refuser: &str) {
                 }),
                 scope.spawn(move || {
                     let mut own = Transcript::default();
+                    let tmp = std::env::temp_dir().display().to_string();
                     let s = Server::start(
                         every,
                         db,
@@ -1232,6 +1238,8 @@ fn fake_credentials_on_error_paths(refuser: &str) {
                             "127.0.0.1:0",
                             "--drift-check-secs",
                             "0",
+                            "--allow-root",
+                            &tmp,
                         ],
                         home,
                         "following changes",
@@ -1249,11 +1257,20 @@ fn fake_credentials_on_error_paths(refuser: &str) {
                 }),
                 scope.spawn(move || {
                     let mut own = Transcript::default();
+                    let tmp = std::env::temp_dir().display().to_string();
                     let s = Server::start(
                         every,
                         serve_db,
                         level,
-                        &["serve", "--listen", "127.0.0.1:0", "--max-jobs", "4"],
+                        &[
+                            "serve",
+                            "--listen",
+                            "127.0.0.1:0",
+                            "--max-jobs",
+                            "4",
+                            "--allow-root",
+                            &tmp,
+                        ],
                         home,
                         "listening on",
                     );

@@ -92,27 +92,89 @@ pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
 
 /// The listener's bearer token: the first line of `--token-file`, else `SLATE_API_TOKEN`.
 pub(crate) fn api_token(file: &Option<PathBuf>) -> Result<Option<String>, SlateError> {
-    let token = match file {
+    token_from("--token-file", file, "SLATE_API_TOKEN")
+}
+
+/// Who may call the listener: the options `slate serve` and `slate sync` share.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AccessArgs {
+    /// A file holding the bearer token the API requires (else SLATE_API_TOKEN; at least 22
+    /// characters). On loopback without one, a token is made at start and printed with the
+    /// dashboard's URL
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// On loopback, make no token: the API is open to every process and user of this host
+    /// (the Host/Origin/JSON checks still keep web pages out)
+    #[arg(long, conflicts_with = "token_file")]
+    pub no_token: bool,
+    /// A file holding the webhook intake's own token (else SLATE_WEBHOOK_TOKEN): what the
+    /// Event Grid and Pub/Sub push subscription URLs carry (`?token=`)
+    #[arg(long)]
+    pub webhook_token_file: Option<PathBuf>,
+    /// A host name requests may address the listener by (its Host header), besides its own
+    /// address and localhost; repeatable (config: daemon.allowed_hosts)
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// A local folder jobs may read and write (none unless listed; repeatable; config:
+    /// daemon.allow_roots)
+    #[arg(long = "allow-root", value_name = "DIR")]
+    pub allow_roots: Vec<PathBuf>,
+}
+
+/// The first line of `file` as a token, else the environment variable `var`.
+fn token_from(
+    option: &str,
+    file: &Option<PathBuf>,
+    var: &str,
+) -> Result<Option<String>, SlateError> {
+    match file {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| SlateError::BadOption {
-                option: "--token-file".into(),
+                option: option.into(),
                 why: format!("{}: {e}", p.display()),
             })?;
             let t = text.lines().next().unwrap_or("").trim().to_string();
             if t.is_empty() {
                 return Err(SlateError::BadOption {
-                    option: "--token-file".into(),
+                    option: option.into(),
                     why: format!("{}: the file holds no token", p.display()),
                 });
             }
-            Some(t)
+            Ok(Some(t))
         }
-        None => std::env::var("SLATE_API_TOKEN")
+        None => Ok(std::env::var(var)
             .ok()
             .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty()),
-    };
-    Ok(token)
+            .filter(|t| !t.is_empty())),
+    }
+}
+
+/// What [`AccessArgs::resolve`] found: the API's token, the webhook's, the listed hosts.
+pub(crate) type Resolved = (Option<String>, Option<String>, Vec<String>);
+
+impl AccessArgs {
+    /// The listener's part of a server's setup: tokens, hosts; the job roots are set for the
+    /// process. Options win over the config's `[daemon]` keys.
+    pub(crate) fn resolve(
+        &self,
+        cfg: &crate::config::DaemonConfig,
+    ) -> Result<Resolved, SlateError> {
+        let token = api_token(&self.token_file)?;
+        let hook_file = self
+            .webhook_token_file
+            .clone()
+            .or_else(|| cfg.webhook_token_file.clone().map(PathBuf::from));
+        let webhook = token_from("--webhook-token-file", &hook_file, "SLATE_WEBHOOK_TOKEN")?;
+        let mut hosts = self.allowed_hosts.clone();
+        hosts.extend(cfg.allowed_hosts.iter().cloned());
+        let mut roots = self.allow_roots.clone();
+        roots.extend(cfg.allow_roots.iter().map(PathBuf::from));
+        crate::jobs::roots::set(&roots).map_err(|why| SlateError::BadOption {
+            option: "--allow-root".into(),
+            why,
+        })?;
+        Ok((token, webhook, hosts))
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -147,5 +209,9 @@ pub(crate) async fn start_server(
         eprintln!("slate: starting {} queued job(s)", served.queued);
     }
     eprintln!("slate: listening on http://{}", served.addr);
+    if let Some(t) = &served.made_token {
+        // as Jupyter does: the one place the made token is shown
+        eprintln!("slate: dashboard at http://{}/?token={t}", served.addr);
+    }
     Ok(served)
 }

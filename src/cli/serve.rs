@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::copy::{options, TuningArgs};
-use super::{api_token, open_db, shutdown_signal, start_server};
+use super::{open_db, shutdown_signal, start_server};
 use crate::config::Config;
 use crate::core::error::SlateError;
 use crate::engine::running::Running;
@@ -17,9 +17,8 @@ pub struct ServeArgs {
     /// [default: the config's daemon.listen, else 127.0.0.1:3030]
     #[arg(long)]
     pub listen: Option<String>,
-    /// A file holding the bearer token the API requires (else SLATE_API_TOKEN).
-    #[arg(long)]
-    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub access: super::AccessArgs,
     /// Jobs running at once; the others wait queued.
     #[arg(long, default_value_t = 2)]
     pub max_jobs: usize,
@@ -39,7 +38,7 @@ async fn run_inner(args: ServeArgs) -> Result<i32, SlateError> {
         .clone()
         .or_else(|| cfg.daemon.db.clone().map(PathBuf::from));
     let manifest = open_db(&db)?;
-    let token = api_token(&args.token_file)?;
+    let (token, webhook_token, allowed_hosts) = args.access.resolve(&cfg.daemon)?;
     let addr = args
         .listen
         .clone()
@@ -53,12 +52,17 @@ async fn run_inner(args: ServeArgs) -> Result<i32, SlateError> {
         db: manifest,
         running: Running::new(),
         token,
+        no_token: args.access.no_token,
+        webhook_token,
+        allowed_hosts,
         addr,
         copy: options(&args.tuning, &cfg),
         max_jobs: args.max_jobs,
     })
     .await?;
-    eprintln!("slate: dashboard at http://{}/", served.addr);
+    if served.made_token.is_none() {
+        eprintln!("slate: dashboard at http://{}/", served.addr);
+    }
     shutdown_signal().await;
     eprintln!("slate: stopping; running jobs are marked interrupted and can be resumed");
     served.jobs.interrupt_all().await;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::copy::{options, TuningArgs};
-use super::{api_token, open_db, shutdown_signal, start_server};
+use super::{open_db, shutdown_signal, start_server};
 use crate::config::Config;
 use crate::core::error::SlateError;
 use crate::core::filter::{parse_age, Filter};
@@ -62,10 +62,8 @@ pub struct SyncArgs {
     /// [default: the config's daemon.listen, else 127.0.0.1:3030]
     #[arg(long)]
     pub listen: Option<String>,
-    /// A file holding the bearer token the listener requires (else SLATE_API_TOKEN); needed
-    /// for any non-loopback --listen address.
-    #[arg(long)]
-    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub access: super::AccessArgs,
     /// Daemon: run a full compare every N seconds and repair drift (0: never).
     /// [default: the config's daemon.drift_check_interval, else 86400]
     #[arg(long)]
@@ -288,11 +286,22 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         let hub = Hub::new(manifest.clone());
         let api_jobs = if wants_hub || listen.is_some() {
             // the same API as `slate serve`: jobs, pairs, the dashboard, next to the deliveries
+            let (token, webhook_token, allowed_hosts) = args.access.resolve(&cfg.daemon)?;
+            if wants_hub && token.is_none() && webhook_token.is_none() {
+                eprintln!(
+                    "slate: warning: the webhook intake takes deliveries without a token (any \
+                     process of this host may post events; they are hints, checked against the \
+                     source): set SLATE_WEBHOOK_TOKEN and put ?token=… in the subscriptions' URLs"
+                );
+            }
             let served = start_server(crate::server::Setup {
                 db: manifest.clone(),
                 hub: hub.clone(),
                 running: running.clone(),
-                token: api_token(&args.token_file)?,
+                token,
+                no_token: args.access.no_token,
+                webhook_token,
+                allowed_hosts,
                 addr: listen.unwrap_or_else(|| "127.0.0.1:3030".to_string()),
                 // the pairs' options, and so their bandwidth bucket: one per process
                 copy: jobs

@@ -262,6 +262,19 @@ pub fn warn_dead_letter(source: &str, queue: &str, pair_id: Option<i64>, reason:
         "message kept as a dead letter (slate deadletters lists them)");
 }
 
+/// `what` at WARN, at most once a minute per process (for a warning a busy webhook would
+/// otherwise repeat with every delivery).
+pub fn warn_once_a_minute(what: &'static str) {
+    static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let Ok(mut last) = LAST.lock() else { return };
+    let now = std::time::Instant::now();
+    if last.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(60)) {
+        return;
+    }
+    *last = Some(now);
+    tracing::warn!("{what}");
+}
+
 /// Dead letters logged at WARN per minute, at most.
 pub const LOGGED_PER_MINUTE: u32 = 10;
 

@@ -21,6 +21,7 @@
 //! id) and writes it to the row once a second.
 
 pub mod request;
+pub mod roots;
 mod runner;
 
 use std::collections::HashMap;
@@ -80,6 +81,14 @@ impl Jobs {
     /// Accepts a job: stored queued, then started as soon as a slot is free.
     pub async fn create(self: &Arc<Self>, body: &[u8]) -> std::result::Result<Job, Refused> {
         let req = parse_request(body)?;
+        // local folders only under the roots the operator listed
+        for (field, url) in [("src", &req.src), ("dst", &req.dst)] {
+            roots::check(field, url).map_err(|why| Refused {
+                status: 403,
+                field: Some(field.into()),
+                message: why,
+            })?;
+        }
         let m = self.manifest.clone();
         let id = blocking(move || {
             JobStore::new(&m).insert(req.kind.name(), &req.src, &req.dst, &req.options)

@@ -369,6 +369,13 @@ async fn run_job(
     counters: Arc<Counters>,
     resumed: bool,
 ) -> Result<Outcome> {
+    // checked again at run time: a queued job of an earlier process, or roots changed since
+    for (field, url) in [("src", &req.src), ("dst", &req.dst)] {
+        super::roots::check(field, url).map_err(|why| SlateError::BadOption {
+            option: field.into(),
+            why,
+        })?;
+    }
     let mut settings = req.settings(&base).map_err(|r| SlateError::BadOption {
         option: r.field.unwrap_or_default(),
         why: r.message,
