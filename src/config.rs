@@ -72,8 +72,12 @@ pub struct PairConfig {
     pub exclude: Vec<String>,
     /// Delete at the destination what the source no longer has (default true).
     pub delete: Option<bool>,
-    /// Refuse a reconcile that would delete more than this: a count or "N%".
+    /// Refuse a reconcile that would delete more than this: a count or "N%" (`--once`).
     pub max_delete: Option<String>,
+    /// The daemon's brake on mass deletes: a count, "N%" of the source's objects, or "off"
+    /// (default "50%"), within `delete_brake_window` (default "10m").
+    pub delete_brake: Option<String>,
+    pub delete_brake_window: Option<String>,
     /// A local source: follow symlinks that stay inside it (as `--copy-links`; default false:
     /// symlinks are skipped). A link leading outside the folder is skipped all the same.
     pub copy_links: Option<bool>,
@@ -121,6 +125,13 @@ impl Config {
                 .map_err(|e| bad(format!("{which}: {e}")))?;
             crate::core::filter::Filter::new(p.include.clone(), p.exclude.clone(), None)
                 .map_err(|e| bad(format!("{which}.{}: {e}", e.list)))?;
+            if p.delete_brake.is_some() || p.delete_brake_window.is_some() {
+                crate::core::brake::BrakePolicy::parse(
+                    p.delete_brake.as_deref().unwrap_or("50%"),
+                    p.delete_brake_window.as_deref(),
+                )
+                .map_err(|e| bad(format!("{which}.delete_brake: {e}")))?;
+            }
             if let Some(m) = &p.max_delete {
                 crate::engine::once::MaxDelete::parse(m)
                     .map_err(|e| bad(format!("{which}.max_delete: {e}")))?;

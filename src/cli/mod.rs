@@ -36,7 +36,7 @@ pub enum Command {
     /// Copy objects from SRC to DST (one object or a whole prefix, any store to any store).
     Copy(copy::CopyArgs),
     /// Make DST equal to SRC, deletes included (`--once`: backfill / full reconcile).
-    Sync(sync::SyncArgs),
+    Sync(Box<sync::SyncArgs>),
     /// Report what differs between SRC and DST (exit 0 equal, 1 different, 2 error).
     Diff(diff::DiffArgs),
     /// The pairs the manifest knows, with object counts and last sync time.
@@ -62,7 +62,7 @@ pub async fn run(cli: Cli) -> i32 {
     crate::copy::progress::set_printer(|line| eprintln!("{line}"));
     match cli.command {
         Command::Copy(args) => copy::run(args).await,
-        Command::Sync(args) => sync::run(args).await,
+        Command::Sync(args) => sync::run(*args).await,
         Command::Diff(args) => diff::run(args).await,
         Command::Pairs(args) => pairs::run(args).await,
         Command::Serve(args) => serve::run(args).await,

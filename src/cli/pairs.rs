@@ -14,8 +14,67 @@ pub struct PairsArgs {
     /// The manifest database: a SQLite file, or PostgreSQL as
     /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
     /// [default: ~/.local/share/slate/slate.db]
-    #[arg(long, env = "SLATE_DB", hide_env_values = true)]
+    #[arg(long, env = "SLATE_DB", hide_env_values = true, global = true)]
     pub db: Option<PathBuf>,
+    #[command(subcommand)]
+    pub action: Option<BrakeAction>,
+}
+
+/// What an operator does with a pair's engaged delete brake.
+#[derive(Debug, clap::Subcommand)]
+pub enum BrakeAction {
+    /// Apply the deletes the pair's delete brake holds (each still only if the source says
+    /// the object is gone) and release the brake; the running daemon applies them within
+    /// seconds.
+    ReleaseDeletes { src: String, dst: String },
+    /// Forget the deletes the brake holds (the destination keeps those objects; a later
+    /// `sync --once` would delete them again) and release the brake.
+    DropDeletes { src: String, dst: String },
+}
+
+/// The pair `src -> dst` of the database, or an error naming it.
+fn find(m: &Manifest, src: &str, dst: &str) -> Result<i64, SlateError> {
+    let norm = |s: &str| {
+        crate::core::location::Location::parse(s)
+            .map(|l| l.to_string())
+            .unwrap_or_else(|_| s.to_string())
+    };
+    for (s, d) in [(norm(src), norm(dst)), (src.to_string(), dst.to_string())] {
+        if let Some(p) = m.find_pair(&s, &d)? {
+            return Ok(p.id);
+        }
+    }
+    Err(SlateError::BadOption {
+        option: "SRC DST".into(),
+        why: format!("no pair {src} -> {dst} in the database (slate pairs lists them)"),
+    })
+}
+
+fn brake_action(m: &Manifest, action: &BrakeAction) -> Result<(), SlateError> {
+    let b = crate::state::brake::Brakes::new(m);
+    match action {
+        BrakeAction::ReleaseDeletes { src, dst } => {
+            let id = find(m, src, dst)?;
+            let n = b.release(id)?;
+            tracing::warn!(
+                pair = id,
+                held = n,
+                "delete brake released by an operator: the held deletes are applied"
+            );
+            println!("{n} held delete(s) released for {src} -> {dst}; the brake is off until the limit is passed again");
+        }
+        BrakeAction::DropDeletes { src, dst } => {
+            let id = find(m, src, dst)?;
+            let n = b.drop_held(id)?;
+            tracing::warn!(
+                pair = id,
+                dropped = n,
+                "delete brake released by an operator: the held deletes are dropped"
+            );
+            println!("{n} held delete(s) dropped for {src} -> {dst} (the destination keeps those objects)");
+        }
+    }
+    Ok(())
 }
 
 fn when(t: Option<i64>) -> String {
@@ -38,7 +97,9 @@ pub fn print(m: &Manifest) -> Result<(), SlateError> {
         "{:<4} {:>10} {:>12} {:>10} {:<14} pair",
         "id", "objects", "bytes", "dst rows", "last sync"
     );
+    let brakes = crate::state::brake::Brakes::new(m);
     for p in pairs {
+        let brake = brakes.state(p.id, std::time::Duration::from_secs(600))?;
         println!(
             "{:<4} {:>10} {:>12} {:>10} {:<14} {} -> {}",
             p.id,
@@ -49,12 +110,26 @@ pub fn print(m: &Manifest) -> Result<(), SlateError> {
             p.src,
             p.dst
         );
+        if brake.engaged {
+            println!(
+                "     DELETE BRAKE ENGAGED: {} delete(s) held ({}); release with \
+                 `slate pairs release-deletes {} {}` or drop with `drop-deletes`",
+                brake.held,
+                brake.reason.unwrap_or_default(),
+                p.src,
+                p.dst
+            );
+        }
     }
     Ok(())
 }
 
 pub async fn run(args: PairsArgs) -> i32 {
-    match open_db(&args.db).and_then(|m| print(&m)) {
+    let r = open_db(&args.db).and_then(|m| match &args.action {
+        None => print(&m),
+        Some(a) => brake_action(&m, a),
+    });
+    match r {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("slate: {e}");

@@ -83,6 +83,15 @@ pub struct SyncArgs {
     /// Keep objects that exist only at the destination.
     #[arg(long)]
     pub no_delete: bool,
+    /// Daemon: the brake on mass deletes: when the deletes a pair applies within the window
+    /// would pass this (a count, or a share of the source's objects like 50%), the rest are
+    /// held until `slate pairs release-deletes` (copies go on); `off` for none
+    /// [default: the pair's delete_brake, else 50%]
+    #[arg(long)]
+    pub delete_brake: Option<String>,
+    /// Daemon: the delete brake's sliding window (e.g. 10m, 1h) [default: 10m]
+    #[arg(long)]
+    pub delete_brake_window: Option<String>,
     /// Only keys matching this glob (`*`, `**`, `?`); repeatable.
     #[arg(long)]
     pub include: Vec<String>,
@@ -143,6 +152,33 @@ struct Job {
     dst: Location,
     opts: SyncOptions,
     events: Option<String>,
+    brake: crate::core::brake::BrakePolicy,
+}
+
+/// The delete brake of a pair: the flags first, then the pair's keys, then the default.
+fn brake_policy(
+    args: &SyncArgs,
+    pair: Option<&crate::config::PairConfig>,
+) -> Result<crate::core::brake::BrakePolicy, SlateError> {
+    let limit = args
+        .delete_brake
+        .clone()
+        .or_else(|| pair.and_then(|p| p.delete_brake.clone()));
+    let window = args
+        .delete_brake_window
+        .clone()
+        .or_else(|| pair.and_then(|p| p.delete_brake_window.clone()));
+    match (limit, window) {
+        (None, None) => Ok(crate::core::brake::BrakePolicy::default()),
+        (limit, window) => crate::core::brake::BrakePolicy::parse(
+            limit.as_deref().unwrap_or("50%"),
+            window.as_deref(),
+        )
+        .map_err(|why| SlateError::BadOption {
+            option: "--delete-brake".into(),
+            why,
+        }),
+    }
 }
 
 fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
@@ -159,6 +195,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         unless_synced: false,
         rule: args.compare.rule(),
         enqueue: false,
+        enqueue_deletes: false,
         purpose: if args.once {
             "sync --once".into()
         } else {
@@ -173,6 +210,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
             dst: Location::parse(d)?,
             opts: base,
             events: args.events.clone(),
+            brake: brake_policy(args, None)?,
         }]),
         (None, None) if !cfg.pairs.is_empty() => cfg
             .pairs
@@ -217,6 +255,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
                     dst: Location::parse(&p.dst)?,
                     opts,
                     events: p.events.clone(),
+                    brake: brake_policy(args, Some(p))?,
                 })
             })
             .collect(),
@@ -328,6 +367,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                     shutdown_grace: std::time::Duration::from_secs(30),
                     events: job.events,
                     name: job.named,
+                    delete_brake: job.brake,
                 },
             })
             .collect();

@@ -3,6 +3,7 @@
 //! meters.
 
 pub mod backoff;
+pub mod brake;
 pub mod error;
 pub mod filter;
 pub mod location;

@@ -37,6 +37,17 @@ pub fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// A duration as a person reads it: `45s`, `10m`, `2h`, `3d` (the largest whole unit).
+pub fn human_duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if s >= 86_400 && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        _ if s >= 3_600 && s % 3_600 == 0 => format!("{}h", s / 3_600),
+        _ if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,9 @@ pub struct DaemonOptions {
     pub events: Option<String>,
     /// The config's name for the pair (shown by the API).
     pub name: Option<String>,
+    /// The brake on the deletes the daemon applies (`--delete-brake`, a pair's
+    /// `delete_brake`).
+    pub delete_brake: crate::core::brake::BrakePolicy,
 }
 
 /// One pair for [`run_all`].
@@ -297,6 +300,9 @@ pub async fn run_all(
             format!("{} -> {}", p.src, p.dst),
             p.opts.name.clone(),
         );
+        if let Ok(mut b) = handle.delete_brake.lock() {
+            *b = p.opts.delete_brake.clone();
+        }
         let target = Target {
             pair_id: info.id,
             scope: Scope::of(&p.src),
@@ -618,6 +624,9 @@ async fn run_pair(
     // changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
         let mut o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
+        // its deletes go through the inbox, where the delete brake meets them (a folder
+        // emptied while slate was down must not empty the destination at the next start)
+        o.enqueue_deletes = !opts.delete_brake.is_off();
         // workers sharing a database start together: one backfills a cloud pair, the others
         // wait for its lease and then find it done (a local folder is each host's own)
         o.unless_synced = src.scheme != Scheme::Local;
@@ -753,7 +762,9 @@ async fn run_pair(
         });
     }
     let engine = Arc::new(
-        Engine::new(db.clone(), pair_id, ctx, dst.clone()).with_filter(opts.sync.filter.clone()),
+        Engine::new(db.clone(), pair_id, ctx, dst.clone())
+            .with_filter(opts.sync.filter.clone())
+            .with_brake(opts.delete_brake.clone()),
     );
     let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();
@@ -932,13 +943,26 @@ async fn apply_pending(
 ) -> Result<()> {
     let started_at = inbox::now();
     let r = engine
-        .reconcile_with_token(&p.key, p.token.as_deref())
+        .reconcile_pending(&p.key, p.token.as_deref(), p.released)
         .await;
     let lag = (inbox::now() - p.first_seen).max(0) as u64;
     stats.lag_ms_max.fetch_max(lag, Relaxed);
     let m = db.clone();
     let (key, events) = (p.key.clone(), p.events);
     match r {
+        Ok(Applied::Held { fresh }) => {
+            if fresh {
+                tracing::error!(
+                    pair_id,
+                    key = %key,
+                    "delete brake engaged: this pair's deletes pass its limit; they are held (copies go on). \
+                     Look at the source, then `slate pairs release-deletes SRC DST` to apply them or \
+                     `slate pairs drop-deletes SRC DST` to keep the objects"
+                );
+            }
+            tracing::debug!(key = %key, "delete held by the brake");
+            blocking(move || crate::state::brake::Brakes::new(&m).hold(pair_id, &key)).await
+        }
         Ok(a) => {
             stats.applied.fetch_add(1, Relaxed);
             stats.lag.observe_ms(lag);
@@ -958,6 +982,7 @@ async fn apply_pending(
                     stats.unchanged.fetch_add(1, Relaxed)
                 }
                 Applied::Stale => stats.stale.fetch_add(1, Relaxed),
+                Applied::Held { .. } => 0,
             };
             tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
             let outcome = a.name();

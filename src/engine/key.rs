@@ -46,6 +46,11 @@ pub enum Applied {
     /// The pair's filter leaves the key out (`--include`/`--exclude`, or older than
     /// `--max-age`): neither copied nor deleted.
     Filtered,
+    /// A delete the pair's delete brake holds for an operator (`fresh`: this delete engaged
+    /// the brake).
+    Held {
+        fresh: bool,
+    },
 }
 
 impl Applied {
@@ -59,6 +64,7 @@ impl Applied {
             Applied::AlreadyGone => "already-gone",
             Applied::Stale => "stale",
             Applied::Filtered => "filtered",
+            Applied::Held { .. } => "held",
         }
     }
 }
@@ -72,6 +78,9 @@ pub struct Engine {
     /// The pair's filter: keys it leaves out are never copied or deleted by a reconcile of
     /// single keys (the compare of `--once` filters its listings with the same one).
     pub filter: Filter,
+    /// The daemon's delete brake (None: deletes are applied as they come, as `--once` does
+    /// after its own `--max-delete` check).
+    pub brake: Option<crate::core::brake::BrakePolicy>,
 }
 
 /// The manifest's state of a listed or probed entry.
@@ -99,7 +108,43 @@ impl Engine {
             ctx,
             dst_loc,
             filter: Filter::default(),
+            brake: None,
         }
+    }
+
+    /// The same engine, its deletes under `policy`'s brake.
+    pub fn with_brake(self, policy: crate::core::brake::BrakePolicy) -> Engine {
+        Engine {
+            brake: (!policy.is_off()).then_some(policy),
+            ..self
+        }
+    }
+
+    /// Asks the brake to admit one delete: None when there is no brake or the delete was
+    /// released by an operator, Some(Err(held)) when held, Some(Ok(id)) when admitted.
+    async fn admit_delete(&self, released: bool) -> Result<Option<std::result::Result<i64, bool>>> {
+        let Some(policy) = self.brake.clone().filter(|_| !released) else {
+            return Ok(None);
+        };
+        let (db, id) = (self.db.clone(), self.pair_id);
+        let admitted = blocking(move || {
+            let b = crate::state::brake::Brakes::new(&db);
+            match b.admit(id, &policy, None)? {
+                // a new window: its base is what the source holds now (read outside the
+                // write transaction)
+                crate::state::brake::Admit::NeedBase => {
+                    let base = b.source_objects(id)?;
+                    b.admit(id, &policy, Some(base))
+                }
+                a => Ok(a),
+            }
+        })
+        .await?;
+        Ok(Some(match admitted {
+            crate::state::brake::Admit::Yes { id } => Ok(id),
+            crate::state::brake::Admit::Held { fresh } => Err(fresh),
+            crate::state::brake::Admit::NeedBase => Err(false),
+        }))
     }
 
     /// The same engine, leaving out what `filter` leaves out.
@@ -391,6 +436,11 @@ impl Engine {
     /// Reconciles one key from the source's state now: level-triggered, so a duplicate, late
     /// or reordered event can neither resurrect a deleted object nor roll back a newer one.
     pub async fn reconcile(&self, key: &str) -> Result<Applied> {
+        self.reconcile_released(key, false).await
+    }
+
+    /// [`Engine::reconcile`]; `released`: a delete an operator released from the brake.
+    pub async fn reconcile_released(&self, key: &str, released: bool) -> Result<Applied> {
         if !self.filter.key(key) {
             return Ok(Applied::Filtered);
         }
@@ -416,7 +466,19 @@ impl Engine {
         let mut retry_moved = 5;
         loop {
             let Some(e) = now else {
+                // the daemon's brake on mass deletes: counted in the shared state, held when
+                // the pair's window is full
+                let admitted = match self.admit_delete(released).await? {
+                    Some(Err(fresh)) => return Ok(Applied::Held { fresh }),
+                    Some(Ok(id)) => Some(id),
+                    None => None,
+                };
                 let existed = self.delete_at_destination(key).await?;
+                if let (Some(bid), false, None) = (admitted, existed, &m_dst) {
+                    // nothing was there: the delete costs the window nothing
+                    let db = self.db.clone();
+                    blocking(move || crate::state::brake::Brakes::new(&db).refund(bid)).await?;
+                }
                 let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
                 blocking(move || db.forget(id, &[k])).await?;
                 return Ok(if existed || m_dst.is_some() {
@@ -522,8 +584,19 @@ impl Engine {
     /// one applied (or a delete's tombstone) is skipped; after the apply, the token is recorded
     /// with the object, or as a tombstone when the key is gone.
     pub async fn reconcile_with_token(&self, key: &str, token: Option<&str>) -> Result<Applied> {
+        self.reconcile_pending(key, token, false).await
+    }
+
+    /// [`Engine::reconcile_with_token`] of an inbox row; `released`: a delete an operator
+    /// released from the brake.
+    pub async fn reconcile_pending(
+        &self,
+        key: &str,
+        token: Option<&str>,
+        released: bool,
+    ) -> Result<Applied> {
         let Some(token) = token else {
-            return self.reconcile(key).await;
+            return self.reconcile_released(key, released).await;
         };
         if !self.filter.key(key) {
             return Ok(Applied::Filtered);
@@ -533,7 +606,7 @@ impl Engine {
         if last.is_some_and(|l| l.as_str() >= token) {
             return Ok(Applied::Stale);
         }
-        let applied = self.reconcile(key).await?;
+        let applied = self.reconcile_released(key, released).await?;
         let (db, id, k, t) = (
             self.db.clone(),
             self.pair_id,
@@ -545,7 +618,7 @@ impl Engine {
                 db.set_token(id, &k, &t)
             }
             Applied::Deleted | Applied::AlreadyGone => db.tombstone(id, &k, &t),
-            Applied::Stale | Applied::Filtered => Ok(()),
+            Applied::Stale | Applied::Filtered | Applied::Held { .. } => Ok(()),
         })
         .await?;
         Ok(applied)

@@ -102,6 +102,9 @@ pub struct SyncOptions {
     /// reconcile at a time per key, so a drift copy of an old version can never land after
     /// the event loop wrote a newer one.
     pub enqueue: bool,
+    /// Only the deletes go through the inbox (copies are acted on here): the daemon's
+    /// backfill and start-up reconcile, so that its deletes meet the delete brake.
+    pub enqueue_deletes: bool,
 }
 
 /// The plan's tally (what `diff` reports).
@@ -888,7 +891,7 @@ async fn sync_held(
         record_equal(run, engine.pair_id).await?;
         enqueue(run, engine.pair_id, &mut report).await
     } else {
-        act(run, &engine, &mut report, failed).await
+        act(run, &engine, &mut report, failed, opts.enqueue_deletes).await
     };
     if let (true, Some(l)) = (result.is_ok(), &ctx.ledger) {
         // what a stopped slate left and this run, to its end, did not continue
@@ -998,11 +1001,12 @@ async fn act(
     engine: &Engine,
     report: &mut SyncReport,
     failed: Option<&FailedHook>,
+    deletes_via_inbox: bool,
 ) -> Result<()> {
     let (db, pair_id) = (run.db, engine.pair_id);
     // 1. keys equal without a manifest row on both sides
     record_equal(run, pair_id).await?;
-    act_on_keys(run, engine, report, failed, db, pair_id).await
+    act_on_keys(run, engine, report, failed, db, pair_id, deletes_via_inbox).await
 }
 
 /// The act step through the inbox ([`SyncOptions::enqueue`]): every key to copy, update or
@@ -1011,12 +1015,28 @@ async fn act(
 /// that the reconcile of the key compares with the destination again (the manifest's row
 /// is what the drift check found untrue).
 async fn enqueue(run: &Run<'_>, pair_id: i64, report: &mut SyncReport) -> Result<()> {
-    for action in [
-        Action::CopyMissing,
-        Action::CopyChanged,
-        Action::MetaChanged,
-        Action::Delete,
-    ] {
+    enqueue_actions(
+        run,
+        pair_id,
+        report,
+        &[
+            Action::CopyMissing,
+            Action::CopyChanged,
+            Action::MetaChanged,
+            Action::Delete,
+        ],
+    )
+    .await
+}
+
+/// Puts the keys of `actions` through the inbox (see [`enqueue`]).
+async fn enqueue_actions(
+    run: &Run<'_>,
+    pair_id: i64,
+    report: &mut SyncReport,
+    actions: &[Action],
+) -> Result<()> {
+    for &action in actions {
         let kind = if action == Action::Delete {
             crate::state::inbox::Kind::Delete
         } else {
@@ -1089,6 +1109,7 @@ async fn act_on_keys(
     failed: Option<&FailedHook>,
     db: &Arc<Manifest>,
     pair_id: i64,
+    deletes_via_inbox: bool,
 ) -> Result<()> {
     // 2. copies, `transfers` at once; results recorded in batches as they complete
     let transfers = engine.ctx.ceiling();
@@ -1158,7 +1179,10 @@ async fn act_on_keys(
         blocking(move || d.record(pair_id, &recs)).await?;
     }
 
-    // 4. deletes, each confirmed by the source saying "not found" now
+    // 4. deletes, each confirmed by the source saying "not found" now (or through the inbox)
+    if deletes_via_inbox {
+        return enqueue_actions(run, pair_id, report, &[Action::Delete]).await;
+    }
     let mut pages = Pages::new(run, SpillFilter::Action(Action::Delete as u8));
     while let Some(rows) = pages.next().await? {
         let mut results = futures::stream::iter(rows)

@@ -510,6 +510,7 @@ mod tests {
             unless_synced: false,
             rule: Default::default(),
             enqueue: false,
+            enqueue_deletes: false,
         }
     }
 

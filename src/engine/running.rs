@@ -77,6 +77,8 @@ pub struct PairHandle {
     pub stats: Arc<DaemonStats>,
     pub intake: Arc<IntakeStats>,
     state: tokio::sync::watch::Sender<PairState>,
+    /// The pair's delete brake (its window is what `GET /pairs` counts over).
+    pub delete_brake: std::sync::Mutex<crate::core::brake::BrakePolicy>,
 }
 
 impl PairHandle {
@@ -88,7 +90,16 @@ impl PairHandle {
             stats: Default::default(),
             intake: Default::default(),
             state: tokio::sync::watch::Sender::new(PairState::Starting),
+            delete_brake: Default::default(),
         })
+    }
+
+    /// The pair's delete brake now.
+    pub fn brake(&self) -> crate::core::brake::BrakePolicy {
+        self.delete_brake
+            .lock()
+            .map(|b| b.clone())
+            .unwrap_or_default()
     }
 
     pub fn state(&self) -> PairState {

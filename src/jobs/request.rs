@@ -258,6 +258,7 @@ impl JobRequest {
                 unless_synced: false,
                 rule,
                 enqueue: false,
+                enqueue_deletes: false,
                 purpose: format!("job ({})", self.kind.name()),
             },
             copy,

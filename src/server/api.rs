@@ -43,6 +43,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/jobs/{id}/events"),
     ("POST", "/jobs/{id}/resume"),
     ("GET", "/pairs"),
+    ("POST", "/pairs/{id}/release-deletes"),
+    ("POST", "/pairs/{id}/drop-deletes"),
     ("GET", "/deadletters"),
     ("GET", "/deadletters/{id}"),
     ("POST", "/deadletters/retry"),
@@ -98,6 +100,61 @@ pub(crate) fn routes() -> Router<Arc<Server>> {
         .route("/jobs/{id}/events", get(job_events))
         .route("/jobs/{id}/resume", axum::routing::post(resume_job))
         .route("/pairs", get(pairs))
+        .route(
+            "/pairs/{id}/release-deletes",
+            axum::routing::post(release_deletes),
+        )
+        .route(
+            "/pairs/{id}/drop-deletes",
+            axum::routing::post(drop_deletes),
+        )
+}
+
+/// `POST /pairs/{id}/release-deletes` (`drop`: `/drop-deletes`): what an operator does with an
+/// engaged delete brake, as `slate pairs release-deletes` does it.
+async fn brake_action(api: Arc<Server>, id: i64, drop: bool) -> Response {
+    let db = api.db.clone();
+    let r = crate::state::blocking(move || {
+        let known = db.pairs_ids()?.contains(&id);
+        if !known {
+            return Ok(None);
+        }
+        let b = crate::state::brake::Brakes::new(&db);
+        Ok(Some(if drop {
+            b.drop_held(id)?
+        } else {
+            b.release(id)?
+        }))
+    })
+    .await;
+    match r {
+        Ok(Some(n)) => {
+            tracing::warn!(
+                pair = id,
+                held = n,
+                drop,
+                "delete brake released over the API"
+            );
+            let key = if drop { "dropped" } else { "released" };
+            json_response(StatusCode::OK, json!({ "pair": id, key: n }))
+        }
+        Ok(None) => json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no pair {id}"), "field": "id"}),
+        ),
+        Err(e) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"error": e.to_string()}),
+        ),
+    }
+}
+
+async fn release_deletes(State(api): State<Arc<Server>>, Path(id): Path<i64>) -> Response {
+    brake_action(api, id, false).await
+}
+
+async fn drop_deletes(State(api): State<Arc<Server>>, Path(id): Path<i64>) -> Response {
+    brake_action(api, id, true).await
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {
@@ -355,12 +412,22 @@ fn health(
 
 async fn pairs(State(api): State<Arc<Server>>) -> Response {
     let running = api.running.pairs();
+    let windows: Vec<(i64, std::time::Duration)> = running
+        .iter()
+        .map(|x| (x.pair_id, x.brake().window))
+        .collect();
     let a = api.clone();
     let rows = crate::state::blocking(move || {
         let pairs = a.pairs_counted()?;
         let mut out = Vec::with_capacity(pairs.len());
         for p in pairs {
             let st = Inbox::new(&a.db).stats(p.id)?;
+            let window = windows
+                .iter()
+                .find(|(id, _)| *id == p.id)
+                .map(|(_, w)| *w)
+                .unwrap_or(std::time::Duration::from_secs(600));
+            let brake = crate::state::brake::Brakes::new(&a.db).state(p.id, window)?;
             let parts = crate::state::partitions::Partitions::new(&a.db);
             let run = match parts.latest(p.id)? {
                 Some(r) => {
@@ -369,7 +436,7 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
                 }
                 None => None,
             };
-            out.push((p, st, run));
+            out.push((p, st, run, brake));
         }
         Ok(out)
     })
@@ -393,7 +460,7 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
     };
     let out: Vec<Value> = rows
         .into_iter()
-        .map(|(p, st, run)| {
+        .map(|(p, st, run, brake)| {
             let live = running.iter().find(|x| x.pair_id == p.id);
             let d = live.map(|x| x.stats.clone());
             let intake = live.map(|x| x.intake.clone());
@@ -426,6 +493,15 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
                     "objects_failed": r.failed,
                 })),
                 "dead_letters": st.dead_letters,
+                "delete_brake": {
+                    "engaged": brake.engaged,
+                    "since": brake.since.map(rfc3339),
+                    "reason": brake.reason,
+                    "held": brake.held,
+                    "deletes_in_window": brake.in_window,
+                    "limit": live.map(|x| x.brake().text()),
+                    "window_secs": live.map(|x| x.brake().window.as_secs()),
+                },
                 "following": live.is_some(),
                 "state": state.as_ref().map(PairState::name),
                 "error": match &state { Some(PairState::Failed { error, .. }) => Some(error.clone()), _ => None },

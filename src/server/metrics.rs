@@ -55,6 +55,31 @@ async fn healthz() -> Response {
 /// to restart) makes the process not ready, and the answer says which and why.
 async fn readyz(State(s): State<Arc<Server>>) -> Response {
     let pairs = s.running.pairs();
+    // an engaged delete brake keeps the pair ready (it follows its events: a Service keeps
+    // routing webhooks to it) and is said here at once
+    let (db, ids): (_, Vec<(i64, String, std::time::Duration)>) = (
+        s.db.clone(),
+        pairs
+            .iter()
+            .map(|p| (p.pair_id, p.label.clone(), p.brake().window))
+            .collect(),
+    );
+    let brakes = crate::state::blocking(move || {
+        let b = crate::state::brake::Brakes::new(&db);
+        let mut out = Vec::new();
+        for (id, label, window) in ids {
+            let st = b.state(id, window)?;
+            if st.engaged {
+                out.push(
+                    serde_json::json!({"pair": label, "held": st.held, "reason": st.reason,
+                    "release": "slate pairs release-deletes SRC DST (or drop-deletes)"}),
+                );
+            }
+        }
+        Ok(out)
+    })
+    .await
+    .unwrap_or_default();
     let ready = pairs
         .iter()
         .filter(|p| p.state() == PairState::Following)
@@ -97,6 +122,7 @@ async fn readyz(State(s): State<Arc<Server>>) -> Response {
             "ready": ready,
             "states": detail,
             "consumers": consumers,
+            "delete_brakes": brakes,
         }),
     )
 }
@@ -203,6 +229,37 @@ impl Collector for Scrape {
                     .map(|(q, n)| -> ([(&str, &str); 1], u64) { ([("queue", q.as_str())], *n) }),
             )?,
             Err(e) => tracing::warn!(error = %e, "metrics: the dead letters could not be read"),
+        }
+        let brakes = crate::state::brake::Brakes::new(&self.db);
+        match pairs
+            .iter()
+            .map(|p| brakes.state(p.pair_id, p.brake().window))
+            .collect::<Result<Vec<_>>>()
+        {
+            Ok(states) => {
+                let rows = |f: fn(&crate::state::brake::BrakeState) -> u64| {
+                    pairs
+                        .iter()
+                        .zip(states.iter())
+                        .map(move |(p, s)| -> (PairLabel, u64) {
+                            ([("pair", p.label.as_str())], f(s))
+                        })
+                        .collect::<Vec<_>>()
+                };
+                family(
+                    &mut encoder,
+                    ("slate_deletes_held", MetricType::Gauge),
+                    "Deletes the pair's delete brake holds in its inbox for an operator.",
+                    rows(|s| s.held),
+                )?;
+                family(
+                    &mut encoder,
+                    ("slate_delete_brake_engaged", MetricType::Gauge),
+                    "1 while the pair's delete brake is engaged (its deletes held).",
+                    rows(|s| u64::from(s.engaged)),
+                )?;
+            }
+            Err(e) => tracing::warn!(error = %e, "metrics: the delete brakes could not be read"),
         }
         encode_consumers(&mut encoder, &self.running.consumers())?;
         let deliveries = self.hub.deliveries.load(Relaxed);

@@ -586,6 +586,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/sqlite/0009_claims.sql"),
     include_str!("../../schema/sqlite/0010_partitions.sql"),
     include_str!("../../schema/sqlite/0011_deadletters.sql"),
+    include_str!("../../schema/sqlite/0012_brake.sql"),
 ];
 
 /// PostgreSQL migrations, applied in order; the table `slate_schema` holds the last one
@@ -595,6 +596,7 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/postgres/0002_claims.sql"),
     include_str!("../../schema/postgres/0003_partitions.sql"),
     include_str!("../../schema/postgres/0004_deadletters.sql"),
+    include_str!("../../schema/postgres/0005_brake.sql"),
 ];
 
 /// Connections of a SQLite database that only read.

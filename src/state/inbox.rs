@@ -27,6 +27,8 @@ pub struct Pending {
     /// When the first coalesced event arrived (unix ms): for the lag metric.
     pub first_seen: i64,
     pub attempts: u32,
+    /// A held delete an operator released: it passes the delete brake.
+    pub released: bool,
 }
 
 /// Counts for health lines and metrics.
@@ -55,7 +57,7 @@ pub(crate) const PUSH_SQL: &str =
                      WHEN excluded.token > inbox.token THEN excluded.token
                      ELSE inbox.token END,
         events = inbox.events + 1,
-        last_seen = excluded.last_seen, not_before = 0, attempts = 0";
+        last_seen = excluded.last_seen, not_before = 0, attempts = 0, held = 0";
 
 /// What one batch of messages names, for every pair it feeds: stored by [`Inbox::store`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -269,7 +271,7 @@ impl<'a> Inbox<'a> {
         // read in the index's order (pair, first_seen, key): a take reads what it takes
         self.m.read(|c| {
             c.query_map(
-                "SELECT key, kind, token, events, first_seen, attempts FROM inbox
+                "SELECT key, kind, token, events, first_seen, attempts, held FROM inbox
                  WHERE pair_id = ?1 AND not_before <= ?2 ORDER BY first_seen, key LIMIT ?3",
                 params![pair_id, t, limit as i64],
                 pending_row,
@@ -477,6 +479,7 @@ fn pending_row(r: &Row) -> DbResult<Pending> {
         events: r.get::<_, i64>(3)? as u64,
         first_seen: r.get(4)?,
         attempts: r.get::<_, i64>(5)? as u32,
+        released: r.get::<_, i64>(6)? == 2,
     })
 }
 
@@ -509,7 +512,7 @@ impl Inbox<'_> {
                 SELECT pair_id, key FROM inbox
                 WHERE pair_id = ?1 AND not_before <= ?2 AND claim_until <= ?2
                 ORDER BY first_seen, key LIMIT ?6{lock})
-             RETURNING key, kind, token, events, first_seen, attempts"
+             RETURNING key, kind, token, events, first_seen, attempts, held"
         );
         let mut rows = self.m.with_locking(|c| {
             c.query_map(

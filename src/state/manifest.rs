@@ -200,6 +200,11 @@ impl Manifest {
     }
 
     /// How many pairs the database knows.
+    /// The ids of every pair.
+    pub fn pairs_ids(&self) -> Result<Vec<i64>> {
+        self.read(|c| c.query_map("SELECT id FROM pairs ORDER BY id", params![], |r| r.get(0)))
+    }
+
     pub fn pair_count(&self) -> Result<usize> {
         self.read(|c| {
             c.query_row("SELECT COUNT(*) FROM pairs", params![], |r| {

@@ -1,6 +1,7 @@
 //! The database: the manifest, the event inbox and dead letters, jobs. The only code that
 //! knows SQL.
 
+pub mod brake;
 pub mod clock;
 pub mod db;
 pub mod deadletters;

@@ -605,6 +605,10 @@ impl World {
                 Applied::Filtered => {
                     return Err(fail(format!("{} filtered by a pair with no filter", p.key)))
                 }
+                // the harness's engines have no delete brake
+                Applied::Held { .. } => {
+                    return Err(fail(format!("{}: a delete held with no brake", p.key)))
+                }
             });
             inbox.done(env.pair, &p.key, p.events).map_err(db)?;
             if let Some(m) = mid.take() {
