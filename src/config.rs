@@ -78,6 +78,9 @@ pub struct PairConfig {
     /// (default "50%"), within `delete_brake_window` (default "10m").
     pub delete_brake: Option<String>,
     pub delete_brake_window: Option<String>,
+    /// Where deletes and overwrites keep what they would remove at the destination (a local
+    /// folder, or a prefix of the destination's bucket), as rclone's --backup-dir.
+    pub backup_dir: Option<String>,
     /// A local source: follow symlinks that stay inside it (as `--copy-links`; default false:
     /// symlinks are skipped). A link leading outside the folder is skipped all the same.
     pub copy_links: Option<bool>,

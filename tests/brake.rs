@@ -180,3 +180,111 @@ fn held_deletes_can_be_dropped_and_the_destination_keeps_them() {
     );
     assert_eq!(daemon.stop(), Some(0));
 }
+
+/// Every file under `dir` whose name starts with `key.` (a backup of `key`), by content.
+fn backups_of(dir: &Path, key: &str) -> Vec<Vec<u8>> {
+    read_local(dir)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{key}.")))
+        .map(|(_, v)| v)
+        .collect()
+}
+
+#[test]
+fn backup_dir_keeps_what_deletes_and_overwrites_remove() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (src, dst, trash, db, log) = (
+        dir.path().join("src"),
+        dir.path().join("dst"),
+        dir.path().join("trash"),
+        dir.path().join("s.db"),
+        dir.path().join("d.log"),
+    );
+    std::fs::create_dir_all(src.join("sub")).expect("src");
+    std::fs::create_dir_all(&dst).expect("dst");
+    for i in 0..5 {
+        std::fs::write(src.join(format!("sub/k{i}")), format!("version 1 of {i}")).expect("w");
+    }
+    let (su, du) = (src.display().to_string(), dst.display().to_string());
+    let td = trash.display().to_string();
+    // a backup inside the destination is refused, naming it
+    let mut c = slate_db(&db);
+    c.args([
+        "sync",
+        &su,
+        &du,
+        "--once",
+        "--backup-dir",
+        &format!("{du}/trash"),
+    ]);
+    let out = c.output().expect("sync");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--backup-dir"), "{}", stderr(&out));
+
+    let mut daemon = Daemon::start(&db, &su, &du, &["--backup-dir", &td], &log);
+    assert_eq!(read_local(&dst).len(), 5);
+    // two deleted, two overwritten at the source
+    for i in 0..2 {
+        std::fs::remove_file(src.join(format!("sub/k{i}"))).expect("rm");
+    }
+    for i in 2..4 {
+        std::fs::write(src.join(format!("sub/k{i}")), format!("version 2 of {i}")).expect("w");
+    }
+    wait_for("the deletes and overwrites applied", 60, || {
+        read_local(&dst) == read_local(&src)
+    });
+    for i in 0..4 {
+        let kept = backups_of(&trash, &format!("sub/k{i}"));
+        assert_eq!(
+            kept,
+            vec![format!("version 1 of {i}").into_bytes()],
+            "sub/k{i}: {:?}",
+            read_local(&trash).keys().collect::<Vec<_>>()
+        );
+    }
+    assert!(
+        backups_of(&trash, "sub/k4").is_empty(),
+        "an untouched key keeps no backup"
+    );
+    assert_eq!(daemon.stop(), Some(0));
+
+    // the same through --once to a bucket: the backup is a prefix of the destination's bucket
+    let p = unique("bk");
+    let bucket_dst = format!("s3://slate-dst/{p}/data");
+    let bucket_trash = format!("s3://slate-dst/{p}/trash");
+    let mut c = slate_db(&db);
+    c.args(["sync", &su, &bucket_dst, "--once"]);
+    assert!(run(c).status.success());
+    std::fs::write(src.join("sub/k4"), b"version 2 of 4").expect("w");
+    std::fs::remove_file(src.join("sub/k2")).expect("rm");
+    let mut c = slate_db(&db);
+    c.args([
+        "sync",
+        &su,
+        &bucket_dst,
+        "--once",
+        "--backup-dir",
+        &bucket_trash,
+    ]);
+    let out = run(c);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let kept = rt().block_on(read_all(&s3("slate-dst"), &format!("{p}/trash")));
+    let of = |k: &str| -> Vec<Vec<u8>> {
+        kept.iter()
+            .filter(|(name, _)| name.starts_with(&format!("{k}.")))
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(
+        of("sub/k4"),
+        vec![b"version 1 of 4".to_vec()],
+        "{:?}",
+        kept.keys()
+    );
+    assert_eq!(
+        of("sub/k2"),
+        vec![b"version 2 of 2".to_vec()],
+        "{:?}",
+        kept.keys()
+    );
+}

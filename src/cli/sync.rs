@@ -92,6 +92,11 @@ pub struct SyncArgs {
     /// Daemon: the delete brake's sliding window (e.g. 10m, 1h) [default: 10m]
     #[arg(long)]
     pub delete_brake_window: Option<String>,
+    /// Keep what a delete or an overwrite would remove at the destination: it is moved to
+    /// this location first (on the destination's store, outside the pair), as KEY.TIME
+    /// [default: the pair's backup_dir]
+    #[arg(long)]
+    pub backup_dir: Option<String>,
     /// Only keys matching this glob (`*`, `**`, `?`); repeatable.
     #[arg(long)]
     pub include: Vec<String>,
@@ -155,6 +160,21 @@ struct Job {
     brake: crate::core::brake::BrakePolicy,
 }
 
+/// `--backup-dir` (or a pair's `backup_dir`) checked against the pair.
+fn backup_of(
+    dir: Option<&str>,
+    src: &str,
+    dst: &str,
+) -> Result<Option<crate::engine::backup::Backup>, SlateError> {
+    let Some(dir) = dir else { return Ok(None) };
+    let loc = Location::parse(dir).map_err(|e| SlateError::BadOption {
+        option: "--backup-dir".into(),
+        why: e.to_string(),
+    })?;
+    crate::engine::backup::Backup::new(&loc, &Location::parse(src)?, &Location::parse(dst)?)
+        .map(Some)
+}
+
 /// The delete brake of a pair: the flags first, then the pair's keys, then the default.
 fn brake_policy(
     args: &SyncArgs,
@@ -196,6 +216,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         rule: args.compare.rule(),
         enqueue: false,
         enqueue_deletes: false,
+        backup: None,
         purpose: if args.once {
             "sync --once".into()
         } else {
@@ -208,7 +229,10 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
             named: None,
             src: crate::copy::source(&Location::parse(s)?, &base.copy),
             dst: Location::parse(d)?,
-            opts: base,
+            opts: SyncOptions {
+                backup: backup_of(args.backup_dir.as_deref(), s, d)?,
+                ..base
+            },
             events: args.events.clone(),
             brake: brake_policy(args, None)?,
         }]),
@@ -245,6 +269,11 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
                             why,
                         })?);
                 }
+                opts.backup = backup_of(
+                    args.backup_dir.as_deref().or(p.backup_dir.as_deref()),
+                    &p.src,
+                    &p.dst,
+                )?;
                 Ok(Job {
                     name: p
                         .name

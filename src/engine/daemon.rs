@@ -764,7 +764,8 @@ async fn run_pair(
     let engine = Arc::new(
         Engine::new(db.clone(), pair_id, ctx, dst.clone())
             .with_filter(opts.sync.filter.clone())
-            .with_brake(opts.delete_brake.clone()),
+            .with_brake(opts.delete_brake.clone())
+            .with_backup(opts.sync.backup.clone()),
     );
     let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();

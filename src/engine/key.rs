@@ -81,6 +81,8 @@ pub struct Engine {
     /// The daemon's delete brake (None: deletes are applied as they come, as `--once` does
     /// after its own `--max-delete` check).
     pub brake: Option<crate::core::brake::BrakePolicy>,
+    /// `--backup-dir`: what a delete or an overwrite would remove goes there first.
+    pub backup: Option<super::backup::Backup>,
 }
 
 /// The manifest's state of a listed or probed entry.
@@ -109,7 +111,13 @@ impl Engine {
             dst_loc,
             filter: Filter::default(),
             brake: None,
+            backup: None,
         }
+    }
+
+    /// The same engine, keeping what deletes and overwrites would remove in `backup`.
+    pub fn with_backup(self, backup: Option<super::backup::Backup>) -> Engine {
+        Engine { backup, ..self }
     }
 
     /// The same engine, its deletes under `policy`'s brake.
@@ -234,6 +242,10 @@ impl Engine {
     /// Copies `e` (the source's state a moment ago) and returns what to record for both sides.
     /// Does not record: `--once` records in batches, the daemon at once.
     pub async fn copy(&self, e: &Entry) -> Result<(Outcome, [Record; 2])> {
+        if let Some(b) = &self.backup {
+            // an overwrite: what the destination holds now is kept first
+            b.take(&self.ctx, &self.dst_loc, &e.rel).await?;
+        }
         let item = copy::item_for(&self.ctx.src, &self.dst_loc, e.clone());
         let out = copy_one(&self.ctx, &item).await?;
         let hash = out.hash.map(|h| h.to_string());
@@ -393,6 +405,16 @@ impl Engine {
 
     /// Deletes `key` at the destination; false when it was not there.
     pub async fn delete_at_destination(&self, key: &str) -> Result<bool> {
+        let backed_up = match &self.backup {
+            // kept first; a backup that fails stops the delete (the key is retried)
+            Some(b) => b.take(&self.ctx, &self.dst_loc, key).await?,
+            None => false,
+        };
+        let deleted = self.delete_only(key).await?;
+        Ok(deleted || backed_up)
+    }
+
+    async fn delete_only(&self, key: &str) -> Result<bool> {
         let err = |detail: String| SlateError::Object {
             key: key.to_string(),
             detail,

@@ -3,6 +3,7 @@
 //! copy or confirm-and-delete, record) for `sync --once` ([`once`]), the daemon ([`daemon`])
 //! and jobs alike.
 
+pub mod backup;
 pub mod daemon;
 pub mod expand;
 pub mod judge;

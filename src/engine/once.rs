@@ -105,6 +105,9 @@ pub struct SyncOptions {
     /// Only the deletes go through the inbox (copies are acted on here): the daemon's
     /// backfill and start-up reconcile, so that its deletes meet the delete brake.
     pub enqueue_deletes: bool,
+    /// `--backup-dir`: what deletes and overwrites would remove at the destination is kept
+    /// there first (checked against the pair when it was set).
+    pub backup: Option<super::backup::Backup>,
 }
 
 /// The plan's tally (what `diff` reports).
@@ -880,7 +883,8 @@ async fn sync_held(
         c.pair.id,
         ctx.clone(),
         c.plan.dst.location().clone(),
-    );
+    )
+    .with_backup(opts.backup.clone());
     let show = if counts.only_in_source + counts.changed > 0 {
         opts.copy.progress
     } else {

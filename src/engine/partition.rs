@@ -511,6 +511,7 @@ mod tests {
             rule: Default::default(),
             enqueue: false,
             enqueue_deletes: false,
+            backup: None,
         }
     }
 

@@ -259,6 +259,7 @@ impl JobRequest {
                 rule,
                 enqueue: false,
                 enqueue_deletes: false,
+                backup: None,
                 purpose: format!("job ({})", self.kind.name()),
             },
             copy,

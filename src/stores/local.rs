@@ -828,6 +828,44 @@ pub fn walk_sorted_parallel(
     Ok(())
 }
 
+/// Moves the destination file of `key` under `root` to `name` under `to_root` (`--backup-dir`;
+/// its folders made); false when there is no such file. A rename when both lie on one file
+/// system, else a copy (the delete or overwrite that follows removes the original).
+pub fn move_out(root: &Path, key: &str, to_root: &Path, name: &str) -> Result<bool, SlateError> {
+    let from = safe_join(root, key)?;
+    let to = safe_join(to_root, name)?;
+    let err = |detail: String| SlateError::Object {
+        key: key.to_string(),
+        detail,
+    };
+    match std::fs::symlink_metadata(&from) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Ok(false),
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound) => return Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(false),
+        Err(e) => return Err(err(format!("backing up {}: {e}", from.display()))),
+    }
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| err(format!("backing up: creating {}: {e}", parent.display())))?;
+    }
+    match std::fs::rename(&from, &to) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            std::fs::copy(&from, &to)
+                .map_err(|e| err(format!("backing up to {}: {e}", to.display())))?;
+            if let Ok(m) = std::fs::metadata(&from).and_then(|m| m.modified()) {
+                let _ = std::fs::File::options()
+                    .write(true)
+                    .open(&to)
+                    .and_then(|f| f.set_modified(m));
+            }
+            Ok(true)
+        }
+        Err(e) => Err(err(format!("backing up to {}: {e}", to.display()))),
+    }
+}
+
 /// Deletes the destination file of `key` under `root`; false when it was not there. Refuses
 /// to go through a symlinked folder inside the root (it could point anywhere), as writes do.
 pub fn remove_below(root: &Path, key: &str) -> Result<bool, SlateError> {
