@@ -49,6 +49,19 @@ pub struct DaemonConfig {
     pub allow_roots: Vec<String>,
     /// A file holding the webhook intake's token (SLATE_WEBHOOK_TOKEN otherwise).
     pub webhook_token_file: Option<String>,
+    /// Pub/Sub push with authentication: the audience its OIDC tokens carry; set, a delivery
+    /// without a valid Google-signed token is refused (401).
+    pub pubsub_push_audience: Option<String>,
+    /// ... and the service account the tokens must be of.
+    pub pubsub_push_service_account: Option<String>,
+    /// ... and where the signing keys are (default Google's).
+    pub pubsub_push_jwks_url: Option<String>,
+    /// Event Grid with Microsoft Entra ID authentication: the application (audience) its
+    /// tokens carry, and the tenant that issues them.
+    pub eventgrid_audience: Option<String>,
+    pub eventgrid_tenant: Option<String>,
+    /// ... and where the signing keys are (default the tenant's).
+    pub eventgrid_jwks_url: Option<String>,
 }
 
 /// One pair: a source kept equal to a destination.

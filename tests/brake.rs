@@ -40,7 +40,15 @@ fn mass_deletes_meet_the_brake_copies_go_on_and_a_release_applies_the_rest() {
         std::fs::write(src.join(format!("f{i:03}.txt")), format!("file {i}")).expect("write");
     }
     let (su, du) = (src.display().to_string(), dst.display().to_string());
-    let extra = ["--listen", "127.0.0.1:0", "--no-token"];
+    // the default brake (50% per 10 minutes), said explicitly: the suite's other daemons run
+    // without one
+    let extra = [
+        "--listen",
+        "127.0.0.1:0",
+        "--no-token",
+        "--delete-brake",
+        "50%",
+    ];
     let mut daemon = Daemon::start(&db, &su, &du, &extra, &log);
     let addr = listen_addr(&daemon.log_text()).expect("listening");
     assert_eq!(count(&dst), 200, "the backfill");

@@ -177,6 +177,46 @@ impl AccessArgs {
     }
 }
 
+/// The signed tokens the push routes require, from the config's `[daemon]` keys:
+/// (Pub/Sub push, Event Grid).
+pub(crate) fn push_tokens(
+    cfg: &crate::config::DaemonConfig,
+) -> Result<
+    (
+        Option<crate::server::jwt::JwtPolicy>,
+        Option<crate::server::jwt::JwtPolicy>,
+    ),
+    SlateError,
+> {
+    use crate::server::jwt::JwtPolicy;
+    let pubsub = cfg.pubsub_push_audience.clone().map(|aud| {
+        JwtPolicy::pubsub(
+            aud,
+            cfg.pubsub_push_service_account.clone(),
+            cfg.pubsub_push_jwks_url.clone(),
+        )
+    });
+    let eventgrid =
+        match (&cfg.eventgrid_audience, &cfg.eventgrid_tenant) {
+            (Some(aud), Some(tenant)) => Some(JwtPolicy::eventgrid(
+                aud.clone(),
+                tenant,
+                cfg.eventgrid_jwks_url.clone(),
+            )),
+            (None, None) => None,
+            _ => return Err(SlateError::BadOption {
+                option: "daemon.eventgrid_audience".into(),
+                why:
+                    "Event Grid's Entra ID tokens need both eventgrid_audience and eventgrid_tenant"
+                        .into(),
+            }),
+        };
+    if pubsub.is_some() && cfg.pubsub_push_service_account.is_none() {
+        tracing::warn!("daemon.pubsub_push_service_account is not set: any Google-signed token for the audience is accepted");
+    }
+    Ok((pubsub, eventgrid))
+}
+
 /// Resolves on SIGTERM or SIGINT.
 pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]

@@ -55,6 +55,7 @@ async fn run_inner(args: ServeArgs) -> Result<i32, SlateError> {
         no_token: args.access.no_token,
         webhook_token,
         allowed_hosts,
+        jwt: super::push_tokens(&cfg.daemon)?,
         addr,
         copy: options(&args.tuning, &cfg),
         max_jobs: args.max_jobs,

@@ -355,13 +355,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         let api_jobs = if wants_hub || listen.is_some() {
             // the same API as `slate serve`: jobs, pairs, the dashboard, next to the deliveries
             let (token, webhook_token, allowed_hosts) = args.access.resolve(&cfg.daemon)?;
-            if wants_hub && token.is_none() && webhook_token.is_none() {
-                eprintln!(
-                    "slate: warning: the webhook intake takes deliveries without a token (any \
-                     process of this host may post events; they are hints, checked against the \
-                     source): set SLATE_WEBHOOK_TOKEN and put ?token=… in the subscriptions' URLs"
-                );
-            }
+            let open_intake = wants_hub && token.is_none() && webhook_token.is_none();
             let served = start_server(crate::server::Setup {
                 db: manifest.clone(),
                 hub: hub.clone(),
@@ -370,6 +364,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                 no_token: args.access.no_token,
                 webhook_token,
                 allowed_hosts,
+                jwt: super::push_tokens(&cfg.daemon)?,
                 addr: listen.unwrap_or_else(|| "127.0.0.1:3030".to_string()),
                 // the pairs' options, and so their bandwidth bucket: one per process
                 copy: jobs
@@ -379,6 +374,13 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                 max_jobs: 2,
             })
             .await?;
+            if open_intake {
+                eprintln!(
+                    "slate: warning: the webhook intake takes deliveries without a token (any \
+                     process of this host may post events; they are hints, checked against the \
+                     source): set SLATE_WEBHOOK_TOKEN and put ?token=… in the subscriptions' URLs"
+                );
+            }
             Some(served.jobs)
         } else {
             None

@@ -165,6 +165,10 @@ impl TempFile {
     }
 
     /// Makes the file visible under its final name: size check, mtime, optional fsync, rename.
+    /// With `fsync`, the file's data and then, after the rename, its folder are flushed, so
+    /// that the manifest, whose commit follows, never vouches after a power loss for a file
+    /// whose name was lost. A modification time that cannot be set fails the commit (a
+    /// replica carries its source's mtime; the copy is retried).
     pub fn commit(mut self, size: u64, mtime: Option<SystemTime>, fsync: bool) -> io::Result<()> {
         let actual = self.file.metadata()?.len();
         if actual != size {
@@ -173,13 +177,20 @@ impl TempFile {
             )));
         }
         if let Some(t) = mtime {
-            let _ = self.file.set_modified(t);
+            self.file.set_modified(t).map_err(|e| {
+                io::Error::new(e.kind(), format!("setting the modification time: {e}"))
+            })?;
         }
         if fsync {
             self.file.sync_all()?;
         }
         std::fs::rename(&self.tmp, &self.dest)?;
         self.committed = true;
+        if fsync {
+            if let Some(dir) = self.dest.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+        }
         Ok(())
     }
 }

@@ -455,7 +455,34 @@ async fn pump_watch(
     mut rx: mpsc::Receiver<watch::Batch>,
 ) {
     while let Some(batch) = rx.recv().await {
-        let (db2, root2, pair_id) = (db.clone(), root.clone(), target.pair_id);
+        // a batch that cannot be stored is tried again, never dropped: while it waits the
+        // watcher's bounded channel fills, and a long enough wait overflows inotify's queue,
+        // which becomes a rescan (nothing is lost either way)
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
+            match store_watch_batch(&db, &target, &root, batch.clone()).await {
+                Ok(()) => break,
+                Err(e) => {
+                    let delay = Backoff::forever().delay(attempt.saturating_add(1));
+                    tracing::error!(error = %e, attempt, delay_ms = delay.as_millis() as u64,
+                        "could not store file events; trying again");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+}
+
+/// Stores one batch of the watcher's news in the inbox.
+async fn store_watch_batch(
+    db: &Arc<Manifest>,
+    target: &Target,
+    root: &std::path::Path,
+    batch: watch::Batch,
+) -> Result<()> {
+    {
+        let (db2, root2, pair_id) = (db.clone(), root.to_path_buf(), target.pair_id);
         let res = blocking(move || {
             let mut intake = Intake::default();
             for k in batch.keys {
@@ -500,11 +527,10 @@ async fn pump_watch(
                         .store(crate::core::metrics::unix_ms(), Relaxed);
                 }
             }
-            // the watcher's channel is bounded: while this fails, the watcher waits, and a
-            // long enough wait overflows inotify's queue, which becomes a rescan
-            Err(e) => tracing::error!(error = %e, "could not store file events"),
+            Err(e) => return Err(e),
         }
     }
+    Ok(())
 }
 
 /// Keys a backfill failed to copy that become pending keys at once (more wait for the drift

@@ -42,6 +42,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const IDLE_MIN: Duration = Duration::from_millis(100);
 const IDLE_MAX: Duration = Duration::from_millis(250);
 
+/// The largest answer read from the Pub/Sub API: a pull of `BATCH` messages (each
+/// over the parsers' 1 MiB limit is a dead letter anyway, but is read whole to be kept), in
+/// base64.
+const MAX_ANSWER: usize = 64 << 20;
+
 /// Characters of a project or subscription id that go into the URL path as they are.
 const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
@@ -185,10 +190,23 @@ impl PubSubSource {
             .await
             .map_err(|e| err(crate::stores::side::one_line(&e.without_url())))?;
         let status = resp.status();
-        let text = resp
-            .text()
+        // read in pieces up to a bound: a pull's answer is as big as the messages in it, and a
+        // server (or something posing as one) must not make this process read without end
+        let mut resp = resp;
+        let mut body = Vec::new();
+        while let Some(piece) = resp
+            .chunk()
             .await
-            .map_err(|e| err(crate::stores::side::one_line(&e.without_url())))?;
+            .map_err(|e| err(crate::stores::side::one_line(&e.without_url())))?
+        {
+            if body.len() + piece.len() > MAX_ANSWER {
+                return Err(err(format!(
+                    "HTTP {status}: an answer over {MAX_ANSWER} bytes; refused"
+                )));
+            }
+            body.extend_from_slice(&piece);
+        }
+        let text = String::from_utf8_lossy(&body).into_owned();
         if status.is_success() {
             if text.trim().is_empty() {
                 return Ok(serde_json::Value::Object(Default::default()));

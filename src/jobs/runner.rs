@@ -144,7 +144,11 @@ impl Jobs {
             .unwrap_or_default();
         for (id, live) in ids {
             let (m, owner) = (self.manifest.clone(), self.owner.clone());
-            let _ = blocking(move || JobStore::new(&m).interrupt(id, &owner, None)).await;
+            if let Err(e) = blocking(move || JobStore::new(&m).interrupt(id, &owner, None)).await {
+                // its row still says running: a later start finds its process gone and marks
+                // it interrupted then
+                tracing::error!(job = id, error = %e, "could not mark the job interrupted");
+            }
             live.abort();
         }
     }

@@ -450,7 +450,9 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
             )
         }
     };
-    let now = crate::state::inbox::now().max(0) as u64;
+    // the same clock as the pairs' own timestamps (this process's, not the database
+    // server's corrected one: health compares the two)
+    let now = crate::core::metrics::unix_ms();
     let ms = |v: u64| {
         if v == 0 {
             None

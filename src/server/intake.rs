@@ -67,10 +67,41 @@ fn answer(d: Delivery) -> Response {
     }
 }
 
-async fn eventgrid_post(State(s): State<Arc<Server>>, body: Bytes) -> Response {
+/// The sender's signed token, when the route requires one: None to go on, or the answer.
+async fn proven(
+    required: &Option<(super::jwt::JwtPolicy, super::jwt::Keys)>,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let (policy, keys) = required.as_ref()?;
+    match super::jwt::verify(super::jwt::bearer(headers), policy, keys).await {
+        Ok(()) => None,
+        Err(super::jwt::Refusal::Bad(why)) => {
+            tracing::warn!(reason = %why, "a push delivery with a bad token refused");
+            Some(json(
+                StatusCode::UNAUTHORIZED,
+                serde_json::json!({ "error": why }),
+            ))
+        }
+        Err(super::jwt::Refusal::Unavailable(why)) => {
+            tracing::warn!(reason = %why, "a push delivery's token cannot be checked now; the sender retries");
+            Some(json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({ "error": "the signing keys cannot be fetched now; retry" }),
+            ))
+        }
+    }
+}
+
+async fn eventgrid_post(State(s): State<Arc<Server>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refused) = proven(&s.eventgrid_jwt, &headers).await {
+        return refused;
+    }
     answer(s.hub.eventgrid(&body).await)
 }
 
-async fn pubsub_post(State(s): State<Arc<Server>>, body: Bytes) -> Response {
+async fn pubsub_post(State(s): State<Arc<Server>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refused) = proven(&s.pubsub_jwt, &headers).await {
+        return refused;
+    }
     answer(s.hub.pubsub(&body).await)
 }

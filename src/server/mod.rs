@@ -22,6 +22,7 @@ pub mod api;
 pub mod deadletters;
 pub mod guard;
 pub mod intake;
+pub mod jwt;
 pub mod metrics;
 
 use std::net::SocketAddr;
@@ -51,6 +52,10 @@ pub struct Server {
     access: guard::Access,
     /// The address the listener is bound to (what `Host` must name).
     bound: SocketAddr,
+    /// Pub/Sub push deliveries must carry a Google-signed OIDC token for this audience.
+    pub(crate) pubsub_jwt: Option<(jwt::JwtPolicy, jwt::Keys)>,
+    /// Event Grid deliveries must carry an Entra ID token for this audience.
+    pub(crate) eventgrid_jwt: Option<(jwt::JwtPolicy, jwt::Keys)>,
     /// The pairs with their manifest counts, as `GET /pairs` last read them.
     pub(crate) pair_counts:
         std::sync::Mutex<Option<(std::time::Instant, Vec<crate::state::manifest::PairInfo>)>>,
@@ -102,6 +107,12 @@ impl Server {
     /// Whether a webhook delivery may be stored: the webhook token; else the API token when
     /// the operator configured one (not one made at start); else open on loopback.
     fn intake_authorized(&self, headers: &HeaderMap, uri: &Uri) -> bool {
+        // a route whose sender proves itself with a signed token (checked by the route)
+        match uri.path() {
+            "/events/pubsub" if self.pubsub_jwt.is_some() => return true,
+            "/events/eventgrid" if self.eventgrid_jwt.is_some() => return true,
+            _ => {}
+        }
         let got = presented(headers, uri);
         let api = self.access.token.as_deref().filter(|_| !self.access.made);
         match (&self.access.webhook_token, api) {
@@ -281,6 +292,8 @@ pub struct Setup {
     pub no_token: bool,
     pub webhook_token: Option<String>,
     pub allowed_hosts: Vec<String>,
+    /// Signed tokens the push routes require: (Pub/Sub, Event Grid).
+    pub jwt: (Option<jwt::JwtPolicy>, Option<jwt::JwtPolicy>),
     pub addr: String,
     /// The copier's defaults for jobs.
     pub copy: CopyOptions,
@@ -334,6 +347,8 @@ pub async fn start(setup: Setup) -> Result<Served> {
         running: setup.running,
         access,
         bound: addr,
+        pubsub_jwt: setup.jwt.0.map(|p| (p, jwt::Keys::default())),
+        eventgrid_jwt: setup.jwt.1.map(|p| (p, jwt::Keys::default())),
         pair_counts: std::sync::Mutex::new(None),
         registry,
     });

@@ -762,6 +762,8 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts the daemon on one pair (with `extra` flags) and waits until it follows changes.
+    /// Without the delete brake unless `extra` asks for one (`--delete-brake …`): these
+    /// tests churn through deletes on purpose; tests/brake.rs tests the brake.
     pub fn start(
         db: &std::path::Path,
         src: &str,
@@ -772,6 +774,11 @@ impl Daemon {
         let mut c = slate_db(db);
         c.args(["sync", src, dst, "--drift-check-secs", "0", "--quiet"])
             .args(extra)
+            .args(if extra.contains(&"--delete-brake") {
+                &[][..]
+            } else {
+                &["--delete-brake", "off"][..]
+            })
             // every applied key in the log: what a failing test prints, and what some assert on
             .env("RUST_LOG", "slate=debug,warn")
             .stdout(std::process::Stdio::null())
