@@ -215,22 +215,7 @@ fn show(id: i64, json: bool, db: DbArg) -> Result<i32, SlateError> {
 async fn retry(ids: Vec<i64>, all: bool, db: DbArg) -> Result<i32, SlateError> {
     let m = open_db(&db.db)?;
     let ids = if all {
-        // page through every letter, oldest first
-        let dl = DeadLetters::new(&m);
-        let mut ids = Vec::new();
-        let mut before = None;
-        loop {
-            let page = dl.list(&Filter {
-                pair: None,
-                before_id: before,
-                limit: 1000,
-            })?;
-            let Some(last) = page.last() else { break };
-            before = Some(last.id);
-            ids.extend(page.iter().map(|l| l.id));
-        }
-        ids.reverse();
-        ids
+        DeadLetters::new(&m).all_ids()?
     } else {
         ids
     };

@@ -898,7 +898,7 @@ async fn apply_batch(
 ) -> Result<bool> {
     let stats = handle.stats.clone();
     let work = futures::stream::iter(pending)
-        .map(|p| apply_pending(engine, db, &stats, engine.pair_id, p))
+        .map(|p| apply_pending(engine, db, &stats, &handle.label, p))
         // copies and deletes also wait for a slot under the limit of each store side
         // (adaptive, or lower while a store throttles); the probes and metadata updates
         // before them take none, so their number is bounded here
@@ -965,9 +965,10 @@ async fn apply_pending(
     engine: &Engine,
     db: &Arc<Manifest>,
     stats: &super::running::DaemonStats,
-    pair_id: i64,
+    label: &str,
     p: inbox::Pending,
 ) -> Result<()> {
+    let pair_id = engine.pair_id;
     let started_at = inbox::now();
     let r = engine
         .reconcile_pending(&p.key, p.token.as_deref(), p.released)
@@ -980,7 +981,7 @@ async fn apply_pending(
         Ok(Applied::Held { fresh }) => {
             if fresh {
                 tracing::error!(
-                    pair_id,
+                    pair = %label,
                     key = %key,
                     "delete brake engaged: this pair's deletes pass its limit; they are held (copies go on). \
                      Look at the source, then `slate pairs release-deletes SRC DST` to apply them or \

@@ -158,24 +158,7 @@ async fn retry(State(s): State<Arc<Server>>, body: Bytes) -> Response {
     }
     let db = s.db.clone();
     let ids = if w.all {
-        let got = crate::state::blocking(move || {
-            let dl = DeadLetters::new(&db);
-            let mut ids = Vec::new();
-            let mut before = None;
-            loop {
-                let page = dl.list(&Filter {
-                    pair: None,
-                    before_id: before,
-                    limit: 1000,
-                })?;
-                let Some(last) = page.last() else { break };
-                before = Some(last.id);
-                ids.extend(page.iter().map(|l| l.id));
-            }
-            ids.reverse();
-            Ok(ids)
-        })
-        .await;
+        let got = crate::state::blocking(move || DeadLetters::new(&db).all_ids()).await;
         match got {
             Ok(ids) => ids,
             Err(e) => return internal(e),

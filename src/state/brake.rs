@@ -37,6 +37,20 @@ pub struct BrakeState {
     pub in_window: u64,
 }
 
+/// The brake released: not engaged, a new window from `t`, nothing counted in it.
+fn reset(c: &super::db::Conn, pair_id: i64, t: i64) -> super::db::DbResult<()> {
+    c.execute(
+        "UPDATE delete_brakes SET engaged_at = NULL, reason = NULL, window_start = ?2
+         WHERE pair_id = ?1",
+        params![pair_id, t],
+    )?;
+    c.execute(
+        "DELETE FROM brake_deletes WHERE pair_id = ?1",
+        params![pair_id],
+    )?;
+    Ok(())
+}
+
 /// The brake of one database.
 pub struct Brakes<'a> {
     m: &'a Manifest,
@@ -156,15 +170,7 @@ impl<'a> Brakes<'a> {
                 "UPDATE inbox SET held = 2, not_before = 0 WHERE pair_id = ?1 AND held = 1",
                 params![pair_id],
             )?;
-            c.execute(
-                "UPDATE delete_brakes SET engaged_at = NULL, reason = NULL, window_start = ?2
-                 WHERE pair_id = ?1",
-                params![pair_id, t],
-            )?;
-            c.execute(
-                "DELETE FROM brake_deletes WHERE pair_id = ?1",
-                params![pair_id],
-            )?;
+            reset(c, pair_id, t)?;
             Ok(n as u64)
         })?;
         super::inbox::bell().notify_waiters();
@@ -180,15 +186,7 @@ impl<'a> Brakes<'a> {
                 "DELETE FROM inbox WHERE pair_id = ?1 AND held = 1",
                 params![pair_id],
             )?;
-            c.execute(
-                "UPDATE delete_brakes SET engaged_at = NULL, reason = NULL, window_start = ?2
-                 WHERE pair_id = ?1",
-                params![pair_id, t],
-            )?;
-            c.execute(
-                "DELETE FROM brake_deletes WHERE pair_id = ?1",
-                params![pair_id],
-            )?;
+            reset(c, pair_id, t)?;
             Ok(n as u64)
         })
     }

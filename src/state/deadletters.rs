@@ -141,6 +141,24 @@ impl<'a> DeadLetters<'a> {
         })
     }
 
+    /// The ids of every letter, oldest first (read a page at a time).
+    pub fn all_ids(&self) -> Result<Vec<i64>> {
+        let mut ids = Vec::new();
+        let mut before = None;
+        loop {
+            let page = self.list(&Filter {
+                pair: None,
+                before_id: before,
+                limit: 1000,
+            })?;
+            let Some(last) = page.last() else { break };
+            before = Some(last.id);
+            ids.extend(page.iter().map(|l| l.id));
+        }
+        ids.reverse();
+        Ok(ids)
+    }
+
     /// Every letter's count (for `slate deadletters`' summary).
     pub fn count(&self) -> Result<u64> {
         self.m.read(|c| {
@@ -170,21 +188,7 @@ impl<'a> DeadLetters<'a> {
             if !c.exists("SELECT 1 FROM dead_letters WHERE id = ?1", params![id])? {
                 return Ok(false);
             }
-            for (pair_id, key, kind, token) in &intake.rows {
-                c.execute(
-                    super::inbox::PUSH_SQL,
-                    params![pair_id, key, *kind as i64, token, t],
-                )?;
-            }
-            for (pair_id, prefix) in &intake.prefixes {
-                c.execute(
-                    "INSERT INTO expansions (pair_id, prefix, created_at) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (pair_id, prefix) DO UPDATE SET phase = 0, cursor = '',
-                        generation = expansions.generation + 1, not_before = 0, attempts = 0,
-                        error = NULL",
-                    params![pair_id, prefix, t],
-                )?;
-            }
+            super::inbox::push_rows(c, intake, t)?;
             match intake.dead.first() {
                 // still not usable: kept, with what the retry found
                 Some(d) => c.execute(

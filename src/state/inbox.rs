@@ -59,6 +59,26 @@ pub(crate) const PUSH_SQL: &str =
         events = inbox.events + 1,
         last_seen = excluded.last_seen, not_before = 0, attempts = 0, held = 0";
 
+/// Stores the key rows (coalesced as [`Inbox::push`] does) and the prefixes to expand of
+/// `intake`, in the caller's transaction (a message's, or a dead letter's retry).
+pub(crate) fn push_rows(c: &super::db::Conn, intake: &Intake, t: i64) -> DbResult<()> {
+    for (pair_id, key, kind, token) in &intake.rows {
+        c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
+    }
+    // a new event for a prefix being expanded starts it over (the folder may hold other keys
+    // now): a new generation, due at once
+    for (pair_id, prefix) in &intake.prefixes {
+        c.execute(
+            "INSERT INTO expansions (pair_id, prefix, created_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (pair_id, prefix) DO UPDATE SET phase = 0, cursor = '',
+                generation = expansions.generation + 1, not_before = 0, attempts = 0,
+                error = NULL",
+            params![pair_id, prefix, t],
+        )?;
+    }
+    Ok(())
+}
+
 /// What one batch of messages names, for every pair it feeds: stored by [`Inbox::store`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Intake {
@@ -149,20 +169,7 @@ impl<'a> Inbox<'a> {
         let t = now_ms();
         self.m
             .with(|c| {
-                for (pair_id, key, kind, token) in &intake.rows {
-                    c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
-                }
-                // a new event for a prefix being expanded starts it over (the folder may hold
-                // other keys now): a new generation, due at once
-                for (pair_id, prefix) in &intake.prefixes {
-                    c.execute(
-                        "INSERT INTO expansions (pair_id, prefix, created_at) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (pair_id, prefix) DO UPDATE SET phase = 0, cursor = '',
-                            generation = expansions.generation + 1, not_before = 0, attempts = 0,
-                            error = NULL",
-                        params![pair_id, prefix, t],
-                    )?;
-                }
+                push_rows(c, intake, t)?;
                 for d in &intake.dead {
                     c.execute(
                         "INSERT INTO dead_letters (pair_id, source, queue, raw, decoded, reason, received_at)
