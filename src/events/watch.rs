@@ -195,15 +195,22 @@ mod tests {
         // (a folder created after the watch starts is reported itself: files written into it
         // before its own watch is in place are found by expanding it, in the daemon)
         std::fs::create_dir_all(root.join("sub")).unwrap();
+        // a file that exists before the watch: only its delete can name it
+        std::fs::write(root.join("sub/old.txt"), b"0").unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let _h = watch(root.clone(), Duration::from_millis(100), tx).unwrap();
         std::fs::write(root.join("sub/a.txt"), b"1").unwrap();
         std::fs::write(root.join("b.txt"), b"2").unwrap();
         std::fs::rename(root.join("b.txt"), root.join("c.txt")).unwrap();
         std::fs::remove_file(root.join("sub/a.txt")).unwrap();
+        std::fs::remove_file(root.join("sub/old.txt")).unwrap();
         let mut seen = Keys::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !(seen.contains("sub/a.txt") && seen.contains("b.txt") && seen.contains("c.txt")) {
+        while !(seen.contains("sub/a.txt")
+            && seen.contains("b.txt")
+            && seen.contains("c.txt")
+            && seen.contains("sub/old.txt"))
+        {
             let keys = tokio::time::timeout_at(deadline, rx.recv())
                 .await
                 .expect("events in time")
