@@ -509,7 +509,12 @@ fn a_cancelled_job_stops_and_leaves_no_partial_object() {
     assert_eq!(v["state"], "cancelled");
     let (_, events) = read_events(&s.url(&format!("/jobs/{id}/events")), None);
     assert_eq!(events.last().expect("end").data["state"], "cancelled");
-    std::thread::sleep(Duration::from_millis(500));
+    // the cancel removes what was in flight: wait for it, not for a fixed time
+    wait_for("the cancelled copies' temporary files removed", 30, || {
+        read_local(&dst_dir)
+            .keys()
+            .all(|k| !k.contains(".slate-tmp-"))
+    });
     let got = read_local(&dst_dir);
     assert!(got.len() < data.len(), "cancelled before the end");
     for (k, v) in &got {

@@ -439,8 +439,13 @@ fn azure_events_through_a_storage_queue_reach_s3() {
     let left = rt().block_on(q.receive()).expect("receive");
     assert!(left.is_empty(), "messages left on the queue: {left:?}");
     rt().block_on(q.send(&b64(&late))).expect("send");
-    // (receiving here would hide the message from the daemon: wait out its idle polling)
-    std::thread::sleep(Duration::from_secs(3));
+    // (receiving here would hide the message from the daemon: wait for the daemon's word)
+    wait_for("the late create applied as stale", 60, || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains("applied") && l.contains("key=top2.bin") && l.contains("Stale"))
+    });
     assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(

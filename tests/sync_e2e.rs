@@ -279,10 +279,30 @@ fn a_killed_sync_converges_without_recopying_what_it_finished() {
         "--quiet",
     ]);
     let mut child = c.spawn().expect("spawn");
-    std::thread::sleep(Duration::from_millis(1500));
+    // killed once some objects landed and the run is still going: a kill after the end
+    // would prove nothing
+    wait_for("some objects landed", 120, || {
+        d.read()
+            .keys()
+            .filter(|k| !k.contains(".slate-tmp-"))
+            .count()
+            >= 10
+    });
+    assert!(
+        matches!(child.try_wait(), Ok(None)),
+        "the run ended before it could be killed"
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    let _ = child.wait();
+    let status = child.wait().expect("wait");
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "the kill landed mid-run"
+        );
+    }
     let landed = d.read();
     let visible: Vec<_> = landed
         .keys()
