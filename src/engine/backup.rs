@@ -71,8 +71,9 @@ impl Backup {
         })
     }
 
-    /// The backup's key of `key`: the key, a dot and the time (UTC, milliseconds), with a
-    /// counter when two backups of one key fall in one millisecond.
+    /// The backup's key of `key`: the key, a dot and the time (UTC, milliseconds); after the
+    /// first backup of the process a sequence number follows (`…Z-7`), so that two backups
+    /// of one key within one millisecond never take one name.
     pub fn name_for(key: &str, now: std::time::SystemTime) -> String {
         let ms = now
             .duration_since(std::time::UNIX_EPOCH)
