@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
 fn fails_with(args: &[&str], code: i32, needles: &[&str]) -> String {
@@ -221,10 +219,26 @@ fn interrupted(dst_end: &str, signal: i32) -> (Option<i32>, Vec<u8>, String) {
     };
     let (mut cmd, where_) = dst;
     let mut child = cmd.spawn().expect("spawn");
-    std::thread::sleep(Duration::from_millis(700));
-    // SAFETY: plain kill(2) on our own child.
+    // the signal lands once the copy writes (a temp file, a multipart upload), not on a guess
+    let dst_dir = dir.path().join("dst");
+    wait_for("the copy to begin writing", 60, || match dst_end {
+        "local" => std::fs::read_dir(&dst_dir).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(".slate-tmp"))
+        }),
+        _ => s3_raw("GET", &format!("/slate-dst?uploads&prefix={where_}"), "")
+            .1
+            .contains("<UploadId>"),
+    });
+    // SAFETY: plain kill(2) on our own child, not reaped yet.
     unsafe { libc::kill(child.id() as i32, signal) };
     let status = child.wait().expect("wait");
+    // proof that it landed mid-run: the copy did not finish on its own
+    use std::os::unix::process::ExitStatusExt;
+    match signal {
+        libc::SIGKILL => assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}"),
+        _ => assert_eq!(status.code(), Some(130), "{status:?}"),
+    }
     let got = if dst_end == "local" {
         let all = read_local(std::path::Path::new(&where_));
         for k in all.keys() {
@@ -258,10 +272,7 @@ fn interrupted(dst_end: &str, signal: i32) -> (Option<i32>, Vec<u8>, String) {
 
 #[test]
 fn interrupted_copies_leave_no_torn_object() {
-    let (code, got, _) = interrupted("local", libc::SIGINT);
-    if got.is_empty() {
-        assert_eq!(code, Some(130), "SIGINT exit code");
-    }
+    interrupted("local", libc::SIGINT);
     interrupted("local", libc::SIGKILL);
     interrupted("s3", libc::SIGKILL);
     interrupted("s3", libc::SIGINT);
@@ -310,4 +321,111 @@ fn help_lists_environment_and_memory_bound() {
     ] {
         assert!(text.contains(v), "--help lacks {v}");
     }
+}
+
+/// How a test changes a file while it is being copied.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// A new file renamed over it (what editors, `rsync` and `cp` to a temp name do).
+    Replace,
+    /// New bytes written over the old ones in place, the size kept.
+    Rewrite,
+}
+
+/// Copies a 40 MiB file under a bandwidth limit, changes it once the copy is under way (a
+/// destination temp file or a multipart upload exists), and checks what landed: the copy
+/// must fail naming the change, and nothing at the destination may be a mix of the two
+/// versions; a second copy then lands the new version whole.
+fn changed_during_copy(change: Change, to_s3: bool) {
+    let (v1, v2) = (bytes(7, 40 * MIB), bytes(8, 40 * MIB));
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let file = src.join("big.bin");
+    std::fs::write(&file, &v1).expect("write");
+    let local_dst = dir.path().join("dst");
+    let prefix = unique("stitch");
+    let dst = match to_s3 {
+        true => format!("s3://slate-dst/{prefix}"),
+        false => local_dst.display().to_string(),
+    };
+    let src_url = src.display().to_string();
+    let args = [
+        "copy",
+        src_url.as_str(),
+        dst.as_str(),
+        "--chunk-size",
+        "8MiB",
+        "--streams",
+        "2",
+        "--bwlimit",
+        "10M",
+        "--quiet",
+    ];
+    let mut c = slate();
+    c.args(args).stderr(std::process::Stdio::piped());
+    let child = c.spawn().expect("spawn");
+    let under_way = || match to_s3 {
+        true => s3_raw("GET", &format!("/slate-dst?uploads&prefix={prefix}"), "")
+            .1
+            .contains("<UploadId>"),
+        false => std::fs::read_dir(&local_dst).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(".slate-tmp"))
+        }),
+    };
+    wait_for("the copy to begin writing", 60, under_way);
+    match change {
+        Change::Replace => {
+            let next = src.join(".next");
+            std::fs::write(&next, &v2).expect("write v2");
+            std::fs::rename(&next, &file).expect("rename");
+        }
+        Change::Rewrite => {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .expect("open");
+            f.write_all_at(&v2, 0).expect("rewrite");
+        }
+    }
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let landed = || match to_s3 {
+        true => rt()
+            .block_on(read_all(&s3("slate-dst"), &prefix))
+            .remove("big.bin"),
+        false => read_local(&local_dst).remove("big.bin"),
+    };
+    let got = landed();
+    if let Some(got) = &got {
+        assert!(
+            *got == v1 || *got == v2,
+            "{change:?}: a mix of two versions landed ({} bytes)",
+            got.len()
+        );
+    }
+    // at 10 MB/s the change lands seconds before the last chunk is read
+    assert_eq!(out.status.code(), Some(1), "{change:?}: {err}");
+    assert!(
+        got.is_none(),
+        "{change:?}: an object landed from a failed copy"
+    );
+    assert!(
+        err.contains("source file changed during the copy"),
+        "{change:?}: {err}"
+    );
+    // the next run copies the version there is now, whole
+    let again = copy(&src_url, &dst, &["--quiet"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(landed() == Some(v2), "{change:?}: the second copy");
+}
+
+#[test]
+fn a_file_changed_during_its_copy_never_lands_a_mix() {
+    changed_during_copy(Change::Replace, false);
+    changed_during_copy(Change::Rewrite, false);
+    changed_during_copy(Change::Replace, true);
+    changed_during_copy(Change::Rewrite, true);
 }

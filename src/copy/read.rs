@@ -69,14 +69,81 @@ fn classify(e: object_store::Error) -> ChunkError {
     }
 }
 
+/// What one version of a local file is: the file (device, inode) and what any write or
+/// replacement moves (size, mtime, ctime, which no one can set back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileId {
+    pub fn of(m: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    /// The change token a listing gives this version (`core::object::local_etag`).
+    fn token(&self) -> Option<String> {
+        let t = std::time::UNIX_EPOCH
+            + std::time::Duration::new(u64::try_from(self.mtime.0).ok()?, self.mtime.1 as u32);
+        crate::core::object::local_etag(Some(t), self.size)
+    }
+}
+
+/// What the source must still be while the chunks of one object are read, so that a copy
+/// never stitches two versions: for a cloud object the listed ETag (sent as If-Match); for a
+/// local file the version its first chunk found (which must be the listed one, when the
+/// listing gave a token), checked again before and after every chunk is read.
+#[derive(Debug, Default)]
+pub struct Guard {
+    etag: Option<String>,
+    pinned: std::sync::OnceLock<FileId>,
+}
+
+impl Guard {
+    pub fn new(etag: Option<&str>) -> Guard {
+        Guard {
+            etag: etag.map(str::to_string),
+            pinned: Default::default(),
+        }
+    }
+
+    /// The version of a local file this copy reads; a chunk that finds another fails the
+    /// copy (retried whole by the caller's next attempt).
+    fn check(&self, now: FileId) -> Result<(), ChunkError> {
+        let first = *self.pinned.get_or_init(|| now);
+        if first != now {
+            return Err(ChunkError::Fatal(CHANGED.into()));
+        }
+        match (&self.etag, first.token()) {
+            (Some(listed), Some(found)) if *listed != found => Err(ChunkError::Fatal(
+                "source file changed since it was listed; run again".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+const CHANGED: &str = "source file changed during the copy (written to or replaced); run again";
+
 /// Reads `range` of the object `key` (a full key for cloud, an absolute path under the side's
 /// folder for local, opened under the symlink rule of `stores::local::open_source`),
-/// hashing every byte in fixed blocks and passing it to `sink`. `etag` guards against the
-/// source changing between chunks. `whole` asks for a plain GET (no Range header).
+/// hashing every byte in fixed blocks and passing it to `sink`. `guard` keeps the chunks of
+/// one object to one version of it. `whole` asks for a plain GET (no Range header).
 pub async fn read_chunk(
     side: &Side,
     key: &str,
-    etag: Option<&str>,
+    guard: &Arc<Guard>,
     range: Range<u64>,
     whole: bool,
     sink: ChunkSink,
@@ -85,13 +152,22 @@ pub async fn read_chunk(
     debug_assert!(range.start % BLOCK == 0);
     match side {
         Side::Cloud { store, .. } => {
+            let etag = guard.etag.as_deref();
             read_cloud(store, key, etag, range, whole, sink, limit.map(|l| &**l)).await
         }
         Side::Local { loc } => {
             let (root, path, follow) = (loc.local_path(), PathBuf::from(key), loc.copy_links);
-            let limit = limit.cloned();
+            let (limit, guard) = (limit.cloned(), guard.clone());
             tokio::task::spawn_blocking(move || {
-                read_local(&root, &path, follow, range, sink, limit.as_deref())
+                let file = open_local(&root, &path, follow)?;
+                let id = || file.metadata().map(|m| FileId::of(&m));
+                let stat = |e: std::io::Error| ChunkError::Fatal(format!("reading source: {e}"));
+                // the version before the read and after it: a write in between moves the
+                // mtime or ctime before it moves a byte
+                guard.check(id().map_err(stat)?)?;
+                let out = read_local(&file, range, sink, limit.as_deref())?;
+                guard.check(id().map_err(stat)?)?;
+                Ok(out)
             })
             .await
             .map_err(|e| ChunkError::Fatal(e.to_string()))?
@@ -180,27 +256,32 @@ async fn read_cloud(
     })
 }
 
-fn read_local(
+fn open_local(
     root: &std::path::Path,
     path: &std::path::Path,
     follow: bool,
-    range: Range<u64>,
-    sink: ChunkSink,
-    limit: Option<&BwLimit>,
-) -> Result<ChunkOut, ChunkError> {
+) -> Result<std::fs::File, ChunkError> {
     // never through a symlink that leads out of the root, even one swapped in just now
-    let file = open_source(root, path, follow).map_err(|e| match e.kind() {
+    open_source(root, path, follow).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => {
             ChunkError::Fatal("source file vanished during the copy".into())
         }
         _ => ChunkError::Fatal(format!("opening source: {e}")),
-    })?;
+    })
+}
+
+fn read_local(
+    file: &std::fs::File,
+    range: Range<u64>,
+    sink: ChunkSink,
+    limit: Option<&BwLimit>,
+) -> Result<ChunkOut, ChunkError> {
     if let (ChunkSink::File(dst), None) = (&sink, limit) {
         // Local to local: the kernel copies (copy_file_range: no trip through user space, a
         // reflink where the file system has them); the source range is then read back from the
         // page cache to be hashed. Falls back to read + write where the kernel cannot.
-        if kernel_copy(&file, dst.file(), range.clone())? {
-            return hash_range(&file, range);
+        if kernel_copy(file, dst.file(), range.clone())? {
+            return hash_range(file, range);
         }
     }
     let want = (range.end - range.start) as usize;

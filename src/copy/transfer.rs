@@ -27,7 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::hash::ContentHash;
 use super::local::{DirMaker, TempFile};
-use super::read::{read_chunk, ChunkOut, ChunkSink};
+use super::read::{read_chunk, ChunkOut, ChunkSink, Guard};
 use super::resume::{self, Ledger, Listed};
 use super::tune::{choose_chunk, choose_streams, Steer};
 use super::{CopyOptions, Counters};
@@ -664,7 +664,7 @@ fn any(_: &object_store::Error) -> bool {
 async fn chunk_with_retry(
     ctx: &Ctx,
     item_key: &str,
-    etag: Option<&str>,
+    guard: &Arc<Guard>,
     range: Range<u64>,
     whole: bool,
     sink: ChunkSink,
@@ -684,7 +684,7 @@ async fn chunk_with_retry(
             async move {
                 let limit = ctx.opts.bwlimit.as_ref();
                 let out =
-                    read_chunk(side, item_key, etag, range.clone(), whole, sink, limit).await?;
+                    read_chunk(side, item_key, guard, range.clone(), whole, sink, limit).await?;
                 Ok(out)
             }
         })
@@ -866,11 +866,18 @@ async fn local_temp(
         if resume::still_fits(&u, item, u64::MAX) && next_to {
             let parts = l.parts(u.id).await;
             let (dest, t, size, c) = (path.clone(), temp.clone(), item.size, u.chunk_size);
+            let (src, key) = (ctx.src.clone(), item.src.clone());
             let opened = tokio::task::spawn_blocking(move || {
                 let t = t?;
                 let ranges = chunks(size, c);
                 let tmp = TempFile::reopen(&dest, t.clone(), size).ok()?;
-                Some((tmp, resume::check_local_parts(&t, &parts, &ranges)))
+                let held = resume::check_local_parts(&t, &parts, &ranges);
+                let kept: Vec<_> = parts
+                    .into_iter()
+                    .filter(|p| held.contains_key(&(p.part as usize)))
+                    .collect();
+                // what was written must still be what the source holds
+                resume::source_holds(&src, &key, &kept, &ranges).then_some((tmp, held))
             })
             .await
             .ok()
@@ -950,12 +957,13 @@ async fn to_local_inner(
         .into_iter()
         .enumerate()
         .filter(|(i, _)| !done.contains_key(i));
+    let guard = Arc::new(Guard::new(item.etag.as_deref()));
+    let guard = &guard;
     let reads = futures::stream::iter(todo).map(|(i, r)| {
         let sink = ChunkSink::File(tmp.clone());
         async move {
             let len = r.end - r.start;
-            let out =
-                chunk_with_retry(ctx, &item.src, item.etag.as_deref(), r, whole, sink).await?;
+            let out = chunk_with_retry(ctx, &item.src, guard, r, whole, sink).await?;
             if !whole {
                 ctx.chunk_done(len, cap);
             }
@@ -1052,7 +1060,7 @@ async fn to_cloud_single(
         let out = chunk_with_retry(
             ctx,
             &item.src,
-            item.etag.as_deref(),
+            &Arc::new(Guard::new(item.etag.as_deref())),
             0..item.size,
             true,
             ChunkSink::Buffer,
@@ -1295,6 +1303,18 @@ async fn adopted_upload(
     };
     let ranges = chunks(item.size, u.chunk_size);
     let parts = resume::confirmed_parts(&l.parts(u.id).await, &listed, &ranges);
+    // what was sent must still be what a local source holds
+    let (src, key, sent) = (ctx.src.clone(), item.src.clone(), parts.clone());
+    let holds =
+        tokio::task::spawn_blocking(move || resume::source_holds(&src, &key, &sent, &ranges))
+            .await
+            .unwrap_or(false);
+    if !holds {
+        tracing::info!(key = %item.dst, "the source no longer holds what a stopped copy sent: starting again");
+        slot.take();
+        l.abort(&u, &ctx.dst).await;
+        return Ok(None);
+    }
     l.resumed();
     Ok(Some(Adopted {
         upload: u,
@@ -1343,18 +1363,13 @@ async fn multipart_inner(
         .collect();
     // Chunks are read `ctx.width(cap)` at a time, in order; each holds its share of the
     // memory budget until its part is uploaded.
+    let guard = Arc::new(Guard::new(item.etag.as_deref()));
+    let guard = &guard;
     let reads = futures::stream::iter(todo).map(|(i, r)| async move {
         let permit = ctx.reserve(r.end - r.start).await?;
-        let out = chunk_with_retry(
-            ctx,
-            &item.src,
-            item.etag.as_deref(),
-            r,
-            false,
-            ChunkSink::Buffer,
-        )
-        .await
-        .map_err(|e| obj_err(item, e.to_string()))?;
+        let out = chunk_with_retry(ctx, &item.src, guard, r, false, ChunkSink::Buffer)
+            .await
+            .map_err(|e| obj_err(item, e.to_string()))?;
         Ok::<_, SlateError>((i, out, permit))
     });
     let mut reads = widening(reads, FuturesOrdered::new(), || ctx.width(cap));
@@ -1587,6 +1602,8 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
     let (cap, _large) = ctx.streams_for(parts.len(), chunk);
     let whole = parts.len() == 1;
     let key_ref = key.as_str();
+    let guard = Arc::new(Guard::default());
+    let guard = &guard;
     let reads = futures::stream::iter(parts.into_iter().enumerate()).map(|(i, r)| async move {
         ctx.retry(end)
             .run(key_ref, retryable, |_| {
@@ -1594,7 +1611,7 @@ async fn hash_object(ctx: &Ctx, end: End, key: &str, size: u64) -> Result<Conten
                 read_chunk(
                     side,
                     key_ref,
-                    None,
+                    guard,
                     r.clone(),
                     whole,
                     ChunkSink::Discard,

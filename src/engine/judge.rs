@@ -198,9 +198,11 @@ async fn content(
     let whole = parts.len() == 1;
     let store_name = side.location().scheme.short();
     let mut digests = Vec::new();
+    let guard = std::sync::Arc::new(crate::copy::read::Guard::default());
     let outs: Vec<_> = futures::stream::iter(parts)
         .map(|r| {
             let key = key.as_str();
+            let guard = &guard;
             async move {
                 Retry::default()
                     .for_store(store_name)
@@ -208,7 +210,15 @@ async fn content(
                         key,
                         |e| matches!(e, ChunkError::Retry(_)),
                         |_| {
-                            read_chunk(side, key, None, r.clone(), whole, ChunkSink::Discard, limit)
+                            read_chunk(
+                                side,
+                                key,
+                                guard,
+                                r.clone(),
+                                whole,
+                                ChunkSink::Discard,
+                                limit,
+                            )
                         },
                     )
                     .await
