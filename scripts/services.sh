@@ -30,7 +30,8 @@
 #                  adaptive.rs): moto tops out at a few hundred on a small machine
 #   postgres       PostgreSQL (Debian's package): a private server    SLATE_PG_PORT             5440
 #                  (initdb afresh on each start, trusting all: 127.0.0.1 and a unix socket in
-#                  $RUN_DIR/postgres/sock only), database `slate_test`; no test uses it yet
+#                  $RUN_DIR/postgres/sock only; TLS with tests/keys' test-only certificate),
+#                  database `slate_test`
 #
 # Test buckets/containers `slate-src` and `slate-dst` are created in S3, Azure and GCS (and in
 # s3s-fs, as folders of its data dir $RUN_DIR/s3s-data). PostgreSQL keeps its data in
@@ -630,6 +631,18 @@ pg_make_dir() {
     PG_REAL=$dir
 }
 
+# TLS on the server (plain connections still accepted), with the test-only certificate of
+# tests/keys (DNS:localhost, signed by test-only-pg-ca.pem): tests/pgtls.rs connects with each
+# sslmode. Written into postgresql.conf, so that a restart keeps it.
+pg_tls() {
+    local data=$1 keys=$SCRIPT_DIR/../tests/keys
+    cp -- "$keys/test-only-pg-server.pem" "$data/server.crt" &&
+        cp -- "$keys/test-only-pg-server.key" "$data/server.key" &&
+        chmod 0600 "$data/server.key" || return 1
+    if [[ $(id -u) == 0 ]]; then chown postgres: "$data/server.crt" "$data/server.key" || return 1; fi
+    printf "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n" >>"$data/postgresql.conf"
+}
+
 # PostgreSQL: a private server, made afresh by initdb on each start (as the in-memory emulators
 # start empty). It trusts every connection: it listens on 127.0.0.1 only, and on a unix socket
 # in its own folder. pg_ctl starts the postmaster in a session of its own (as setsid does the
@@ -647,6 +660,7 @@ start_postgres() {
         printf '=== %s: initdb and pg_ctl start in %s\n' "$(date -Is)" "$PG_REAL" >"$log"
         pg_run "$bin/initdb" -D "$PG_REAL/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
             >>"$log" 2>&1 || start_failed "postgres: initdb failed" "$log"
+        pg_tls "$PG_REAL/data" || start_failed "postgres: cannot set up its TLS" "$log"
         # No -l: the server writes to the output pg_ctl got, this log, which the postgres user
         # might not be able to open itself. -W: the wait is ours, below.
         pg_run "$bin/pg_ctl" -D "$PG_REAL/data" -W \

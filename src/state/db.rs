@@ -1148,6 +1148,9 @@ fn pgpass_lookup(text: &str, host: &str, port: &str, db: &str, user: &str) -> Op
 }
 
 fn open_postgres(url: &str) -> std::result::Result<Pg, String> {
+    // libpq's TLS parameters (verify-ca, verify-full, sslrootcert, …) are ours to apply
+    let (url, tls) = super::pgtls::strip(url)?;
+    let tls = super::pgtls::Connector::new(&tls)?;
     let mut cfg: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
         format!("not a PostgreSQL URL ({e}); expected postgres://USER@HOST:PORT/DB")
     })?;
@@ -1170,7 +1173,7 @@ fn open_postgres(url: &str) -> std::result::Result<Pg, String> {
         .map_err(|e| format!("internal: starting the database runtime: {e}"))?;
     let mgr = deadpool_postgres::Manager::from_config(
         cfg,
-        tokio_postgres::NoTls,
+        tls,
         deadpool_postgres::ManagerConfig {
             recycling_method: deadpool_postgres::RecyclingMethod::Fast,
         },

@@ -11,6 +11,7 @@ pub mod leases;
 pub mod manifest;
 pub mod owner;
 pub mod partitions;
+pub mod pgtls;
 pub mod uploads;
 
 use crate::core::error::{Result, SlateError};
