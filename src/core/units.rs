@@ -1,7 +1,8 @@
 //! Quantities as people write them and read them: byte sizes (`64MiB`) and timestamps
 //! (RFC 3339). Pure: the config, the CLI and job requests all parse sizes the same way.
 
-/// Parses a byte size: `1048576`, `64MiB`, `64M` (= MiB), `1GiB`, `512k`, `1.5GiB`.
+/// Parses a byte size: `1048576`, `64MiB`, `64M` (= MiB), `1GiB`, `512k`, `1.5GiB`, and
+/// rclone's spellings (`16Mi`, `1Gi`, `512Ki`): every unit is a power of 1024, as rclone's.
 pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
     let split = t
@@ -13,13 +14,14 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
         .map_err(|_| format!("'{s}' is not a size (e.g. 64MiB)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
+        "k" | "kb" | "ki" | "kib" => 1 << 10,
+        "m" | "mb" | "mi" | "mib" => 1 << 20,
+        "g" | "gb" | "gi" | "gib" => 1 << 30,
+        "t" | "tb" | "ti" | "tib" => 1 << 40,
+        "p" | "pb" | "pi" | "pib" => 1 << 50,
         other => {
             return Err(format!(
-                "unknown unit '{other}' in '{s}' (use B, KiB, MiB, GiB, TiB)"
+                "unknown unit '{other}' in '{s}' (use B, KiB, MiB, GiB, TiB, PiB; or rclone's Ki, Mi, Gi, Ti, Pi)"
             ))
         }
     };
@@ -58,6 +60,13 @@ mod tests {
             ("1048576", 1 << 20),
             ("64MiB", 64 << 20),
             ("64M", 64 << 20),
+            // rclone's spellings
+            ("16Mi", 16 << 20),
+            ("256Mi", 256 << 20),
+            ("1Gi", 1 << 30),
+            ("512Ki", 512 << 10),
+            ("2Ti", 2 << 40),
+            ("1P", 1 << 50),
             ("1GiB", 1 << 30),
             ("512k", 512 << 10),
             ("1.5GiB", 3 << 29),
