@@ -84,8 +84,20 @@ fn local_folder_daemon_follows_every_kind_of_change() {
     let daemon = start(&db, &su, &du, &log);
     std::fs::write(s.root.join("after-kill.txt"), b"x").expect("write");
     std::fs::remove_file(s.root.join("dir1/f5.bin")).expect("rm");
-    std::thread::sleep(Duration::from_millis(150));
-    daemon.stop(libc::SIGKILL);
+    // killed once it has seen the create (stored in its inbox, or applied already)
+    wait_for("the daemon to see the create", 30, || {
+        d.read().contains_key("after-kill.txt")
+            || rusqlite::Connection::open(&db)
+                .and_then(|c| {
+                    c.query_row(
+                        "SELECT COUNT(*) FROM inbox WHERE key LIKE '%after-kill.txt'",
+                        [],
+                        |r| r.get::<_, i64>(0),
+                    )
+                })
+                .is_ok_and(|n| n > 0)
+    });
+    assert_eq!(daemon.stop(libc::SIGKILL), None, "ended by the SIGKILL");
     std::fs::write(s.root.join("while-down.txt"), b"y").expect("write"); // no daemon to see it
     let daemon = start(&db, &su, &du, &log);
     wait_equal_within(&db, &su, &du, 60, Some(&log));
@@ -434,10 +446,11 @@ fn azure_events_through_a_storage_queue_reach_s3() {
         2,
         "the malformed and the foreign message"
     );
-    // every message was acknowledged (deleted) after it was stored
-    std::thread::sleep(Duration::from_millis(500));
-    let left = rt().block_on(q.receive()).expect("receive");
-    assert!(left.is_empty(), "messages left on the queue: {left:?}");
+    // every message was acknowledged (deleted) after it was stored: none left, the received
+    // and not yet deleted counted too
+    wait_for("every message deleted from the queue", 30, || {
+        rt().block_on(q.approximate_messages()).expect("count") == 0
+    });
     rt().block_on(q.send(&b64(&late))).expect("send");
     // (receiving here would hide the message from the daemon: wait for the daemon's word)
     wait_for("the late create applied as stale", 60, || {

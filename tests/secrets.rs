@@ -780,7 +780,39 @@ fn emulator_credentials_never_appear_on_the_way_to_success() {
             dir.path(),
             "following changes",
         );
-        std::thread::sleep(Duration::from_millis(1500));
+        // one event through the queue, applied: the window holds a receive, a read of S3 and
+        // a write, each with the credentials
+        let late = format!("{p}/a/late-{level:?}.bin");
+        rt().block_on(async {
+            object_store::ObjectStoreExt::put(
+                &s3("slate-dst"),
+                &object_store::path::Path::from(late.as_str()),
+                vec![7u8; 100].into(),
+            )
+                .await
+                .expect("put");
+            let body = format!(
+                r#"{{"Records":[{{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","eventTime":"2026-12-03T10:00:00.000Z","s3":{{"bucket":{{"name":"slate-dst"}},"object":{{"key":"{late}","size":100}}}}}}]}}"#
+            );
+            let c = sqs_client().await;
+            let url = c
+                .get_queue_url()
+                .queue_name(&queue)
+                .send()
+                .await
+                .expect("queue url");
+            c.send_message()
+                .queue_url(url.queue_url().unwrap_or_default())
+                .message_body(body)
+                .send()
+                .await
+                .expect("send");
+        });
+        let landed = dir
+            .path()
+            .join(format!("sqs-{level:?}"))
+            .join(format!("late-{level:?}.bin"));
+        wait_for("the event's object applied", 60, || landed.exists());
         d.stop(&mut t);
 
         // serve, then what the jobs left in the database (the jobs' local folders are in the
@@ -1219,7 +1251,10 @@ fn fake_credentials_on_error_paths(refuser: &str) {
                         home,
                         "following changes",
                     );
-                    std::thread::sleep(Duration::from_millis(2500));
+                    // the refusal met and logged, not a guess at how long that takes
+                    wait_for("a refused receive logged", 60, || {
+                        read_log(&d.log).contains("receive failed")
+                    });
                     d.stop(&mut own);
                     own
                 }),

@@ -285,6 +285,22 @@ impl AzQueueSource {
             .map(|_| ())
     }
 
+    /// How many messages the queue holds, the invisible ones (received, not yet deleted)
+    /// included: Azure's approximate count (`x-ms-approximate-messages-count`).
+    pub async fn approximate_messages(&self) -> Result<u64> {
+        let (headers, _) = self
+            .request_full(reqwest::Method::GET, "", &[("comp", "metadata")], "")
+            .await?;
+        headers
+            .get("x-ms-approximate-messages-count")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| SlateError::Queue {
+                url: self.spec.clone(),
+                detail: "the queue's metadata has no x-ms-approximate-messages-count".into(),
+            })
+    }
+
     /// One signed request to `queue_url` + `sub` with `query` and `body`; the body of a 2xx
     /// answer.
     async fn request(
@@ -294,6 +310,19 @@ impl AzQueueSource {
         query: &[(&str, &str)],
         body: &str,
     ) -> Result<String> {
+        self.request_full(method, sub, query, body)
+            .await
+            .map(|(_, body)| body)
+    }
+
+    /// [`Self::request`], with the answer's headers.
+    async fn request_full(
+        &self,
+        method: reqwest::Method,
+        sub: &str,
+        query: &[(&str, &str)],
+        body: &str,
+    ) -> Result<(reqwest::header::HeaderMap, String)> {
         let date = chrono::Utc::now()
             .format("%a, %d %b %Y %H:%M:%S GMT")
             .to_string();
@@ -378,12 +407,13 @@ impl AzQueueSource {
             .await
             .map_err(|e| err(format!("{method} {}: {}", self.queue_url, e.without_url())))?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let body = resp
             .text()
             .await
             .map_err(|e| err(format!("{method} {}: {}", self.queue_url, e.without_url())))?;
         if status.is_success() {
-            return Ok(body);
+            return Ok((headers, body));
         }
         let code = error_code(&body);
         let what = match (status.as_u16(), code.as_deref()) {
