@@ -150,20 +150,19 @@ impl Connector {
             (None, Mode::VerifyCa | Mode::VerifyFull) => Some(roots_of(None)?),
             (None, _) => None,
         };
-        let verifier: Arc<dyn ServerCertVerifier> = match roots {
-            // encryption without a check of who answers (libpq's prefer and require)
-            None => Arc::new(AnyServer(provider.clone())),
-            Some(roots) => {
-                let webpki =
-                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                        .build()
-                        .map_err(|e| format!("sslrootcert: {e}"))?;
-                match mode {
-                    Mode::VerifyFull => webpki,
-                    _ => Arc::new(AnyName(webpki)),
-                }
-            }
+        let chain = match roots {
+            None => None,
+            Some(roots) => Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| format!("sslrootcert: {e}"))?,
+            ),
         };
+        let verifier = Arc::new(Check {
+            provider: provider.clone(),
+            chain,
+            name: mode == Mode::VerifyFull,
+        });
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("internal: TLS: {e}"))?
@@ -216,68 +215,32 @@ fn roots_of(file: Option<&str>) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-/// Accepts any certificate (the handshake's signatures are still checked): libpq's `prefer`
-/// and `require` without a root certificate.
+/// What is checked of the server's certificate: nothing (libpq's `prefer` and `require`
+/// without a root certificate: encryption only), its chain to a root (`verify-ca`), or its
+/// chain and its name (`verify-full`). The handshake's signatures are checked in every case.
 #[derive(Debug)]
-struct AnyServer(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, algs)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, algs)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Check {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    name: bool,
 }
 
-/// A certificate chained to a root, whatever host it names: `verify-ca`.
-#[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Check {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
-        name: &ServerName<'_>,
+        server: &ServerName<'_>,
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if !self.name => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
@@ -288,7 +251,8 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algs)
     }
 
     fn verify_tls13_signature(
@@ -297,11 +261,14 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algs)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
