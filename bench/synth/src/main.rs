@@ -1,0 +1,245 @@
+//! `synth-s3`: a synthetic S3 store for slate's scale benchmark (issue 24), on the s3s crate.
+//!
+//! - bucket `--src` (default `synth-src`) holds `--objects` generated objects (`--shape tree`
+//!   or `flat`, keys of 20–120 characters with some unicode, sizes uniform in
+//!   `--mean-size` ± `--spread`), listed in O(page), their bytes made on GET from (key,
+//!   version), ETags the MD5 of those bytes; PUT, DELETE and copy go to an overlay;
+//! - bucket `--sink` (default `synth-sink`) keeps of what it receives only sizes, part MD5s,
+//!   ETags and metadata, so a replica of millions of objects can be checked without storing it;
+//! - the admin port (`--admin-port`, 127.0.0.1 only) answers `GET /verify?src=P&sink=Q` (the
+//!   sink's `Q…` against the source's `P…`, as JSON), `POST /change?new=N&overwrite=N&delete=N
+//!   &seed=S` (a change set in the source; the changed keys as JSON lines) and `GET /counts`
+//!   (requests served by operation).
+//!
+//! It listens on 127.0.0.1 only. Two instances (one as source, one as sink) make bytes pass
+//! through slate, as `--no-server-side-copy` does with one.
+
+mod model;
+mod store;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::Parser;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use s3s::auth::SimpleAuth;
+use s3s::service::S3ServiceBuilder;
+use tokio::net::TcpListener;
+
+use model::{mix, Shape, Spec};
+use store::Synth;
+
+#[derive(Debug, Parser)]
+struct Opt {
+    /// Port of the S3 API on 127.0.0.1 (0: any; the chosen one is printed).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Port of the admin API on 127.0.0.1 (0: any).
+    #[arg(long, default_value_t = 0)]
+    admin_port: u16,
+    #[arg(long, default_value = "synth-src")]
+    src: String,
+    #[arg(long, default_value = "synth-sink")]
+    sink: String,
+    /// Objects in the source bucket.
+    #[arg(long, default_value_t = 100_000)]
+    objects: u64,
+    #[arg(long, value_enum, default_value_t = Shape::Tree)]
+    shape: Shape,
+    /// Every generated key begins with it.
+    #[arg(long, default_value = "data/")]
+    prefix: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Mean object size in bytes (the seed's store: 245760).
+    #[arg(long, default_value_t = 1024)]
+    mean_size: u64,
+    /// Sizes are uniform in mean ± spread.
+    #[arg(long, default_value_t = 512)]
+    spread: u64,
+    #[arg(long, default_value = "testing")]
+    access_key: String,
+    #[arg(long, default_value = "testing")]
+    secret_key: String,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opt = Opt::parse();
+    if opt.objects > 1000 * 65_536 {
+        return Err(format!("--objects {}: at most 65,536,000", opt.objects).into());
+    }
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(run(opt))
+}
+
+async fn run(opt: Opt) -> Result<(), Box<dyn std::error::Error>> {
+    let spec = Spec {
+        n: opt.objects,
+        shape: opt.shape,
+        seed: opt.seed,
+        mean: opt.mean_size,
+        spread: opt.spread.min(opt.mean_size),
+        prefix: opt.prefix.clone(),
+    };
+    let synth = Arc::new(Synth::new(spec, opt.src.clone(), opt.sink.clone()));
+    let service = {
+        let mut b = S3ServiceBuilder::new((*synth).clone());
+        b.set_auth(SimpleAuth::from_single(opt.access_key, opt.secret_key));
+        b.build()
+    };
+    let s3 = TcpListener::bind(("127.0.0.1", opt.port)).await?;
+    let admin = TcpListener::bind(("127.0.0.1", opt.admin_port)).await?;
+    println!(
+        "synth-s3: S3 on http://{} (buckets {} with {} objects, {:?}, mean {} B; {}), admin on http://{}",
+        s3.local_addr()?,
+        opt.src,
+        opt.objects,
+        opt.shape,
+        opt.mean_size,
+        opt.sink,
+        admin.local_addr()?
+    );
+    let a = synth.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((sock, _)) = admin.accept().await else {
+                continue;
+            };
+            let a = a.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let a = a.clone();
+                    async move { Ok::<_, std::convert::Infallible>(admin_answer(&a, req)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(sock), svc)
+                    .await;
+            });
+        }
+    });
+    let http = ConnBuilder::new(TokioExecutor::new());
+    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        let (sock, _): (_, SocketAddr) = tokio::select! {
+            r = s3.accept() => match r { Ok(c) => c, Err(_) => continue },
+            _ = stop.as_mut() => break,
+        };
+        let conn = http
+            .serve_connection(TokioIo::new(sock), service.clone())
+            .into_owned();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    Ok(())
+}
+
+fn query(req: &hyper::Request<hyper::body::Incoming>) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), percent_decode(v)))
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn admin_answer(
+    s: &Synth,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<Full<Bytes>> {
+    let q = query(&req);
+    let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let text = match (req.method().as_str(), req.uri().path()) {
+        ("GET", "/verify") => {
+            let src = q
+                .get("src")
+                .cloned()
+                .unwrap_or_else(|| s.spec.prefix.clone());
+            let sink = q.get("sink").cloned().unwrap_or_default();
+            store::verify(s, &src, &sink).to_string()
+        }
+        ("GET", "/counts") => {
+            let c = s.counts.lock().map(|c| c.clone()).unwrap_or_default();
+            serde_json::to_string(&c).unwrap_or_default()
+        }
+        ("POST", "/change") => change(s, num("new"), num("overwrite"), num("delete"), num("seed")),
+        _ => {
+            return hyper::Response::builder()
+                .status(404)
+                .body(Full::new(Bytes::from(
+                    "GET /verify, GET /counts, POST /change\n",
+                )))
+                .unwrap_or_default()
+        }
+    };
+    hyper::Response::new(Full::new(Bytes::from(text + "\n")))
+}
+
+/// A change set in the source: `new` objects beside generated ones, `overwrite` generated
+/// objects given a version 1 of a new size, `delete` generated objects deleted; picked from
+/// `seed`. Answers one JSON line per change.
+fn change(s: &Synth, new: u64, overwrite: u64, delete: u64, seed: u64) -> String {
+    let n = s.spec.n.max(1);
+    let mut out = String::new();
+    let mut h = mix(seed ^ 0x00C4_A96E);
+    let mut pick = || {
+        h = mix(h);
+        h % n
+    };
+    for j in 0..new {
+        let i = pick();
+        let key = format!("{}~new-{seed}-{j}", s.spec.key(i));
+        let size = s.spec.size(mix(i ^ j));
+        let r = s.generate(&key, 1, size);
+        out.push_str(&serde_json::json!({"new": key, "ok": r.is_ok()}).to_string());
+        out.push('\n');
+    }
+    for _ in 0..overwrite {
+        let i = pick();
+        let key = s.spec.key(i);
+        let size = s.spec.size(mix(i ^ 0x0E));
+        let r = s.generate(&key, 1 + seed, size);
+        out.push_str(&serde_json::json!({"overwrite": key, "ok": r.is_ok()}).to_string());
+        out.push('\n');
+    }
+    for _ in 0..delete {
+        let key = s.spec.key(pick());
+        let r = s.delete_source(&key);
+        out.push_str(&serde_json::json!({"delete": key, "ok": r.is_ok()}).to_string());
+        out.push('\n');
+    }
+    out
+}
