@@ -15,6 +15,7 @@
 //! through slate, as `--no-server-side-copy` does with one.
 
 mod model;
+mod queue;
 mod store;
 
 use std::collections::HashMap;
@@ -65,6 +66,9 @@ struct Opt {
     access_key: String,
     #[arg(long, default_value = "testing")]
     secret_key: String,
+    /// The SQS queue (on the admin port) told of every change to the source.
+    #[arg(long, default_value = "synth-events")]
+    queue: String,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -85,7 +89,8 @@ async fn run(opt: Opt) -> Result<(), Box<dyn std::error::Error>> {
         spread: opt.spread.min(opt.mean_size),
         prefix: opt.prefix.clone(),
     };
-    let synth = Arc::new(Synth::new(spec, opt.src.clone(), opt.sink.clone()));
+    let events = Arc::new(queue::Queue::new(&opt.queue));
+    let synth = Arc::new(Synth::new(spec, opt.src.clone(), opt.sink.clone(), events));
     let service = {
         let mut b = S3ServiceBuilder::new((*synth).clone());
         b.set_auth(SimpleAuth::from_single(opt.access_key, opt.secret_key));
@@ -93,27 +98,29 @@ async fn run(opt: Opt) -> Result<(), Box<dyn std::error::Error>> {
     };
     let s3 = TcpListener::bind(("127.0.0.1", opt.port)).await?;
     let admin = TcpListener::bind(("127.0.0.1", opt.admin_port)).await?;
+    let admin_addr = admin.local_addr()?;
+    let queue_url = format!("http://{admin_addr}/000000000000/{}", opt.queue);
     println!(
-        "synth-s3: S3 on http://{} (buckets {} with {} objects, {:?}, mean {} B; {}), admin on http://{}",
+        "synth-s3: S3 on http://{} (buckets {} with {} objects, {:?}, mean {} B; {}), queue {queue_url}, admin on http://{admin_addr}",
         s3.local_addr()?,
         opt.src,
         opt.objects,
         opt.shape,
         opt.mean_size,
         opt.sink,
-        admin.local_addr()?
     );
     let a = synth.clone();
+    let queue_url = Arc::new(queue_url);
     tokio::spawn(async move {
         loop {
             let Ok((sock, _)) = admin.accept().await else {
                 continue;
             };
-            let a = a.clone();
+            let (a, u) = (a.clone(), queue_url.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
-                    let a = a.clone();
-                    async move { Ok::<_, std::convert::Infallible>(admin_answer(&a, req)) }
+                    let (a, u) = (a.clone(), u.clone());
+                    async move { Ok::<_, std::convert::Infallible>(admin_answer(&a, &u, req).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(sock), svc)
@@ -176,11 +183,31 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn admin_answer(
+async fn admin_answer(
     s: &Synth,
+    queue_url: &str,
     req: hyper::Request<hyper::body::Incoming>,
 ) -> hyper::Response<Full<Bytes>> {
     let q = query(&req);
+    let target = req
+        .headers()
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.strip_prefix("AmazonSQS."))
+        .map(str::to_string);
+    if let Some(op) = target {
+        use http_body_util::BodyExt;
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => Bytes::new(),
+        };
+        let (status, answer) = s.events.answer(&op, &body, queue_url).await;
+        return hyper::Response::builder()
+            .status(status)
+            .header("content-type", "application/x-amz-json-1.0")
+            .body(Full::new(Bytes::from(answer.to_string())))
+            .unwrap_or_default();
+    }
     let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     let text = match (req.method().as_str(), req.uri().path()) {
         ("GET", "/verify") => {
@@ -193,7 +220,7 @@ fn admin_answer(
         }
         ("GET", "/counts") => {
             let c = s.counts.lock().map(|c| c.clone()).unwrap_or_default();
-            serde_json::to_string(&c).unwrap_or_default()
+            serde_json::json!({"requests": c, "queue": s.events.stats()}).to_string()
         }
         ("POST", "/change") => change(s, num("new"), num("overwrite"), num("delete"), num("seed")),
         _ => {

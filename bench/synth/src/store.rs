@@ -166,6 +166,8 @@ pub struct Synth {
     next_upload: Arc<std::sync::atomic::AtomicU64>,
     /// Requests served, by operation (for the benchmark's request counts).
     pub counts: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    /// Where the source's changes are told, as S3 event notifications.
+    pub events: Arc<crate::queue::Queue>,
 }
 
 fn md5_of(data: &[u8]) -> [u8; 16] {
@@ -190,7 +192,7 @@ pub fn etag_of(parts: &[([u8; 16], u64)], multipart: bool) -> String {
 }
 
 impl Synth {
-    pub fn new(spec: Spec, src: String, sink: String) -> Synth {
+    pub fn new(spec: Spec, src: String, sink: String, events: Arc<crate::queue::Queue>) -> Synth {
         let mut buckets = HashMap::new();
         buckets.insert(
             src.clone(),
@@ -216,6 +218,7 @@ impl Synth {
             uploads: Default::default(),
             next_upload: Arc::new(1.into()),
             counts: Default::default(),
+            events,
         }
     }
 
@@ -294,9 +297,10 @@ impl Synth {
     pub fn generate(&self, key: &str, version: u64, size: u64) -> S3Result<()> {
         let c = Content::of(&self.spec, key, version);
         let md5 = c.md5(0, size);
+        let etag = hex(&md5);
         let stored = Stored {
             size,
-            etag: hex(&md5),
+            etag: etag.clone(),
             modified: SystemTime::now(),
             meta: None,
             content_type: None,
@@ -308,6 +312,8 @@ impl Synth {
             b.get_mut(&self.src)
                 .map(|b| b.over.insert(key.to_string(), Some(stored)))
         })?;
+        let src = self.src.clone();
+        self.told(&src, key, Some((size, &etag)));
         Ok(())
     }
 
@@ -328,6 +334,7 @@ impl Synth {
     ) -> S3Result<String> {
         let parts = vec![(md5_of(&data), data.len() as u64)];
         let etag = etag_of(&parts, false);
+        let size = data.len() as u64;
         self.write(|b| {
             let b = b.get_mut(bucket).ok_or_else(|| s3_error!(NoSuchBucket))?;
             let stored = Stored {
@@ -341,8 +348,17 @@ impl Synth {
                 parts,
             };
             b.over.insert(key.to_string(), Some(stored));
-            Ok(etag)
-        })?
+            Ok::<_, s3s::S3Error>(())
+        })??;
+        self.told(bucket, key, Some((size, &etag)));
+        Ok(etag)
+    }
+
+    /// Tells the queue of a change to the source (the sink's are not followed).
+    fn told(&self, bucket: &str, key: &str, created: Option<(u64, &str)>) {
+        if bucket == self.src {
+            self.events.s3_event(bucket, key, created);
+        }
     }
 
     fn remove(&self, bucket: &str, key: &str) -> S3Result<()> {
@@ -353,8 +369,10 @@ impl Synth {
                 true => b.over.insert(key.to_string(), None),
                 false => b.over.remove(key),
             };
-            Ok(())
-        })?
+            Ok::<_, s3s::S3Error>(())
+        })??;
+        self.told(bucket, key, None);
+        Ok(())
     }
 }
 
@@ -753,6 +771,7 @@ impl S3 for Synth {
             b.get_mut(&up.bucket)
                 .map(|b| b.over.insert(up.key.clone(), Some(stored)))
         })?;
+        self.told(&up.bucket, &up.key, Some((size, &etag)));
         let (bucket, key) = (up.bucket, up.key);
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(bucket),
