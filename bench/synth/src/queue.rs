@@ -238,6 +238,13 @@ impl Queue {
                 }
                 (200, json!({"Successful": ok, "Failed": failed}))
             }
+            "PurgeQueue" => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.ready.clear();
+                    s.in_flight.clear();
+                }
+                (200, json!({}))
+            }
             "GetQueueAttributes" => {
                 let st = self.stats();
                 (
