@@ -164,9 +164,10 @@ pub async fn read_chunk(
                 let stat = |e: std::io::Error| ChunkError::Fatal(format!("reading source: {e}"));
                 // the version before the read and after it: a write in between moves the
                 // mtime or ctime before it moves a byte
-                guard.check(id().map_err(stat)?)?;
+                let named = |e: ChunkError| replaced_by_link(&path).unwrap_or(e);
+                guard.check(id().map_err(stat)?).map_err(named)?;
                 let out = read_local(&file, range, sink, limit.as_deref())?;
-                guard.check(id().map_err(stat)?)?;
+                guard.check(id().map_err(stat)?).map_err(named)?;
                 Ok(out)
             })
             .await
@@ -253,6 +254,18 @@ async fn read_cloud(
         attrs: Some(attrs),
         tag_count,
         first_byte: Some(first_byte),
+    })
+}
+
+/// When a changed source is now a symlink (swapped in over the file mid-copy), the error
+/// says so: the operator then knows no byte of the link's target was read.
+fn replaced_by_link(path: &std::path::Path) -> Option<ChunkError> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    meta.file_type().is_symlink().then(|| {
+        ChunkError::Fatal(
+            "source file was replaced by a symlink during the copy; nothing of the link was read; run again"
+                .into(),
+        )
     })
 }
 
