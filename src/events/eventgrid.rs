@@ -129,7 +129,7 @@ fn parse_event(v: &Value, path: &str) -> Result<Parsed, ParseError> {
                 },
                 etag: opt_str(data, "eTag", &data_path)?.map(str::to_string),
                 size: opt_u64(data, "contentLength", &data_path)?,
-                sequencer: sequencer(data, &data_path)?,
+                sequencer: sequencer(data),
                 event_time: env.time,
                 id: env.id,
             }]))
@@ -138,7 +138,7 @@ fn parse_event(v: &Value, path: &str) -> Result<Parsed, ParseError> {
             let (bucket, key) = subject_blob(v, path)?;
             let data = child(v, "data", path)?;
             let (old_bucket, old_key) = renamed_from(data, &data_path, &bucket, &key)?;
-            let sequencer = sequencer(data, &data_path)?;
+            let sequencer = sequencer(data);
             let event = |bucket: String, key: String, kind: EventKind| ChangeEvent {
                 bucket,
                 key,
@@ -180,8 +180,13 @@ fn parse_event(v: &Value, path: &str) -> Result<Parsed, ParseError> {
     }
 }
 
-fn sequencer(data: &Value, data_path: &str) -> Result<Option<Token>, ParseError> {
-    Ok(opt_str(data, "sequencer", data_path)?.map(|s| Token::EventGrid(s.to_string())))
+fn sequencer(data: &Value) -> Option<Token> {
+    // a sequencer that is not a string orders nothing: the event is kept without one (an
+    // untokened event is never outranked), not refused with the change it names
+    data.get("sequencer")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(|s| Token::EventGrid(s.to_string()))
 }
 
 /// A directory path as a key prefix that cannot match its siblings (`a/b` → `a/b/`).
@@ -856,7 +861,6 @@ mod tests {
             (r#"{"eventType":"Microsoft.Storage.BlobCreated","subject":"/blobServices/default/containers/c/blobs/k"}"#.into(), "data: missing"),
             (r#"{"eventType":"Microsoft.Storage.BlobCreated","subject":"/blobServices/default/containers/c/blobs/k","data":[1]}"#.into(), "data: expected an object"),
             (r#"{"eventType":"Microsoft.Storage.BlobCreated","subject":"/blobServices/default/containers/c/blobs/k","data":{"contentLength":"12x"}}"#.into(), "data.contentLength: expected a non-negative integer"),
-            (r#"{"eventType":"Microsoft.Storage.BlobCreated","subject":"/blobServices/default/containers/c/blobs/k","data":{"sequencer":5}}"#.into(), "data.sequencer: expected a string"),
             (r#"{"eventType":"Microsoft.Storage.BlobRenamed","subject":"/blobServices/default/containers/c/blobs/k","data":{}}"#.into(), "data.sourceUrl: missing"),
             (r#"{"eventType":"Microsoft.Storage.BlobRenamed","subject":"/blobServices/default/containers/c/blobs/k","data":{"sourceUrl":"relative/path"}}"#.into(), "data.sourceUrl: not an absolute URL"),
             (r#"{"eventType":"Microsoft.Storage.BlobRenamed","subject":"/blobServices/default/containers/c/blobs/k","data":{"sourceUrl":"https://host"}}"#.into(), "data.sourceUrl: no path"),

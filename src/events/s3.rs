@@ -167,11 +167,7 @@ fn parse_record(record: &Value, rp: &str) -> Result<Option<ChangeEvent>, ParseEr
         kind,
         etag: etag(at.object, &at.object_path)?,
         size: opt_u64(at.object, "size", &at.object_path)?,
-        sequencer: if tagging {
-            None
-        } else {
-            sequencer(at.object, &at.object_path)?
-        },
+        sequencer: if tagging { None } else { sequencer(at.object) },
         event_time: loose_str(record, "eventTime"),
         id: None,
     }))
@@ -202,7 +198,7 @@ fn parse_eventbridge(v: &Value, path: &str) -> Result<Parsed, ParseError> {
         sequencer: if detail_type.starts_with("Object Tags") {
             None
         } else {
-            sequencer(at.object, &at.object_path)?
+            sequencer(at.object)
         },
         event_time: loose_str(v, "time"),
         id: loose_str(v, "id"),
@@ -210,20 +206,18 @@ fn parse_eventbridge(v: &Value, path: &str) -> Result<Parsed, ParseError> {
 }
 
 /// S3's `sequencer`: hexadecimal digits, ordered after left-padding to 40 digits
-/// (`route::token_text`). Anything else is refused: stored as text, a malformed token (`"ZZ"`,
-/// or 41 digits) would sort above every real one of its key, and the daemon would skip that
-/// key's later events as stale.
-fn sequencer(object: &Value, path: &str) -> Result<Option<Token>, ParseError> {
-    let Some(s) = opt_str(object, "sequencer", path)? else {
-        return Ok(None);
-    };
-    if s.len() > 40 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(ParseError::new(format!(
-            "{}: not a hexadecimal sequencer of at most 40 digits",
-            join(path, "sequencer")
-        )));
-    }
-    Ok(Some(Token::S3(s.to_string())))
+/// (`route::token_text`). Anything else (`"Happy Sequencer"` in AWS's own Lambda fixtures, a
+/// number, 41 digits) is dropped and the event kept without a token: stored as text it would
+/// sort above every real one of its key and the daemon would skip that key's later events as
+/// stale, while an untokened event is never outranked and the daemon reads the source before
+/// it acts on it. Refusing the record instead would dead-letter a real change for good (its
+/// retry would fail the same way).
+fn sequencer(object: &Value) -> Option<Token> {
+    object
+        .get("sequencer")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty() && s.len() <= 40 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(|s| Token::S3(s.to_string()))
 }
 
 #[cfg(test)]
@@ -459,6 +453,28 @@ mod tests {
     }
 
     #[test]
+    fn a_sequencer_that_is_not_one_is_dropped_and_the_event_kept() {
+        // (sequencer as JSON, token kept)
+        let long = format!("\"1{}\"", "0".repeat(40));
+        let cases: Vec<(String, Option<&str>)> = vec![
+            ("\"0055AED6DCD90281E5\"".into(), Some("0055AED6DCD90281E5")),
+            ("\"Happy Sequencer\"".into(), None), // AWS's Lambda fixtures
+            ("12".into(), None),
+            ("\"\"".into(), None),
+            (long, None),
+            ("null".into(), None),
+        ];
+        for (seq, want) in cases {
+            let body = format!(
+                r#"{{"Records":[{{"eventName":"ObjectCreated:Put","s3":{{"bucket":{{"name":"b"}},"object":{{"key":"k","sequencer":{seq}}}}}}}]}}"#
+            );
+            let e = events(&body);
+            assert_eq!(e.len(), 1, "{body}");
+            assert_eq!(e[0].sequencer, want.map(|s| Token::S3(s.into())), "{body}");
+        }
+    }
+
+    #[test]
     fn a_malformed_record_does_not_take_the_good_ones_with_it() {
         let good = |key: &str| {
             serde_json::json!({"eventName": "ObjectCreated:Put",
@@ -478,11 +494,9 @@ mod tests {
                     good("x"),
                     null,
                 ]),
-                vec!["x"],
-                vec![
-                    "Records[0].s3.object.sequencer: not a hexadecimal sequencer of at most 40 digits",
-                    "Records[2]: expected an object, found null",
-                ],
+                // a sequencer that is not one: the record kept, unordered
+                vec!["k", "x"],
+                vec!["Records[2]: expected an object, found null"],
             ),
         ];
         for (records, keys, reasons) in cases {
@@ -689,9 +703,6 @@ mod tests {
             (record("ObjectCreated:Put", "%zz"), "Records[0].s3.object.key: bad percent-encoding"),
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","size":-1}}}]}"#.into(), "Records[0].s3.object.size: expected a non-negative integer"),
             (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","size":"big"}}}]}"#.into(), "Records[0].s3.object.size: expected a non-negative integer"),
-            (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","sequencer":12}}}]}"#.into(), "Records[0].s3.object.sequencer: expected a string"),
-            (r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"k","sequencer":"ZZ-SECRET-SHOULD-NOT-BE-ECHOED"}}}]}"#.into(), "Records[0].s3.object.sequencer: not a hexadecimal sequencer"),
-            (format!(r#"{{"Records":[{{"eventName":"ObjectCreated:Put","s3":{{"bucket":{{"name":"b"}},"object":{{"key":"k","sequencer":"1{}"}}}}}}]}}"#, "0".repeat(40)), "Records[0].s3.object.sequencer: not a hexadecimal sequencer"),
             // no good record at all: the message fails as a whole, naming the first bad one
             (r#"{"Records":[{"eventName":"ObjectRestore:Post"},{"eventName":"ObjectCreated:Put"}]}"#.into(), "Records[1].s3: missing"),
             (r#"{"Records":[{"eventName":"ObjectCreated:Put"},{"eventName":5},{}]}"#.into(), "Records[0].s3: missing (and 2 more malformed events)"),
