@@ -1,4 +1,4 @@
-//! Pub/Sub push deliveries proven by their OIDC token (issue 23): with an audience configured,
+//! Push deliveries proven by their tokens (issue 23). Pub/Sub: with an audience configured,
 //! the daemon stores a push only with a token signed by a key of the configured JWKS, for the
 //! audience, of the service account; the test signs its own tokens (tests/keys/) and serves
 //! their public keys as a JWKS on 127.0.0.1.
@@ -184,5 +184,133 @@ fn pubsub_pushes_are_stored_only_with_a_good_oidc_token() {
         "{}",
         log_tail(&text)
     );
+    assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
+}
+
+/// Event Grid with Entra ID authentication: with `eventgrid_audience` and `eventgrid_tenant`
+/// set, a webhook delivery is stored only with a token of the tenant (v1 or v2 issuer), for
+/// the application, signed by a key of the JWKS.
+#[test]
+fn event_grid_deliveries_are_stored_only_with_a_good_entra_token() {
+    const APP: &str = "api://slate-events";
+    const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+    let (k1, k2) = (key(1), key(2));
+    let jwks = serve_jwks(serde_json::json!({"keys": [jwk(&k1, "k1")]}).to_string());
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log, dst) = (
+        dir.path().join("s.db"),
+        dir.path().join("d.log"),
+        dir.path().join("dst"),
+    );
+    std::fs::create_dir_all(&dst).expect("dst");
+    let prefix = unique("entra");
+    let conf = dir.path().join("slate.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[daemon]\nlisten = \"127.0.0.1:0\"\ndrift_check_interval = \"0\"\n\
+             eventgrid_audience = \"{APP}\"\neventgrid_tenant = \"{TENANT}\"\n\
+             eventgrid_jwks_url = \"{jwks}\"\n\n\
+             [[pairs]]\nsrc = \"az://slate-src/{prefix}\"\ndst = \"{}\"\nevents = \"webhook\"\n",
+            dst.display()
+        ),
+    )
+    .expect("config");
+    let mut c = slate_db(&db);
+    c.args(["sync", "--config", &conf.display().to_string(), "--quiet"])
+        .env_remove("SLATE_API_TOKEN")
+        .env("RUST_LOG", "slate=info,warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let daemon = spawn_daemon(c, &log, 1);
+    let addr = listen_addr(&read_log(&log)).expect("listening");
+
+    // written after the backfill: only a delivery can bring them
+    let store = az("slate-src");
+    let put = |name: &str, seed: usize| {
+        use object_store::ObjectStoreExt;
+        rt().block_on(store.put(
+            &object_store::path::Path::from(format!("{prefix}/{name}")),
+            bytes(5, seed).into(),
+        ))
+        .expect("put");
+    };
+    put("v1.bin", 31);
+    put("v2.bin", 32);
+    let body = |name: &str| {
+        serde_json::json!([{
+            "topic": "/subscriptions/s/resourceGroups/g/providers/Microsoft.Storage/storageAccounts/devstoreaccount1",
+            "subject": format!("/blobServices/default/containers/slate-src/blobs/{prefix}/{name}"),
+            "eventType": "Microsoft.Storage.BlobCreated",
+            "eventTime": "2026-12-04T03:00:00.0000000Z",
+            "id": unique("ev"),
+            "data": {"api": "PutBlob", "contentLength": 5, "blobType": "BlockBlob",
+                "url": format!("http://127.0.0.1:10000/devstoreaccount1/slate-src/{prefix}/{name}")},
+            "dataVersion": "", "metadataVersion": "1"
+        }])
+        .to_string()
+    };
+    let now = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()) as i64;
+    let v2 = serde_json::json!({"aud": APP,
+        "iss": format!("https://login.microsoftonline.com/{TENANT}/v2.0"),
+        "iat": now, "nbf": now, "exp": now + 3600, "tid": TENANT, "sub": "eventgrid"});
+    let v1 = serde_json::json!({"aud": APP, "iss": format!("https://sts.windows.net/{TENANT}/"),
+        "iat": now, "nbf": now, "exp": now + 3600, "tid": TENANT, "sub": "eventgrid"});
+    let post = |name: &str, tok: Option<String>| {
+        let mut r = reqwest::blocking::Client::new()
+            .post(format!("http://{addr}/events/eventgrid"))
+            .header("content-type", "application/json")
+            .body(body(name));
+        if let Some(t) = tok {
+            r = r.bearer_auth(t);
+        }
+        r.send().expect("post").status().as_u16()
+    };
+    let with = |field: &str, value: serde_json::Value| {
+        let mut c = v2.clone();
+        c[field] = value;
+        c
+    };
+    for (what, tok) in [
+        ("no token", None),
+        ("signed by another key", Some(token(&k2, "k1", &v2))),
+        ("an unknown key", Some(token(&k2, "k2", &v2))),
+        (
+            "another application",
+            Some(token(&k1, "k1", &with("aud", "api://other".into()))),
+        ),
+        (
+            "another tenant",
+            Some(token(
+                &k1,
+                "k1",
+                &with(
+                    "iss",
+                    "https://login.microsoftonline.com/00000000-0000-0000-0000-000000000000/v2.0"
+                        .into(),
+                ),
+            )),
+        ),
+        (
+            "expired",
+            Some(token(&k1, "k1", &with("exp", (now - 7200).into()))),
+        ),
+    ] {
+        assert_eq!(post("v2.bin", tok), 401, "{what}");
+    }
+    assert!(
+        read_local(&dst).is_empty(),
+        "nothing stored from a refused delivery"
+    );
+    // good tokens of either issuer: stored and applied
+    assert_eq!(post("v2.bin", Some(token(&k1, "k1", &v2))), 200);
+    assert_eq!(post("v1.bin", Some(token(&k1, "k1", &v1))), 200);
+    wait_for("both delivered blobs copied", 60, || {
+        let got = read_local(&dst);
+        got.get("v1.bin") == Some(&bytes(5, 31)) && got.get("v2.bin") == Some(&bytes(5, 32))
+    });
     assert_eq!(daemon.stop(libc::SIGTERM), Some(0));
 }
