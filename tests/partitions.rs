@@ -117,7 +117,7 @@ fn three_workers_split_a_backfill_and_one_killed_mid_partition_costs_only_its_re
                 format!(" AND key <= '{through}'")
             };
             let recorded = pg.count(&format!(
-                "SELECT COUNT(*) FROM objects WHERE side = 1 AND key > '{after}'{upper}"
+                "SELECT COUNT(d_size) FROM entries WHERE key > '{after}'{upper}"
             ));
             if recorded < 100 {
                 continue;

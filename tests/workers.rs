@@ -518,3 +518,160 @@ fn workers_reconnect_when_postgresql_restarts_and_lose_nothing() {
         assert_eq!(w.stop(), Some(0));
     }
 }
+
+/// The old manifest layout (two rows per key) of a database at `db`: `sql` runs there after
+/// the schema of slate before the rewrite (SQLite 12, PostgreSQL 5).
+fn old_layout_rows() -> String {
+    let mut sql = String::from(
+        "INSERT INTO pairs (id, src, dst, created_at) VALUES (1, 's3://a/x', '/tmp/y', 5);\n",
+    );
+    for i in 0..300 {
+        for side in [0, 1] {
+            if side == 1 && i % 3 == 0 {
+                continue; // not yet copied
+            }
+            sql.push_str(&format!(
+                "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, synced_at)
+                 VALUES (1, {side}, 'd/{i:03}', {i}, '\"{:032x}\"', {}, 7);\n",
+                i,
+                1000 + i
+            ));
+        }
+    }
+    sql
+}
+
+fn schema_sql(dir: &str, upto: usize) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schema")
+        .join(dir);
+    let mut files: Vec<_> = std::fs::read_dir(&root)
+        .expect("schema")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    files[..upto]
+        .iter()
+        .map(|f| std::fs::read_to_string(f).expect("schema file"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs `slate ARGS --db DB`; returns (exit code, stdout, stderr).
+fn slate_at(db: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = slate()
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .env_remove("SLATE_DB")
+        .output()
+        .expect("slate");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 24: the manifest's rewrite to one row per key happens in place, only through
+/// `slate db migrate`, after `slate db backup`, and never while another slate process uses the
+/// database: a worker starting on the old layout refuses and says what to do.
+#[test]
+fn the_manifest_is_rewritten_only_by_db_migrate_after_a_backup() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let lite = dir.path().join("old.db");
+    {
+        let c = rusqlite::Connection::open(&lite).expect("sqlite");
+        c.execute_batch(&schema_sql("sqlite", 12))
+            .expect("schema 12");
+        c.execute_batch("PRAGMA user_version = 12")
+            .expect("version");
+        c.execute_batch(&old_layout_rows()).expect("rows");
+    }
+    let pg = PgDb::new("dbmig");
+    pg.query(&format!(
+        "CREATE TABLE slate_schema (version BIGINT NOT NULL);\n{}\n\
+         INSERT INTO slate_schema VALUES (5);\n{}",
+        schema_sql("postgres", 5),
+        old_layout_rows()
+    ));
+    for (db, name) in [(lite.clone(), "sqlite"), (pg.path(), "postgres")] {
+        // a worker (any command) refuses the old layout and names the way out
+        let (code, _, err) = slate_at(&db, &["pairs"]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(
+            err.contains("slate db backup") && err.contains("slate db migrate"),
+            "{name}: {err}"
+        );
+        assert!(
+            !err.contains('\n') || err.lines().count() <= 2,
+            "{name}: {err}"
+        );
+
+        // a backup of the old layout, as it is
+        let backup = dir.path().join(format!("{name}.backup"));
+        let (code, out, err) = slate_at(
+            &db,
+            &["db", "backup", "--to", &backup.display().to_string()],
+        );
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(out.contains("backed up"), "{name}: {out}");
+        match name {
+            "sqlite" => {
+                let c = rusqlite::Connection::open(&backup).expect("backup");
+                let rows: i64 = c
+                    .query_row("SELECT COUNT(*) FROM objects", [], |r| r.get(0))
+                    .expect("the old rows in the backup");
+                assert_eq!(rows, 500);
+            }
+            _ => {
+                let list = std::process::Command::new("pg_restore")
+                    .arg("--list")
+                    .arg(&backup)
+                    .output()
+                    .expect("pg_restore");
+                let toc = String::from_utf8_lossy(&list.stdout);
+                assert!(toc.contains("TABLE DATA public objects"), "{toc}");
+            }
+        }
+        let (code, _, err) = slate_at(
+            &db,
+            &["db", "backup", "--to", &backup.display().to_string()],
+        );
+        assert_eq!(code, 1, "an existing file is not overwritten");
+        assert!(err.contains("exists"), "{err}");
+
+        // refused while another slate process uses the database
+        let other = match name {
+            "sqlite" => Some(
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .stdin(std::fs::File::open(&lite).expect("open"))
+                    .spawn()
+                    .expect("sleep"),
+            ),
+            _ => None,
+        };
+        if let Some(mut other) = other {
+            let (code, _, err) = slate_at(&db, &["db", "migrate"]);
+            assert_eq!(code, 1, "{err}");
+            assert!(
+                err.contains(&format!("pid {}", other.id())),
+                "names the process: {err}"
+            );
+            let _ = other.kill();
+            let _ = other.wait();
+        }
+        let (code, out, err) = slate_at(&db, &["db", "migrate"]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(
+            out.contains("1 pair(s), 300 source and 200 destination object(s)"),
+            "{name}: {out}"
+        );
+        let (code, out, err) = slate_at(&db, &["pairs"]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(out.contains("s3://a/x"), "{name}: {out}");
+    }
+    assert_eq!(pg.count("SELECT COUNT(*) FROM entries"), 300);
+    assert_eq!(pg.count("SELECT COUNT(d_size) FROM entries"), 200);
+}

@@ -3,6 +3,7 @@
 
 pub mod cleanup;
 pub mod copy;
+pub mod db;
 pub mod deadletters;
 pub mod diff;
 pub mod jobs;
@@ -54,6 +55,9 @@ pub enum Command {
     /// Messages no pair could use (malformed, of a bucket no pair follows): list, show,
     /// retry through the inbox, purge.
     Deadletters(deadletters::DeadLettersArgs),
+    /// The state database: `backup` (a consistent copy, SQLite or PostgreSQL) and `migrate`
+    /// (schema changes a worker does not run on its own).
+    Db(db::DbArgs),
 }
 
 /// Runs the parsed command; returns the process exit code.
@@ -70,6 +74,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Jobs(args) => jobs::run_jobs(args).await,
         Command::Status(args) => jobs::run_status(args).await,
         Command::Deadletters(args) => deadletters::run(args).await,
+        Command::Db(args) => db::run(args).await,
     }
 }
 

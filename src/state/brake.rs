@@ -65,7 +65,7 @@ impl<'a> Brakes<'a> {
     pub fn source_objects(&self, pair_id: i64) -> Result<u64> {
         self.m.read(|c| {
             c.query_row(
-                "SELECT COUNT(*) FROM objects WHERE pair_id = ?1 AND side = 0",
+                "SELECT COUNT(s_size) FROM entries WHERE pair_id = ?1",
                 params![pair_id],
                 |r| r.get::<_, i64>(0),
             )

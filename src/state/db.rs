@@ -587,6 +587,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/sqlite/0010_partitions.sql"),
     include_str!("../../schema/sqlite/0011_deadletters.sql"),
     include_str!("../../schema/sqlite/0012_brake.sql"),
+    include_str!("../../schema/sqlite/0013_entries.sql"),
 ];
 
 /// PostgreSQL migrations, applied in order; the table `slate_schema` holds the last one
@@ -597,6 +598,7 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/postgres/0003_partitions.sql"),
     include_str!("../../schema/postgres/0004_deadletters.sql"),
     include_str!("../../schema/postgres/0005_brake.sql"),
+    include_str!("../../schema/postgres/0006_entries.sql"),
 ];
 
 /// Connections of a SQLite database that only read.
@@ -759,14 +761,24 @@ impl Db {
     /// Opens (creating if needed) the database at `loc` and brings its schema up to date. A
     /// database written by a newer slate is refused.
     pub fn open(loc: &Location) -> Result<Db> {
+        Db::open_with(loc, false)
+    }
+
+    /// [`Db::open`] that also rewrites an older manifest in place (`slate db migrate`), when
+    /// no other slate process uses the database.
+    pub fn open_migrating(loc: &Location) -> Result<Db> {
+        Db::open_with(loc, true)
+    }
+
+    fn open_with(loc: &Location, migrate: bool) -> Result<Db> {
         let shown = loc.shown();
         let err = |why: String| SlateError::Manifest {
             path: shown.clone(),
             why,
         };
         let backend = match loc {
-            Location::Sqlite(path) => Backend::Lite(open_sqlite(path).map_err(err)?),
-            Location::Postgres(url) => Backend::Pg(open_postgres(url).map_err(err)?),
+            Location::Sqlite(path) => Backend::Lite(open_sqlite(path, migrate).map_err(err)?),
+            Location::Postgres(url) => Backend::Pg(open_postgres(url, migrate).map_err(err)?),
         };
         let db = Db { backend, shown };
         db.keep_clock()?;
@@ -1011,7 +1023,7 @@ fn pool_error(e: deadpool_postgres::PoolError) -> String {
     }
 }
 
-fn open_sqlite(path: &Path) -> std::result::Result<Lite, String> {
+fn open_sqlite(path: &Path, migrate: bool) -> std::result::Result<Lite, String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
@@ -1061,6 +1073,15 @@ fn open_sqlite(path: &Path) -> std::result::Result<Lite, String> {
             break;
         }
         let v = version + 1;
+        if v == SQLITE_GATED
+            && tx
+                .query_row("SELECT EXISTS (SELECT 1 FROM objects)", [], |r| {
+                    r.get::<_, bool>(0)
+                })
+                .map_err(e)?
+        {
+            manifest_gate(migrate, &sqlite_users(path))?;
+        }
         tx.execute_batch(SQLITE_MIGRATIONS[version as usize])
             .map_err(|err| format!("migration {v:04}: {err}"))?;
         tx.execute_batch(&format!("PRAGMA user_version = {v}"))
@@ -1080,6 +1101,66 @@ fn open_sqlite(path: &Path) -> std::result::Result<Lite, String> {
         readers,
         next_reader: Default::default(),
     })
+}
+
+/// The migrations that rewrite the manifest in place (SQLite's 13, PostgreSQL's 6: one row per
+/// key). On a database whose manifest has rows they run only when `slate db migrate` asks
+/// ([`Db::open_migrating`]) and no other slate process uses the database: a worker of
+/// the old layout would fail on every write after it, so a rolling update across it is
+/// refused, and the operator is told to take `slate db backup` first.
+const SQLITE_GATED: i64 = 13;
+const POSTGRES_GATED: i64 = 6;
+
+fn manifest_gate(allowed: bool, others: &[String]) -> std::result::Result<(), String> {
+    if !allowed {
+        return Err(
+            "its manifest is in the layout of an older slate (two rows per key); this \
+             slate keeps one row per key. Stop every slate process that uses it, then run \
+             `slate db backup --to FILE` and `slate db migrate` (a rolling update across this \
+             change is refused)"
+                .into(),
+        );
+    }
+    if !others.is_empty() {
+        return Err(format!(
+            "other slate processes use it ({}); stop them before `slate db migrate`",
+            others.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The other processes of this host that hold the SQLite file at `path` open.
+fn sqlite_users(path: &Path) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let Ok(target) = std::fs::canonicalize(path) else {
+        return Vec::new();
+    };
+    let names = [
+        target.clone(),
+        PathBuf::from(format!("{}-wal", target.display())),
+    ];
+    let mut users = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return users;
+    };
+    for p in procs.flatten() {
+        let pid = p.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        if fds
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|l| names.contains(&l))
+        {
+            users.push(format!("pid {pid}"));
+        }
+    }
+    users
 }
 
 fn newer(version: i64, known: i64) -> String {
@@ -1147,7 +1228,7 @@ fn pgpass_lookup(text: &str, host: &str, port: &str, db: &str, user: &str) -> Op
     None
 }
 
-fn open_postgres(url: &str) -> std::result::Result<Pg, String> {
+fn open_postgres(url: &str, migrate: bool) -> std::result::Result<Pg, String> {
     // libpq's TLS parameters (verify-ca, verify-full, sslrootcert, …) are ours to apply
     let (url, tls) = super::pgtls::strip(url)?;
     let tls = super::pgtls::Connector::new(&tls)?;
@@ -1160,7 +1241,12 @@ fn open_postgres(url: &str) -> std::result::Result<Pg, String> {
         }
     }
     if cfg.get_application_name().is_none() {
-        cfg.application_name("slate");
+        // who this process is, for the server's session list and `slate db migrate`
+        cfg.application_name(format!(
+            "slate/{}@{}",
+            std::process::id(),
+            super::owner::host_id()
+        ));
     }
     if cfg.get_connect_timeout().is_none() {
         cfg.connect_timeout(Duration::from_secs(10));
@@ -1184,7 +1270,7 @@ fn open_postgres(url: &str) -> std::result::Result<Pg, String> {
         .build()
         .map_err(|e| format!("internal: {e}"))?;
     let pg = Pg { pool, rt: Some(rt) };
-    migrate_postgres(&pg)?;
+    migrate_postgres(&pg, migrate)?;
     Ok(pg)
 }
 
@@ -1202,7 +1288,7 @@ fn sync_clock(c: &Conn) -> DbResult<()> {
 
 /// Applies PostgreSQL's migrations, under a transaction-wide advisory lock so that workers
 /// starting together apply each once.
-fn migrate_postgres(pg: &Pg) -> std::result::Result<(), String> {
+fn migrate_postgres(pg: &Pg, migrate: bool) -> std::result::Result<(), String> {
     let Some(rt) = pg.rt.as_ref() else {
         return Err("internal: no runtime".into());
     };
@@ -1231,6 +1317,34 @@ fn migrate_postgres(pg: &Pg) -> std::result::Result<(), String> {
         return Err(newer(version, known));
     }
     for v in version..known {
+        if v + 1 == POSTGRES_GATED {
+            let rows = wait(client.query_one("SELECT EXISTS (SELECT 1 FROM objects)", &[]))
+                .and_then(|r| r.try_get::<_, bool>(0));
+            let others = wait(client.query(
+                "SELECT application_name FROM pg_stat_activity
+                 WHERE datname = current_database() AND application_name LIKE 'slate/%'
+                   AND application_name <> current_setting('application_name')",
+                &[],
+            ))
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|r| r.try_get::<_, String>(0).ok())
+                    .collect::<Vec<_>>()
+            });
+            let gate = match (rows, others) {
+                (Ok(false), _) => Ok(()),
+                (Ok(true), Ok(mut others)) => {
+                    others.sort();
+                    others.dedup();
+                    manifest_gate(migrate, &others)
+                }
+                (Err(err), _) | (_, Err(err)) => Err(e(err)),
+            };
+            if let Err(why) = gate {
+                let _ = wait(client.batch_execute("ROLLBACK"));
+                return Err(why);
+            }
+        }
         wait(client.batch_execute(POSTGRES_MIGRATIONS[v as usize]))
             .map_err(|err| format!("migration postgres/{:04}: {}", v + 1, e(err)))?;
     }
@@ -1429,6 +1543,93 @@ pub(crate) mod testing {
     pub fn on_postgres(case: impl FnOnce(&Location)) {
         let db = PgDatabase::new();
         case(&Location::Postgres(db.url.clone()));
+    }
+
+    /// Brings a fresh database at `loc` to the schema of an older slate: migrations up to
+    /// SQLite's `sqlite` (PostgreSQL's `postgres`), then runs `sql` there (rows in the old
+    /// layout). Opening it with the current code then migrates what is there.
+    pub fn at_version(loc: &Location, sqlite: usize, postgres: usize, sql: &str) {
+        match loc {
+            Location::Sqlite(path) => {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                let c = rusqlite::Connection::open(path).unwrap();
+                for m in &SQLITE_MIGRATIONS[..sqlite] {
+                    c.execute_batch(m).unwrap();
+                }
+                c.execute_batch(&format!("PRAGMA user_version = {sqlite}"))
+                    .unwrap();
+                c.execute_batch(sql).unwrap();
+            }
+            Location::Postgres(url) => {
+                let mut all =
+                    String::from("CREATE TABLE slate_schema (version BIGINT NOT NULL);\n");
+                for m in &POSTGRES_MIGRATIONS[..postgres] {
+                    all.push_str(m);
+                    all.push('\n');
+                }
+                all.push_str(&format!(
+                    "INSERT INTO slate_schema VALUES ({postgres});\n{sql}"
+                ));
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                        .await
+                        .unwrap();
+                    tokio::spawn(conn);
+                    client.batch_execute(&all).await.unwrap();
+                });
+            }
+        }
+    }
+
+    /// Another process using the database at `loc` until the value is dropped: a child that
+    /// holds the SQLite file open, or a PostgreSQL session named as a slate worker's.
+    pub enum AnotherUser {
+        Child(std::process::Child),
+        /// Held, not read: the session lives while its runtime drives the connection.
+        Session(#[allow(dead_code)] tokio::runtime::Runtime),
+    }
+
+    impl Drop for AnotherUser {
+        fn drop(&mut self) {
+            if let AnotherUser::Child(c) = self {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    pub fn another_user(loc: &Location) -> AnotherUser {
+        match loc {
+            Location::Sqlite(path) => AnotherUser::Child(
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .stdin(std::fs::File::open(path).unwrap())
+                    .spawn()
+                    .unwrap(),
+            ),
+            Location::Postgres(url) => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let url = format!("{url}?application_name=slate%2F1%40elsewhere");
+                let client = rt.block_on(async {
+                    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                        .await
+                        .unwrap();
+                    tokio::spawn(conn);
+                    client
+                });
+                // the session lives as long as the runtime holds its connection task
+                std::mem::forget(client);
+                AnotherUser::Session(rt)
+            }
+        }
     }
 
     /// `conformance!(a, b)`: the state tests `a(&Location)` and `b(&Location)`, each run as

@@ -1,5 +1,5 @@
-//! The manifest: one SQLite file (WAL) holding, per pair and side, what slate last saw or wrote
-//! for every key. It lets `sync --once` skip listing the destination, `diff --from-manifest`
+//! The manifest: one SQLite file (WAL) holding, per pair and key, what slate last saw or wrote
+//! of both sides (one row per key: `entries`). It lets `sync --once` skip listing the destination, `diff --from-manifest`
 //! answer with no request at all, and a rerun resume where a killed one stopped.
 //!
 //! A reconcile reads a side's rows in key-ordered pages ([`Manifest::side_page`]) alongside a
@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::db::{params, Conn, Db, DbResult, Location, OptionalExtension};
+use super::db::{params, Conn, Db, DbResult, Location, OptionalExtension, ToValue};
 use crate::core::error::{Result, SlateError};
 pub use crate::core::object::State;
 
@@ -20,6 +20,75 @@ pub use crate::core::object::State;
 pub enum Side {
     Src = 0,
     Dst = 1,
+}
+
+impl Side {
+    /// The prefix of this side's columns in `entries`.
+    fn col(self) -> &'static str {
+        match self {
+            Side::Src => "s_",
+            Side::Dst => "d_",
+        }
+    }
+
+    /// This side's MD5 ETag bytes (a destination's empty blob means the source's).
+    fn md5(self) -> &'static str {
+        match self {
+            Side::Src => "s_md5",
+            Side::Dst => "CASE WHEN length(d_md5) = 0 THEN s_md5 ELSE d_md5 END",
+        }
+    }
+}
+
+/// An ETag as the manifest keeps it: S3's MD5 form, `"<32 lowercase hex>"`, as its 16 bytes;
+/// any other as text.
+fn etag_cols(etag: &Option<String>) -> (Option<Vec<u8>>, Option<String>) {
+    let md5 = etag
+        .as_deref()
+        .and_then(|e| e.strip_prefix('"')?.strip_suffix('"'))
+        .and_then(|h| hex_bytes(h, 16));
+    match md5 {
+        Some(b) => (Some(b), None),
+        None => (None, etag.clone()),
+    }
+}
+
+/// The ETag back from its columns.
+fn etag_of(md5: Option<Vec<u8>>, text: Option<String>) -> Option<String> {
+    match md5 {
+        Some(b) => Some(format!("\"{}\"", hex_of(&b))),
+        None => text,
+    }
+}
+
+/// `len` bytes from `2 × len` lowercase hex digits (uppercase would not come back the same).
+fn hex_bytes(s: &str, len: usize) -> Option<Vec<u8>> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    if s.len() != 2 * len {
+        return None;
+    }
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Why two sides were found equal, as stored (schema/sqlite/0013_entries.sql).
+const EQUAL_BY: [&str; 6] = ["copied", "manifest", "digest", "mtime", "content", "size"];
+
+fn equal_code(why: &str) -> Option<i64> {
+    EQUAL_BY
+        .iter()
+        .position(|w| *w == why)
+        .map(|i| i as i64 + 1)
 }
 
 /// A pair as the manifest knows it.
@@ -123,6 +192,53 @@ fn pair_row(r: &super::db::Row) -> DbResult<PairInfo> {
     })
 }
 
+/// Which of two records of one key came later in the slice.
+fn recs_later<'a>(recs: &'a [Record], a: &'a Record, b: &'a Record) -> &'a Record {
+    let at = |r: &Record| recs.iter().position(|x| std::ptr::eq(x, r));
+    if at(a) > at(b) {
+        a
+    } else {
+        b
+    }
+}
+
+// The upserts of `Manifest::record`, one per side written (or both). A side written replaces
+// that side; the hash, the fingerprint and equal_by are kept when the new row has none. A
+// destination MD5 equal to the source's is stored as an empty blob ("the source's"); a source
+// written anew first gives such a destination its own copy of the old digest.
+// Source: 1 pair, 2 key, 3 size, 4 MD5, 5 ETag text, 6 mtime, 7 fingerprint, 8 hash.
+const RECORD_SRC: &str = "INSERT INTO entries (pair_id, key, s_size, s_md5, s_etag, s_mtime,
+        s_meta, hash)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+     ON CONFLICT (pair_id, key) DO UPDATE SET s_size = excluded.s_size,
+        s_md5 = excluded.s_md5, s_etag = excluded.s_etag, s_mtime = excluded.s_mtime,
+        s_meta = COALESCE(excluded.s_meta, entries.s_meta),
+        d_md5 = CASE WHEN length(entries.d_md5) = 0
+                      AND (excluded.s_md5 IS NULL OR excluded.s_md5 <> entries.s_md5)
+                     THEN entries.s_md5 ELSE entries.d_md5 END,
+        hash = COALESCE(excluded.hash, entries.hash)";
+// Destination: 1 pair, 2 key, 3 size, 4 MD5, 5 ETag text, 6 mtime, 7 equal_by, 8 hash,
+// 9 an empty blob.
+const RECORD_DST: &str = "INSERT INTO entries (pair_id, key, d_size, d_md5, d_etag, d_mtime,
+        equal_by, hash)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+     ON CONFLICT (pair_id, key) DO UPDATE SET d_size = excluded.d_size,
+        d_md5 = CASE WHEN excluded.d_md5 = entries.s_md5 THEN ?9 ELSE excluded.d_md5 END,
+        d_etag = excluded.d_etag, d_mtime = excluded.d_mtime,
+        equal_by = COALESCE(excluded.equal_by, entries.equal_by),
+        hash = COALESCE(excluded.hash, entries.hash)";
+// Both: 1 pair, 2 key, 3-7 the source's as above, 8-12 the destination's (its MD5 already
+// empty when equal), 13 hash.
+const RECORD_BOTH: &str = "INSERT INTO entries (pair_id, key, s_size, s_md5, s_etag, s_mtime,
+        s_meta, d_size, d_md5, d_etag, d_mtime, equal_by, hash)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+     ON CONFLICT (pair_id, key) DO UPDATE SET s_size = excluded.s_size,
+        s_md5 = excluded.s_md5, s_etag = excluded.s_etag, s_mtime = excluded.s_mtime,
+        s_meta = COALESCE(excluded.s_meta, entries.s_meta),
+        d_size = excluded.d_size, d_md5 = excluded.d_md5, d_etag = excluded.d_etag,
+        d_mtime = excluded.d_mtime, equal_by = COALESCE(excluded.equal_by, entries.equal_by),
+        hash = COALESCE(excluded.hash, entries.hash)";
+
 impl Manifest {
     /// Opens (creating if needed) the SQLite database at `path` and brings its schema up to
     /// date. A database written by a newer slate is refused.
@@ -133,6 +249,16 @@ impl Manifest {
     /// Opens the database at `loc`: a SQLite file or a PostgreSQL server.
     pub fn open_at(loc: &Location) -> Result<Manifest> {
         let db = Db::open(loc)?;
+        Ok(Manifest {
+            path: PathBuf::from(db.shown()),
+            db,
+        })
+    }
+
+    /// [`Manifest::open_at`] that also rewrites an older manifest in place (`slate db
+    /// migrate`): refused while another slate process uses the database.
+    pub fn open_migrating(loc: &Location) -> Result<Manifest> {
+        let db = Db::open_migrating(loc)?;
         Ok(Manifest {
             path: PathBuf::from(db.shown()),
             db,
@@ -219,10 +345,10 @@ impl Manifest {
         self.read(|c| {
             c.query_map(
                 "SELECT p.id, p.src, p.dst, p.created_at, p.last_sync_at,
-                    (SELECT COUNT(*) FROM objects o WHERE o.pair_id = p.id AND o.side = 0),
-                    (SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM objects o
-                       WHERE o.pair_id = p.id AND o.side = 0),
-                    (SELECT COUNT(*) FROM objects o WHERE o.pair_id = p.id AND o.side = 1)
+                    (SELECT COUNT(s_size) FROM entries e WHERE e.pair_id = p.id),
+                    (SELECT CAST(COALESCE(SUM(s_size), 0) AS BIGINT) FROM entries e
+                       WHERE e.pair_id = p.id),
+                    (SELECT COUNT(d_size) FROM entries e WHERE e.pair_id = p.id)
                  FROM pairs p ORDER BY p.id",
                 params![],
                 pair_row,
@@ -247,7 +373,7 @@ impl Manifest {
         self.read(|c| {
             c.query_row(
                 "SELECT MAX(t) FROM (
-                    SELECT sequencer AS t FROM objects WHERE pair_id = ?1 AND side = 0 AND key = ?2
+                    SELECT s_seq AS t FROM entries WHERE pair_id = ?1 AND key = ?2
                     UNION ALL
                     SELECT sequencer FROM tombstones WHERE pair_id = ?1 AND key = ?2) AS tokens",
                 params![pair_id, key],
@@ -260,8 +386,8 @@ impl Manifest {
     pub fn set_token(&self, pair_id: i64, key: &str, token: &str) -> Result<()> {
         self.with(|c| {
             c.execute(
-                "UPDATE objects SET sequencer = ?3 WHERE pair_id = ?1 AND side = 0 AND key = ?2
-                 AND (sequencer IS NULL OR sequencer < ?3)",
+                "UPDATE entries SET s_seq = ?3 WHERE pair_id = ?1 AND key = ?2
+                 AND s_size IS NOT NULL AND (s_seq IS NULL OR s_seq < ?3)",
                 params![pair_id, key, token],
             )
             .map(|_| ())
@@ -292,36 +418,91 @@ impl Manifest {
         })
     }
 
-    /// Records rows (upserts), all in one transaction.
+    /// Records rows (upserts), all in one transaction. A side's row replaces what the
+    /// manifest held for that side of the key; the content hash, the source's metadata
+    /// fingerprint and the reason for equality are kept when the new row has none.
     pub fn record(&self, pair_id: i64, recs: &[Record]) -> Result<()> {
         if recs.is_empty() {
             return Ok(());
         }
-        let t = now();
+        // a key's two sides recorded together are written in one statement: the row is
+        // written once at its full size (a row that grows later splits its page)
+        let mut order: Vec<&str> = Vec::new();
+        let mut sides: std::collections::HashMap<&str, [Option<&Record>; 2]> =
+            std::collections::HashMap::new();
+        for r in recs {
+            let slot = sides.entry(r.key.as_str()).or_insert_with(|| {
+                order.push(r.key.as_str());
+                [None, None]
+            });
+            slot[r.side as usize] = Some(r);
+        }
+        // in key order: rows appended in order fill SQLite's pages instead of splitting them
+        order.sort_unstable();
         self.with(|c| {
-            {
-                let sql = "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, hash, synced_at,
-                        equal_by, meta)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-                     ON CONFLICT (pair_id, side, key) DO UPDATE SET size = excluded.size,
-                        etag = excluded.etag, last_modified = excluded.last_modified,
-                        hash = COALESCE(excluded.hash, objects.hash), synced_at = excluded.synced_at,
-                        equal_by = COALESCE(excluded.equal_by, objects.equal_by),
-                        meta = COALESCE(excluded.meta, objects.meta)";
-                for r in recs {
-                    c.execute(sql, params![
-                        pair_id,
-                        r.side as i64,
-                        r.key,
-                        r.state.size as i64,
-                        r.state.etag,
-                        r.state.mtime_ms,
-                        r.hash,
-                        t,
-                        r.equal_by,
-                        r.meta
-                    ])?;
+            for key in &order {
+                let [src, dst] = sides[key];
+                let hash = match (src, dst) {
+                    // the later record's hash, as two upserts in a row would leave it
+                    (Some(s), Some(d)) => {
+                        let (first, last) = if std::ptr::eq(recs_later(recs, s, d), d) {
+                            (s, d)
+                        } else {
+                            (d, s)
+                        };
+                        last.hash.as_ref().or(first.hash.as_ref())
+                    }
+                    (Some(r), None) | (None, Some(r)) => r.hash.as_ref(),
+                    (None, None) => None,
                 }
+                .and_then(|h| hex_bytes(h, 16));
+                let (s_md5, s_etag) = src.map(|r| etag_cols(&r.state.etag)).unwrap_or_default();
+                let (d_md5, d_etag) = dst.map(|r| etag_cols(&r.state.etag)).unwrap_or_default();
+                // a destination MD5 equal to the source's is kept as an empty blob ("the
+                // source's"): one 16-byte digest per object that was copied whole
+                let d_md5 = match (&d_md5, &s_md5) {
+                    (Some(d), Some(s)) if d == s => Some(Vec::new()),
+                    _ => d_md5,
+                };
+                let s_vals = src.map(|r| {
+                    [
+                        (r.state.size as i64).to_value(),
+                        s_md5.to_value(),
+                        s_etag.to_value(),
+                        r.state.mtime_ms.to_value(),
+                        r.meta.as_deref().and_then(|m| hex_bytes(m, 8)).to_value(),
+                    ]
+                });
+                let d_vals = dst.map(|r| {
+                    [
+                        (r.state.size as i64).to_value(),
+                        d_md5.to_value(),
+                        d_etag.to_value(),
+                        r.state.mtime_ms.to_value(),
+                        r.equal_by.and_then(equal_code).to_value(),
+                    ]
+                });
+                let mut p = vec![pair_id.to_value(), key.to_value()];
+                let sql = match (s_vals, d_vals) {
+                    (Some(sv), Some(dv)) => {
+                        p.extend(sv);
+                        p.extend(dv);
+                        p.push(hash.to_value());
+                        RECORD_BOTH
+                    }
+                    (Some(sv), None) => {
+                        p.extend(sv);
+                        p.push(hash.to_value());
+                        RECORD_SRC
+                    }
+                    (None, Some(dv)) => {
+                        p.extend(dv);
+                        p.extend([hash.to_value(), Vec::<u8>::new().to_value()]);
+                        RECORD_DST
+                    }
+                    (None, None) => continue,
+                };
+                c.execute(sql, &p)?;
             }
             Ok(())
         })
@@ -330,11 +511,9 @@ impl Manifest {
     /// Forgets keys on both sides (after a delete), in one transaction.
     pub fn forget(&self, pair_id: i64, keys: &[String]) -> Result<()> {
         self.with(|c| {
-            // `side IN (0, 1)`: without the side SQLite cannot seek the primary key
-            // (pair_id, side, key) and reads every row of the pair for each key
             for k in keys {
                 c.execute(
-                    "DELETE FROM objects WHERE pair_id = ?1 AND side IN (0, 1) AND key = ?2",
+                    "DELETE FROM entries WHERE pair_id = ?1 AND key = ?2",
                     params![pair_id, k],
                 )?;
             }
@@ -477,8 +656,11 @@ impl Manifest {
     pub fn count(&self, pair_id: i64, side: Side) -> Result<u64> {
         self.read(|c| {
             c.query_row(
-                "SELECT COUNT(*) FROM objects WHERE pair_id = ?1 AND side = ?2",
-                params![pair_id, side as i64],
+                &format!(
+                    "SELECT COUNT({}size) FROM entries WHERE pair_id = ?1",
+                    side.col()
+                ),
+                params![pair_id],
                 |r| r.get::<_, i64>(0),
             )
             .map(|n| n as u64)
@@ -497,38 +679,48 @@ impl Manifest {
     ) -> Result<Vec<(String, State)>> {
         // two statements, not `(key > ?3 OR ?4)`: an OR keeps SQLite from seeking the
         // primary key to `after`, and every page would scan from the pair's first row
-        let sql = if first {
-            "SELECT key, size, etag, last_modified FROM objects
-             WHERE pair_id = ?1 AND side = ?2 AND key >= ?3 ORDER BY key LIMIT ?4"
-        } else {
-            "SELECT key, size, etag, last_modified FROM objects
-             WHERE pair_id = ?1 AND side = ?2 AND key > ?3 ORDER BY key LIMIT ?4"
-        };
+        let (x, md5) = (side.col(), side.md5());
+        let op = if first { ">=" } else { ">" };
+        let sql = format!(
+            "SELECT key, {x}size, {md5}, {x}etag, {x}mtime FROM entries
+             WHERE pair_id = ?1 AND key {op} ?2 AND {x}size IS NOT NULL ORDER BY key LIMIT ?3"
+        );
         self.read(|c| {
-            c.query_map(
-                sql,
-                params![pair_id, side as i64, after, limit as i64],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        State {
-                            size: r.get::<_, i64>(1)?.max(0) as u64,
-                            etag: r.get(2)?,
-                            mtime_ms: r.get(3)?,
-                        },
-                    ))
-                },
-            )
+            c.query_map(&sql, params![pair_id, after, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    State {
+                        size: r.get::<_, i64>(1)?.max(0) as u64,
+                        etag: etag_of(r.get(2)?, r.get(3)?),
+                        mtime_ms: r.get(4)?,
+                    },
+                ))
+            })
         })
     }
 
     /// Forgets keys of one side only (rows for objects a full pass no longer saw there).
     pub fn forget_side(&self, pair_id: i64, side: Side, keys: &[String]) -> Result<()> {
+        let forget = match side {
+            Side::Src => {
+                "UPDATE entries SET s_size = NULL, s_md5 = NULL, s_etag = NULL, s_mtime = NULL,
+                    s_meta = NULL, s_seq = NULL,
+                    d_md5 = CASE WHEN length(d_md5) = 0 THEN s_md5 ELSE d_md5 END
+                 WHERE pair_id = ?1 AND key = ?2"
+            }
+            Side::Dst => {
+                "UPDATE entries SET d_size = NULL, d_md5 = NULL, d_etag = NULL, d_mtime = NULL,
+                    equal_by = NULL WHERE pair_id = ?1 AND key = ?2"
+            }
+        };
         self.with(|c| {
             for k in keys {
+                c.execute(forget, params![pair_id, k])?;
+                // a key neither side holds any more has no row
                 c.execute(
-                    "DELETE FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
-                    params![pair_id, side as i64, k],
+                    "DELETE FROM entries WHERE pair_id = ?1 AND key = ?2
+                     AND s_size IS NULL AND d_size IS NULL",
+                    params![pair_id, k],
                 )?;
             }
             Ok(())
@@ -538,26 +730,34 @@ impl Manifest {
     /// One key's recorded state on one side.
     pub fn get(&self, pair_id: i64, side: Side, key: &str) -> Result<Option<State>> {
         self.read(|c| {
+            let (x, md5) = (side.col(), side.md5());
             c.query_row(
-                "SELECT size, etag, last_modified FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
-                params![pair_id, side as i64, key],
-                |r| Ok(state(r.get(0)?, r.get(1)?, r.get(2)?)),
+                &format!(
+                    "SELECT {x}size, {md5}, {x}etag, {x}mtime FROM entries
+                     WHERE pair_id = ?1 AND key = ?2"
+                ),
+                params![pair_id, key],
+                |r| Ok(state(r.get(0)?, etag_of(r.get(1)?, r.get(2)?), r.get(3)?)),
             )
             .optional()
             .map(Option::flatten)
         })
     }
 
-    /// The metadata fingerprint recorded for `key` on `side` (None: no row, or none recorded).
+    /// The metadata fingerprint recorded for `key` on `side` (None: no row, or none recorded;
+    /// only the source's is kept).
     pub fn meta_of(&self, pair_id: i64, side: Side, key: &str) -> Result<Option<String>> {
+        if side == Side::Dst {
+            return Ok(None);
+        }
         self.read(|c| {
             c.query_row(
-                "SELECT meta FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
-                params![pair_id, side as i64, key],
-                |r| r.get::<_, Option<String>>(0),
+                "SELECT s_meta FROM entries WHERE pair_id = ?1 AND key = ?2",
+                params![pair_id, key],
+                |r| r.get::<_, Option<Vec<u8>>>(0),
             )
             .optional()
-            .map(Option::flatten)
+            .map(|m| m.flatten().map(|b| hex_of(&b)))
         })
     }
 
@@ -578,32 +778,13 @@ impl Manifest {
         let strict = after > prefix;
         let lo = if strict { after } else { prefix };
         // one statement each way: an OR would keep SQLite from seeking the key range
-        let sql = if strict {
-            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key > ?3
-               AND (CAST(?4 AS TEXT) IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
-        } else {
-            "SELECT key FROM objects WHERE pair_id = ?1 AND side = ?2 AND key >= ?3
-               AND (CAST(?4 AS TEXT) IS NULL OR key < ?4) ORDER BY key LIMIT ?5"
-        };
-        self.read(|c| {
-            c.query_map(
-                sql,
-                params![pair_id, side as i64, lo, &hi, limit as i64],
-                |r| r.get(0),
-            )
-        })
-    }
-
-    /// The synced_at of one key's row (tests and `status`).
-    pub fn synced_at(&self, pair_id: i64, side: Side, key: &str) -> Result<Option<i64>> {
-        self.read(|c| {
-            c.query_row(
-                "SELECT synced_at FROM objects WHERE pair_id = ?1 AND side = ?2 AND key = ?3",
-                params![pair_id, side as i64, key],
-                |r| r.get(0),
-            )
-            .optional()
-        })
+        let (x, op) = (side.col(), if strict { ">" } else { ">=" });
+        let sql = format!(
+            "SELECT key FROM entries WHERE pair_id = ?1 AND key {op} ?2
+               AND (CAST(?3 AS TEXT) IS NULL OR key < ?3) AND {x}size IS NOT NULL
+             ORDER BY key LIMIT ?4"
+        );
+        self.read(|c| c.query_map(&sql, params![pair_id, lo, &hi, limit as i64], |r| r.get(0)))
     }
 }
 
@@ -617,6 +798,9 @@ mod tests {
     conformance!(
         tokens_and_tombstones_keep_the_newest,
         migrates_records_scans_and_refuses_newer_schemas,
+        two_rows_per_key_become_one_in_place,
+        etags_digests_and_fingerprints_come_back_as_they_went_in,
+        a_destination_md5_kept_as_the_sources_survives_the_source_changing,
         spills_and_pages_sort_keys_by_bytes
     );
 
@@ -754,7 +938,7 @@ mod tests {
                 state: st(3, "e"),
                 hash: None,
                 equal_by: Some("copied"),
-                meta: Some("m".into()),
+                meta: Some("0123456789abcdef".into()),
             })
             .collect();
         m.record(p, &recs).unwrap();
@@ -773,7 +957,10 @@ mod tests {
             m.keys_under_page(p, Side::Src, "a/", "a/b", 100).unwrap(),
             ["a/c/d"]
         );
-        assert_eq!(m.meta_of(p, Side::Src, "z").unwrap().as_deref(), Some("m"));
+        assert_eq!(
+            m.meta_of(p, Side::Src, "z").unwrap().as_deref(),
+            Some("0123456789abcdef")
+        );
         assert_eq!(m.pairs().unwrap()[0].src_bytes, 21);
 
         let planned = |key: &str, action: u8, prune_dst: bool| Planned {
@@ -827,5 +1014,247 @@ mod tests {
             1
         );
         m.spill_drop(&b).unwrap();
+    }
+
+    /// The manifest of schema 12 (SQLite) / 5 (PostgreSQL), two rows per key, migrated in
+    /// place: every key once, both sides' states, tokens and fingerprints as they were.
+    fn two_rows_per_key_become_one_in_place(loc: &Location) {
+        let md5 = "\"0123456789abcdef0123456789abcdef\"";
+        let mut sql = String::from(
+            "INSERT INTO pairs (id, src, dst, created_at) VALUES (1, 's3://a/x', '/tmp/y', 5);\n",
+        );
+        // 1,000 keys: both sides (S3 MD5 ETag at the source, a local token at the
+        // destination), every tenth only at the source, every seventh only at the destination
+        for i in 0..1000 {
+            let key = format!("k/{i:04}-é");
+            if i % 7 != 0 {
+                sql.push_str(&format!(
+                    "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, hash,
+                        sequencer, synced_at, equal_by, meta)
+                     VALUES (1, 0, '{key}', {i}, '{md5}', {}, '{:032x}', {}, 100, NULL,
+                        '{:016x}');\n",
+                    1000 + i,
+                    i,
+                    if i % 3 == 0 {
+                        format!("'{:040}'", i)
+                    } else {
+                        "NULL".into()
+                    },
+                    i * 7
+                ));
+            }
+            if i % 10 != 0 {
+                sql.push_str(&format!(
+                    "INSERT INTO objects (pair_id, side, key, size, etag, last_modified, hash,
+                        synced_at, equal_by, meta)
+                     VALUES (1, 1, '{key}', {i}, '0x8D4BCC2E4835CD{i}', {}, NULL, 200,
+                        '{}', '{:016x}');\n",
+                    2000 + i,
+                    ["copied", "mtime", "digest"][i % 3],
+                    i * 7
+                ));
+            }
+        }
+        crate::state::db::testing::at_version(loc, 12, 5, &sql);
+        // never silently: a plain open (a worker starting) refuses, and names the way
+        let refused = Manifest::open_at(loc).err().unwrap().to_string();
+        assert!(
+            refused.contains("slate db backup") && refused.contains("slate db migrate"),
+            "{refused}"
+        );
+        // nor while another slate process has it open (a worker of the old layout)
+        let other = crate::state::db::testing::another_user(loc);
+        let busy = Manifest::open_migrating(loc).err().unwrap().to_string();
+        assert!(busy.contains("other slate processes use it"), "{busy}");
+        drop(other);
+        // the server drops a closed session from its list a moment later
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let m = loop {
+            match Manifest::open_migrating(loc) {
+                Ok(m) => break m,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    assert!(e.to_string().contains("other slate processes"), "{e}");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let p = m.pairs().unwrap();
+        let both = (0..1000).filter(|i| i % 7 != 0 && i % 10 != 0).count() as u64;
+        let src = (0..1000).filter(|i| i % 7 != 0).count() as u64;
+        let dst = (0..1000).filter(|i| i % 10 != 0).count() as u64;
+        assert_eq!((p.len(), p[0].src_objects, p[0].dst_objects), (1, src, dst));
+        let rows: i64 = m
+            .read(|c| c.query_row("SELECT COUNT(*) FROM entries", params![], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(rows as u64, src + dst - both, "one row per key");
+        // spot checks: a key of both sides, one of each side alone
+        let k = |i: usize| format!("k/{i:04}-é");
+        assert_eq!(
+            m.get(1, Side::Src, &k(3)).unwrap(),
+            Some(State {
+                size: 3,
+                etag: Some(md5.into()),
+                mtime_ms: Some(1003)
+            })
+        );
+        assert_eq!(
+            m.get(1, Side::Dst, &k(3)).unwrap(),
+            Some(State {
+                size: 3,
+                etag: Some("0x8D4BCC2E4835CD3".into()),
+                mtime_ms: Some(2003)
+            })
+        );
+        assert_eq!(m.last_token(1, &k(3)).unwrap(), Some(format!("{:040}", 3)));
+        assert_eq!(m.last_token(1, &k(4)).unwrap(), None);
+        assert_eq!(
+            m.meta_of(1, Side::Src, &k(4)).unwrap(),
+            Some(format!("{:016x}", 28))
+        );
+        assert_eq!(m.get(1, Side::Dst, &k(10)).unwrap(), None, "source only");
+        assert!(m.get(1, Side::Src, &k(10)).unwrap().is_some());
+        assert_eq!(
+            m.get(1, Side::Src, &k(7)).unwrap(),
+            None,
+            "destination only"
+        );
+        assert!(m.get(1, Side::Dst, &k(7)).unwrap().is_some());
+        let page = m.side_page(1, Side::Dst, "", true, 5000).unwrap();
+        assert_eq!(page.len() as u64, dst);
+        assert!(page.windows(2).all(|w| w[0].0 < w[1].0), "in key order");
+        // the old table is gone, and a new record lands in the one row
+        assert!(m
+            .read(|c| c.exists("SELECT 1 FROM entries WHERE pair_id = 1", params![]))
+            .unwrap());
+        assert!(m
+            .read(
+                |c| c.query_row("SELECT COUNT(*) FROM objects", params![], |r| r
+                    .get::<_, i64>(0))
+            )
+            .is_err());
+    }
+
+    /// Every ETag form a store gives comes back byte for byte; MD5 ETags take 16 bytes.
+    fn etags_digests_and_fingerprints_come_back_as_they_went_in(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a/x", "az://c/y").unwrap().id;
+        let etags = [
+            "\"0123456789abcdef0123456789abcdef\"", // S3's MD5, quoted: packed
+            "0123456789abcdef0123456789abcdef",     // bare: text
+            "\"0123456789ABCDEF0123456789ABCDEF\"", // uppercase: text
+            "\"0123456789abcdef0123456789abcdef-12\"", // multipart
+            "\"0x8D4BCC2E4835CD0\"",                // Azure
+            "CNHZkbuF/ugCEAE=",                     // GCS
+            "\"\"",
+        ];
+        let recs: Vec<Record> = etags
+            .iter()
+            .enumerate()
+            .flat_map(|(i, e)| {
+                [Side::Src, Side::Dst].map(|side| Record {
+                    side,
+                    key: format!("k{i}"),
+                    state: st(i as u64, e),
+                    hash: Some(format!("{i:032x}")),
+                    equal_by: Some("content"),
+                    meta: Some(format!("{i:016x}")),
+                })
+            })
+            .collect();
+        m.record(p, &recs).unwrap();
+        for (i, e) in etags.iter().enumerate() {
+            for side in [Side::Src, Side::Dst] {
+                assert_eq!(
+                    m.get(p, side, &format!("k{i}")).unwrap(),
+                    Some(st(i as u64, e)),
+                    "{side:?} {e}"
+                );
+            }
+        }
+        let packed: i64 = m
+            .read(|c| {
+                c.query_row(
+                    "SELECT COUNT(*) FROM entries WHERE s_md5 IS NOT NULL AND d_md5 IS NOT NULL
+                     AND s_etag IS NULL AND d_etag IS NULL",
+                    params![],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap();
+        assert_eq!(packed, 1, "only the quoted lowercase MD5 is packed");
+        assert_eq!(
+            m.meta_of(p, Side::Src, "k5").unwrap(),
+            Some(format!("{:016x}", 5))
+        );
+        // a side forgotten leaves the other; both forgotten, no row
+        m.forget_side(p, Side::Dst, &["k1".into()]).unwrap();
+        assert!(m.get(p, Side::Src, "k1").unwrap().is_some());
+        m.forget_side(p, Side::Src, &["k1".into()]).unwrap();
+        assert!(!m
+            .read(|c| c.exists("SELECT 1 FROM entries WHERE key = 'k1'", params![]))
+            .unwrap());
+    }
+
+    /// A destination MD5 equal to the source's is stored once; the destination keeps it when
+    /// the source's changes or goes, whichever way the rows were written.
+    fn a_destination_md5_kept_as_the_sources_survives_the_source_changing(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a/x", "s3://b/y").unwrap().id;
+        let md5 = |n: u8| format!("\"{:032x}\"", n);
+        let rec = |side, key: &str, e: &str| Record {
+            side,
+            key: key.into(),
+            state: st(1, e),
+            hash: None,
+            equal_by: Some("copied"),
+            meta: None,
+        };
+        // together (one statement), and one side after the other
+        m.record(
+            p,
+            &[rec(Side::Src, "a", &md5(1)), rec(Side::Dst, "a", &md5(1))],
+        )
+        .unwrap();
+        m.record(p, &[rec(Side::Src, "b", &md5(1))]).unwrap();
+        m.record(p, &[rec(Side::Dst, "b", &md5(1))]).unwrap();
+        let empty: i64 = m
+            .read(|c| {
+                c.query_row(
+                    "SELECT COUNT(*) FROM entries WHERE length(d_md5) = 0",
+                    params![],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap();
+        assert_eq!(empty, 2, "stored once");
+        for k in ["a", "b"] {
+            assert_eq!(m.get(p, Side::Dst, k).unwrap(), Some(st(1, &md5(1))));
+            // the source changes: the destination still holds what was copied
+            m.record(p, &[rec(Side::Src, k, &md5(2))]).unwrap();
+            assert_eq!(m.get(p, Side::Src, k).unwrap(), Some(st(1, &md5(2))));
+            assert_eq!(m.get(p, Side::Dst, k).unwrap(), Some(st(1, &md5(1))), "{k}");
+        }
+        // the source re-recorded unchanged keeps the shared form
+        m.record(
+            p,
+            &[rec(Side::Src, "c", &md5(3)), rec(Side::Dst, "c", &md5(3))],
+        )
+        .unwrap();
+        m.record(p, &[rec(Side::Src, "c", &md5(3))]).unwrap();
+        assert_eq!(m.get(p, Side::Dst, "c").unwrap(), Some(st(1, &md5(3))));
+        // the source forgotten: the destination keeps its digest
+        m.forget_side(p, Side::Src, &["c".into()]).unwrap();
+        assert_eq!(m.get(p, Side::Src, "c").unwrap(), None);
+        assert_eq!(m.get(p, Side::Dst, "c").unwrap(), Some(st(1, &md5(3))));
+        let page = m.side_page(p, Side::Dst, "", true, 10).unwrap();
+        assert_eq!(
+            page,
+            vec![
+                ("a".to_string(), st(1, &md5(1))),
+                ("b".to_string(), st(1, &md5(1))),
+                ("c".to_string(), st(1, &md5(3)))
+            ]
+        );
     }
 }
