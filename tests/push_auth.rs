@@ -73,10 +73,13 @@ fn serve_jwks(doc: String) -> String {
     format!("http://{addr}/oauth2/v3/certs")
 }
 
-#[test]
-fn pubsub_pushes_are_stored_only_with_a_good_oidc_token() {
-    let (k1, k2) = (key(1), key(2));
-    let jwks = serve_jwks(serde_json::json!({"keys": [jwk(&k1, "k1")]}).to_string());
+/// A daemon of one webhook pair, `SRC/PREFIX` to a local folder, with `daemon_lines` in its
+/// `[daemon]` table and no API token: (its folder, the destination, the daemon, its address).
+fn webhook_daemon(
+    daemon_lines: &str,
+    src: &str,
+    prefix: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, Child, String) {
     let dir = tempfile::tempdir().expect("tmp");
     let (db, log, dst) = (
         dir.path().join("s.db"),
@@ -84,15 +87,12 @@ fn pubsub_pushes_are_stored_only_with_a_good_oidc_token() {
         dir.path().join("dst"),
     );
     std::fs::create_dir_all(&dst).expect("dst");
-    let prefix = unique("jwt");
     let conf = dir.path().join("slate.toml");
     std::fs::write(
         &conf,
         format!(
-            "[daemon]\nlisten = \"127.0.0.1:0\"\ndrift_check_interval = \"0\"\n\
-             pubsub_push_audience = \"{AUD}\"\npubsub_push_service_account = \"{SA}\"\n\
-             pubsub_push_jwks_url = \"{jwks}\"\n\n\
-             [[pairs]]\nsrc = \"gs://slate-src/{prefix}\"\ndst = \"{}\"\nevents = \"webhook\"\n",
+            "[daemon]\nlisten = \"127.0.0.1:0\"\ndrift_check_interval = \"0\"\n{daemon_lines}\n\
+             [[pairs]]\nsrc = \"{src}/{prefix}\"\ndst = \"{}\"\nevents = \"webhook\"\n",
             dst.display()
         ),
     )
@@ -105,6 +105,23 @@ fn pubsub_pushes_are_stored_only_with_a_good_oidc_token() {
         .stderr(std::fs::File::create(&log).expect("log"));
     let daemon = spawn_daemon(c, &log, 1);
     let addr = listen_addr(&read_log(&log)).expect("listening");
+    (dir, dst, daemon, addr)
+}
+
+#[test]
+fn pubsub_pushes_are_stored_only_with_a_good_oidc_token() {
+    let (k1, k2) = (key(1), key(2));
+    let jwks = serve_jwks(serde_json::json!({"keys": [jwk(&k1, "k1")]}).to_string());
+    let prefix = unique("jwt");
+    let (dir, dst, daemon, addr) = webhook_daemon(
+        &format!(
+            "pubsub_push_audience = \"{AUD}\"\npubsub_push_service_account = \"{SA}\"\n\
+             pubsub_push_jwks_url = \"{jwks}\"\n"
+        ),
+        "gs://slate-src",
+        &prefix,
+    );
+    let log = dir.path().join("d.log");
 
     let object = format!("{prefix}/pushed.bin");
     rt().block_on(async {
@@ -196,34 +213,15 @@ fn event_grid_deliveries_are_stored_only_with_a_good_entra_token() {
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
     let (k1, k2) = (key(1), key(2));
     let jwks = serve_jwks(serde_json::json!({"keys": [jwk(&k1, "k1")]}).to_string());
-    let dir = tempfile::tempdir().expect("tmp");
-    let (db, log, dst) = (
-        dir.path().join("s.db"),
-        dir.path().join("d.log"),
-        dir.path().join("dst"),
-    );
-    std::fs::create_dir_all(&dst).expect("dst");
     let prefix = unique("entra");
-    let conf = dir.path().join("slate.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "[daemon]\nlisten = \"127.0.0.1:0\"\ndrift_check_interval = \"0\"\n\
-             eventgrid_audience = \"{APP}\"\neventgrid_tenant = \"{TENANT}\"\n\
-             eventgrid_jwks_url = \"{jwks}\"\n\n\
-             [[pairs]]\nsrc = \"az://slate-src/{prefix}\"\ndst = \"{}\"\nevents = \"webhook\"\n",
-            dst.display()
+    let (_dir, dst, daemon, addr) = webhook_daemon(
+        &format!(
+            "eventgrid_audience = \"{APP}\"\neventgrid_tenant = \"{TENANT}\"\n\
+             eventgrid_jwks_url = \"{jwks}\"\n"
         ),
-    )
-    .expect("config");
-    let mut c = slate_db(&db);
-    c.args(["sync", "--config", &conf.display().to_string(), "--quiet"])
-        .env_remove("SLATE_API_TOKEN")
-        .env("RUST_LOG", "slate=info,warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"));
-    let daemon = spawn_daemon(c, &log, 1);
-    let addr = listen_addr(&read_log(&log)).expect("listening");
+        "az://slate-src",
+        &prefix,
+    );
 
     // written after the backfill: only a delivery can bring them
     let store = az("slate-src");

@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::core::error::SlateError;
 use crate::state::db::{redact, Location};
-use crate::state::manifest::{self, Manifest};
+use crate::state::manifest::Manifest;
 
 #[derive(Debug, Args)]
 pub struct DbArgs {
@@ -35,21 +34,8 @@ pub enum DbAction {
     Migrate,
 }
 
-fn location(db: &Option<PathBuf>) -> Result<Location, SlateError> {
-    Ok(match db {
-        None => Location::Sqlite(manifest::default_path()),
-        Some(p) => match p.to_str() {
-            Some(s) => Location::parse(s).map_err(|why| SlateError::BadOption {
-                option: "--db".into(),
-                why,
-            })?,
-            None => Location::Sqlite(p.clone()),
-        },
-    })
-}
-
 pub async fn run(args: DbArgs) -> i32 {
-    let result = match location(&args.db) {
+    let result = match super::db_location(&args.db) {
         Ok(loc) => match args.action {
             DbAction::Backup { to } => tokio::task::spawn_blocking(move || backup(&loc, &to))
                 .await

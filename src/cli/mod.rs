@@ -82,7 +82,12 @@ pub async fn run(cli: Cli) -> i32 {
 /// `--db` (and `SLATE_DB`, `daemon.db`) is a SQLite file's path or a PostgreSQL URL
 /// (`postgres://USER@HOST:PORT/DB`); a value with any other scheme is refused, naming it.
 pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
-    let loc = match db {
+    Manifest::open_at(&db_location(db)?).map(Arc::new)
+}
+
+/// Where `--db` points: a SQLite file (the default path when none is given) or PostgreSQL.
+pub fn db_location(db: &Option<PathBuf>) -> Result<Location, SlateError> {
+    Ok(match db {
         None => Location::Sqlite(manifest::default_path()),
         Some(p) => match p.to_str() {
             Some(s) => Location::parse(s).map_err(|why| SlateError::BadOption {
@@ -91,8 +96,7 @@ pub fn open_db(db: &Option<PathBuf>) -> Result<Arc<Manifest>, SlateError> {
             })?,
             None => Location::Sqlite(p.clone()),
         },
-    };
-    Manifest::open_at(&loc).map(Arc::new)
+    })
 }
 
 /// The listener's bearer token: the first line of `--token-file`, else `SLATE_API_TOKEN`.
