@@ -100,12 +100,30 @@ impl Backup {
         };
         match &ctx.dst {
             Side::Cloud { store, .. } => {
-                let from = store_path(&dst_loc.key_for(key))?;
+                let full = dst_loc.key_for(key);
+                let from = store_path(&full)?;
                 let to = store_path(&self.loc.key_for(&name))?;
-                let copied = ctx
-                    .retry(End::Dst)
-                    .request(&dst_loc.key_for(key), |_| true, |_| store.copy(&from, &to))
-                    .await;
+                let retry = ctx.retry(End::Dst);
+                // S3's CopyObject takes at most 5 GiB: a larger object is streamed through
+                // slate into a multipart upload instead (else its delete could never happen)
+                let streamed = if dst_loc.scheme == Scheme::S3 {
+                    match retry.request(&full, |_| true, |_| store.head(&from)).await {
+                        Ok(meta) => meta.size > copy_limit(),
+                        Err(object_store::Error::NotFound { .. }) => return Ok(false),
+                        Err(e) => {
+                            return Err(err(format!("backing up: {}", one_line(&e))));
+                        }
+                    }
+                } else {
+                    false
+                };
+                let copied = if streamed {
+                    stream_copy(store, &from, &to).await
+                } else {
+                    retry
+                        .request(&full, |_| true, |_| store.copy(&from, &to))
+                        .await
+                };
                 match copied {
                     Ok(()) => Ok(true),
                     Err(object_store::Error::NotFound { .. }) => Ok(false),
@@ -122,6 +140,51 @@ impl Backup {
             }
         }
     }
+}
+
+/// The largest object S3 copies server-side in one CopyObject (5 GiB); the tests lower it
+/// (`SLATE_TEST_COPY_LIMIT`, test builds only) to take the streamed path with small objects.
+fn copy_limit() -> u64 {
+    #[cfg(feature = "faults")]
+    if let Some(n) = std::env::var("SLATE_TEST_COPY_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    5 * 1024 * 1024 * 1024
+}
+
+/// Copies `from` to `to` through this process: a GET streamed into a multipart upload (parts
+/// of 16 MiB), the content headers and user metadata carried over. The upload is aborted
+/// when anything fails, so no partial object is left at `to`.
+async fn stream_copy(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    from: &object_store::path::Path,
+    to: &object_store::path::Path,
+) -> object_store::Result<()> {
+    use futures::StreamExt;
+    let got = store.get(from).await?;
+    let opts = object_store::PutMultipartOptions {
+        attributes: got.attributes.clone(),
+        ..Default::default()
+    };
+    let upload = store.put_multipart_opts(to, opts).await?;
+    let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, 16 * 1024 * 1024);
+    let mut body = got.into_stream();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(b) => {
+                writer.wait_for_capacity(4).await?;
+                writer.write(&b);
+            }
+            Err(e) => {
+                let _ = writer.abort().await;
+                return Err(e);
+            }
+        }
+    }
+    writer.finish().await.map(|_| ())
 }
 
 #[cfg(test)]
