@@ -60,6 +60,9 @@ pub struct DaemonConfig {
     /// tokens carry, and the tenant that issues them.
     pub eventgrid_audience: Option<String>,
     pub eventgrid_tenant: Option<String>,
+    /// ... the application that asks for the tokens (default Event Grid's own,
+    /// 4962773b-9cdb-44cf-a8bf-237846a00ab7) ...
+    pub eventgrid_client_id: Option<String>,
     /// ... and where the signing keys are (default the tenant's).
     pub eventgrid_jwks_url: Option<String>,
 }

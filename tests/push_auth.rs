@@ -252,10 +252,11 @@ fn event_grid_deliveries_are_stored_only_with_a_good_entra_token() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_secs()) as i64;
-    let v2 = serde_json::json!({"aud": APP,
+    let eg_app = "4962773b-9cdb-44cf-a8bf-237846a00ab7";
+    let v2 = serde_json::json!({"aud": APP, "azp": eg_app,
         "iss": format!("https://login.microsoftonline.com/{TENANT}/v2.0"),
         "iat": now, "nbf": now, "exp": now + 3600, "tid": TENANT, "sub": "eventgrid"});
-    let v1 = serde_json::json!({"aud": APP, "iss": format!("https://sts.windows.net/{TENANT}/"),
+    let v1 = serde_json::json!({"aud": APP, "appid": eg_app, "iss": format!("https://sts.windows.net/{TENANT}/"),
         "iat": now, "nbf": now, "exp": now + 3600, "tid": TENANT, "sub": "eventgrid"});
     let post = |name: &str, tok: Option<String>| {
         let mut r = reqwest::blocking::Client::new()
@@ -295,6 +296,14 @@ fn event_grid_deliveries_are_stored_only_with_a_good_entra_token() {
         (
             "expired",
             Some(token(&k1, "k1", &with("exp", (now - 7200).into()))),
+        ),
+        (
+            "another application of the tenant",
+            Some(token(
+                &k1,
+                "k1",
+                &with("azp", "11111111-2222-3333-4444-555555555555".into()),
+            )),
         ),
     ] {
         assert_eq!(post("v2.bin", tok), 401, "{what}");

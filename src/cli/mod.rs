@@ -210,6 +210,7 @@ pub(crate) fn push_tokens(
             (Some(aud), Some(tenant)) => Some(JwtPolicy::eventgrid(
                 aud.clone(),
                 tenant,
+                cfg.eventgrid_client_id.clone(),
                 cfg.eventgrid_jwks_url.clone(),
             )),
             (None, None) => None,

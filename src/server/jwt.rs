@@ -26,9 +26,17 @@ pub struct JwtPolicy {
     /// When set, the `email` claim must be this (Pub/Sub's service account), with
     /// `email_verified` true.
     pub email: Option<String>,
+    /// When set, the application that asked for the token (`azp` in v2 tokens, `appid` in
+    /// v1) must be this one: Event Grid's own, so that no other application of the tenant
+    /// that may get a token for the audience can push events.
+    pub client: Option<String>,
     /// Where the signing keys are published (a JWKS document).
     pub jwks_url: String,
 }
+
+/// The application id of Azure Event Grid's service principal (Microsoft.EventGrid), which asks
+/// Entra ID for the tokens of its deliveries.
+pub const EVENT_GRID_APP_ID: &str = "4962773b-9cdb-44cf-a8bf-237846a00ab7";
 
 impl JwtPolicy {
     /// Pub/Sub push: Google's issuers and keys.
@@ -40,13 +48,20 @@ impl JwtPolicy {
                 "accounts.google.com".into(),
             ],
             email,
+            client: None,
             jwks_url: jwks_url
                 .unwrap_or_else(|| "https://www.googleapis.com/oauth2/v3/certs".into()),
         }
     }
 
-    /// Event Grid with Entra ID: the tenant's issuers (v1 and v2 tokens) and keys.
-    pub fn eventgrid(audience: String, tenant: &str, jwks_url: Option<String>) -> Self {
+    /// Event Grid with Entra ID: the tenant's issuers (v1 and v2 tokens) and keys; tokens
+    /// asked for by `client` (default Event Grid's own application).
+    pub fn eventgrid(
+        audience: String,
+        tenant: &str,
+        client: Option<String>,
+        jwks_url: Option<String>,
+    ) -> Self {
         JwtPolicy {
             audience,
             issuers: vec![
@@ -54,6 +69,7 @@ impl JwtPolicy {
                 format!("https://sts.windows.net/{tenant}/"),
             ],
             email: None,
+            client: Some(client.unwrap_or_else(|| EVENT_GRID_APP_ID.to_string())),
             jwks_url: jwks_url.unwrap_or_else(|| {
                 format!("https://login.microsoftonline.com/{tenant}/discovery/v2.0/keys")
             }),
@@ -80,11 +96,23 @@ struct Key {
 /// The keys of one JWKS URL, fetched when needed.
 #[derive(Debug, Default)]
 pub struct Keys {
-    cache: Mutex<(HashMap<String, Key>, Option<Instant>)>,
+    cache: Mutex<Cache>,
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    keys: HashMap<String, Key>,
+    /// When the document was last asked for, and whether that failed.
+    asked: Option<Instant>,
+    failed: bool,
 }
 
 /// How soon an unknown key id makes the keys be fetched again.
 const REFETCH_AFTER: Duration = Duration::from_secs(60);
+/// ... and how soon after a fetch that failed: until one succeeds, a token of an unknown key
+/// is answered 503 (retried by Event Grid and Pub/Sub), never 401 (which Event Grid does not
+/// retry: the delivery would be lost).
+const RETRY_FAILED_AFTER: Duration = Duration::from_secs(5);
 /// Largest JWKS document read.
 const MAX_JWKS: usize = 1 << 20;
 /// Clock skew allowed on `exp`/`nbf`/`iat`.
@@ -123,10 +151,23 @@ impl Keys {
                 .cache
                 .lock()
                 .map_err(|_| Refusal::Unavailable("internal: keys lock poisoned".into()))?;
-            if let Some(k) = c.0.get(kid) {
+            if let Some(k) = c.keys.get(kid) {
                 return Ok(k.clone());
             }
-            c.1.is_none_or(|t| t.elapsed() >= REFETCH_AFTER)
+            let wait = if c.failed {
+                RETRY_FAILED_AFTER
+            } else {
+                REFETCH_AFTER
+            };
+            match c.asked {
+                Some(t) if t.elapsed() < wait && c.failed => {
+                    return Err(Refusal::Unavailable(format!(
+                        "no signing key '{kid}' and the keys could not be fetched; try again"
+                    )))
+                }
+                Some(t) => t.elapsed() >= wait,
+                None => true,
+            }
         };
         if !due {
             return Err(Refusal::Bad(format!("no signing key '{kid}'")));
@@ -136,16 +177,19 @@ impl Keys {
             .cache
             .lock()
             .map_err(|_| Refusal::Unavailable("internal: keys lock poisoned".into()))?;
-        c.1 = Some(Instant::now());
+        c.asked = Some(Instant::now());
+        c.failed = fetched.is_err();
         match fetched {
-            Ok(keys) => c.0 = keys,
-            // the keys fetched before stay (a passing outage of the key server)
-            Err(e) if c.0.is_empty() => return Err(Refusal::Unavailable(e)),
+            Ok(keys) => c.keys = keys,
+            // the keys fetched before stay (a passing outage of the key server); this token's
+            // key may be a new one: 503, so the sender tries again
             Err(e) => {
-                tracing::warn!(error = %e, "fetching the push tokens' signing keys failed; the ones fetched before stay")
+                tracing::warn!(error = %e, "fetching the push tokens' signing keys failed; the ones fetched before stay");
+                return Err(Refusal::Unavailable(e));
             }
         }
-        c.0.get(kid)
+        c.keys
+            .get(kid)
             .cloned()
             .ok_or_else(|| Refusal::Bad(format!("no signing key '{kid}'")))
     }
@@ -217,6 +261,12 @@ pub fn check_claims(claims: &Value, policy: &JwtPolicy, now: i64) -> Result<(), 
             .is_some_and(|iat| iat - LEEWAY_SECS > now)
     {
         return Err("the token is not valid yet".into());
+    }
+    if let Some(want) = &policy.client {
+        let by = claims["azp"].as_str().or(claims["appid"].as_str());
+        if by != Some(want.as_str()) {
+            return Err("the token was not asked for by the configured application".into());
+        }
     }
     if let Some(want) = &policy.email {
         if claims["email"].as_str() != Some(want.as_str()) {
@@ -306,16 +356,25 @@ mod tests {
             c[field] = value.clone();
             assert_eq!(check_claims(&c, &p, now).is_ok(), ok, "{field} = {value}");
         }
-        let eg = JwtPolicy::eventgrid("api://slate".into(), "tenant-1", None);
-        let entra = serde_json::json!({"aud": "api://slate",
+        let eg = JwtPolicy::eventgrid("api://slate".into(), "tenant-1", None, None);
+        let entra = serde_json::json!({"aud": "api://slate", "azp": EVENT_GRID_APP_ID,
             "iss": "https://login.microsoftonline.com/tenant-1/v2.0", "exp": now + 60});
         assert_eq!(check_claims(&entra, &eg, now), Ok(()));
-        let v1 = serde_json::json!({"aud": "api://slate",
+        let v1 = serde_json::json!({"aud": "api://slate", "appid": EVENT_GRID_APP_ID,
             "iss": "https://sts.windows.net/tenant-1/", "exp": now + 60});
         assert_eq!(check_claims(&v1, &eg, now), Ok(()));
-        let other_tenant = serde_json::json!({"aud": "api://slate",
+        let other_tenant = serde_json::json!({"aud": "api://slate", "azp": EVENT_GRID_APP_ID,
             "iss": "https://login.microsoftonline.com/tenant-2/v2.0", "exp": now + 60});
         assert!(check_claims(&other_tenant, &eg, now).is_err());
+        // another application of the tenant, or none named
+        for by in [
+            serde_json::json!("11111111-2222-3333-4444-555555555555"),
+            Value::Null,
+        ] {
+            let mut c = entra.clone();
+            c["azp"] = by;
+            assert!(check_claims(&c, &eg, now).is_err(), "{c}");
+        }
     }
 
     #[tokio::test]
@@ -352,5 +411,41 @@ mod tests {
             verify(Some(&rs), &p, &keys).await,
             Err(Refusal::Unavailable(_))
         ));
+        // and so is every delivery after it until a fetch succeeds: never a 401 that Event
+        // Grid would not retry
+        for _ in 0..3 {
+            assert!(matches!(
+                verify(Some(&rs), &p, &keys).await,
+                Err(Refusal::Unavailable(_))
+            ));
+        }
+    }
+
+    /// After a fetch that worked, a key id the document does not have is refused (401) until
+    /// the document may be fetched again.
+    #[tokio::test]
+    async fn an_unknown_key_after_a_good_fetch_is_refused() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/keys", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 2048];
+                let _ = s.read(&mut buf).await;
+                let doc = r#"{"keys":[{"kty":"RSA","kid":"k1","n":"AQAB","e":"AQAB"}]}"#;
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{doc}",
+                            doc.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        let keys = Keys::default();
+        assert!(keys.get(&url, "k1").await.is_ok());
+        assert!(matches!(keys.get(&url, "k9").await, Err(Refusal::Bad(_))));
     }
 }
