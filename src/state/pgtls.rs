@@ -8,9 +8,12 @@
 //!   `require`: TLS or no connection. Neither checks the server's certificate (libpq's meaning:
 //!   encryption against a reader of the wire), unless a root certificate is given
 //!   (`sslrootcert`, or `~/.postgresql/root.crt` exists), when `require` is `verify-ca`.
-//! - `verify-ca`: the certificate must chain to a root of `sslrootcert` (a PEM file, or `system`
-//!   for the system's roots; default `~/.postgresql/root.crt`, else the system's roots);
+//! - `verify-ca`: the certificate must chain to a root of `sslrootcert` (a PEM file; default
+//!   `~/.postgresql/root.crt`, and without either the connection is refused, as libpq does);
 //!   `verify-full`: that, and the certificate must name the host slate connected to.
+//!   `sslrootcert=system` (the system's public roots) only with `verify-full` (its default
+//!   then): any publicly trusted certificate chains to those, so without the name check it
+//!   would prove nothing (libpq refuses it too).
 //! - `sslcert` and `sslkey` (PEM files): a client certificate for servers that ask for one.
 
 use std::future::Future;
@@ -56,6 +59,16 @@ impl Mode {
                 ))
             }
         })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Disable => "disable",
+            Mode::Prefer => "prefer",
+            Mode::Require => "require",
+            Mode::VerifyCa => "verify-ca",
+            Mode::VerifyFull => "verify-full",
+        }
     }
 
     /// What tokio-postgres is told: it negotiates, the connector checks.
@@ -137,17 +150,42 @@ pub struct Connector {
 
 impl Connector {
     pub fn new(p: &Params) -> Result<Connector, String> {
+        Connector::with_home(p, std::env::var_os("HOME").map(PathBuf::from))
+    }
+
+    /// [`Connector::new`] with the home folder where `.postgresql/root.crt` is looked for.
+    fn with_home(p: &Params, home: Option<PathBuf>) -> Result<Connector, String> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mode = p.mode.unwrap_or(Mode::Prefer);
-        let default_root = std::env::var_os("HOME")
-            .map(|h| PathBuf::from(h).join(".postgresql/root.crt"))
-            .filter(|f| f.is_file());
+        let system = p.root_cert.as_deref() == Some("system");
+        let mode = match (p.mode, system) {
+            (None, true) => Mode::VerifyFull,
+            (Some(m), true) if m != Mode::VerifyFull => {
+                return Err(format!(
+                    "sslrootcert=system needs sslmode=verify-full (not {}): any publicly \
+                     trusted certificate chains to the system's roots, only the name check \
+                     tells the server apart",
+                    m.name()
+                ))
+            }
+            (m, _) => m.unwrap_or(Mode::Prefer),
+        };
+        let home_root = home.map(|h| h.join(".postgresql/root.crt"));
+        let default_root = home_root.clone().filter(|f| f.is_file());
         let roots = match (&p.root_cert, mode) {
             (Some(r), _) => Some(roots_of(Some(r))?),
             (None, _) if default_root.is_some() => {
                 Some(roots_of(default_root.as_deref().and_then(Path::to_str))?)
             }
-            (None, Mode::VerifyCa | Mode::VerifyFull) => Some(roots_of(None)?),
+            (None, Mode::VerifyCa | Mode::VerifyFull) => {
+                return Err(format!(
+                    "sslmode={} needs a root certificate: give sslrootcert=FILE, put it in {}, \
+                     or use sslrootcert=system with verify-full",
+                    mode.name(),
+                    home_root
+                        .map(|h| h.display().to_string())
+                        .unwrap_or_else(|| "~/.postgresql/root.crt".into())
+                ))
+            }
             (None, _) => None,
         };
         let chain = match roots {
@@ -477,5 +515,53 @@ mod tests {
         };
         let err = Connector::new(&p).err().unwrap_or_default();
         assert!(err.contains("sslrootcert /nonexistent/ca.pem"), "{err}");
+        // libpq's refusals: a verifying mode with no root to verify against, and the system's
+        // public roots without the name check
+        let home = tempfile::tempdir().unwrap();
+        let refusals = [
+            (Some(Mode::VerifyCa), None, "needs a root certificate"),
+            (Some(Mode::VerifyFull), None, "needs a root certificate"),
+            (
+                Some(Mode::VerifyCa),
+                Some("system"),
+                "needs sslmode=verify-full",
+            ),
+            (
+                Some(Mode::Require),
+                Some("system"),
+                "needs sslmode=verify-full",
+            ),
+        ];
+        let results: Vec<String> = refusals
+            .iter()
+            .map(|(mode, root, _)| {
+                Connector::with_home(
+                    &Params {
+                        mode: *mode,
+                        root_cert: root.map(str::to_string),
+                        ..Default::default()
+                    },
+                    Some(home.path().to_path_buf()),
+                )
+                .err()
+                .unwrap_or_default()
+            })
+            .collect();
+        // system roots with verify-full (given or by default) are taken
+        let full = Connector::with_home(
+            &Params {
+                root_cert: Some("system".into()),
+                ..Default::default()
+            },
+            Some(home.path().to_path_buf()),
+        );
+        for ((mode, root, why), err) in refusals.iter().zip(&results) {
+            assert!(err.contains(why), "{mode:?} {root:?}: {err}");
+        }
+        // (a machine without a CA bundle says so instead)
+        match full {
+            Ok(_) => {}
+            Err(e) => assert!(e.contains("has no root certificates"), "{e}"),
+        }
     }
 }
