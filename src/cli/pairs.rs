@@ -27,8 +27,9 @@ pub enum BrakeAction {
     /// the object is gone) and release the brake; the running daemon applies them within
     /// seconds.
     ReleaseDeletes { src: String, dst: String },
-    /// Forget the deletes the brake holds (the destination keeps those objects; a later
-    /// `sync --once` would delete them again) and release the brake.
+    /// Forget the deletes the brake holds (the destination keeps those objects for now; the
+    /// next reconcile, a drift check or `sync --once`, finds them again and puts them through
+    /// the brake once more) and release the brake.
     DropDeletes { src: String, dst: String },
 }
 
@@ -71,7 +72,7 @@ fn brake_action(m: &Manifest, action: &BrakeAction) -> Result<(), SlateError> {
                 dropped = n,
                 "delete brake released by an operator: the held deletes are dropped"
             );
-            println!("{n} held delete(s) dropped for {src} -> {dst} (the destination keeps those objects)");
+            println!("{n} held delete(s) dropped for {src} -> {dst} (the destination keeps those objects until a reconcile finds them again)");
         }
     }
     Ok(())

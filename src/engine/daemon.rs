@@ -146,6 +146,11 @@ fn prune_dead_letters_hourly(db: Arc<Manifest>, mut stop: tokio::sync::watch::Re
                 Ok(n) => tracing::info!(dropped = n, "dead letters past their retention dropped"),
                 Err(e) => tracing::warn!(error = %e, "could not drop old dead letters"),
             }
+            // the delete brake's record of admitted deletes: a day is many windows
+            let d = db.clone();
+            if let Err(e) = blocking(move || crate::state::brake::Brakes::new(&d).prune()).await {
+                tracing::warn!(error = %e, "could not drop the delete brake's old records");
+            }
         }
     });
 }
@@ -281,6 +286,7 @@ pub async fn run_all(
                 "freed the claims of a worker of this host that is gone"
             );
         }
+        crate::state::brake::Brakes::new(&d).prune()?;
         ib.prune_dead_letters(crate::state::deadletters::retention_ms())
     })
     .await?;
@@ -985,11 +991,13 @@ async fn apply_pending(
                     key = %key,
                     "delete brake engaged: this pair's deletes pass its limit; they are held (copies go on). \
                      Look at the source, then `slate pairs release-deletes SRC DST` to apply them or \
-                     `slate pairs drop-deletes SRC DST` to keep the objects"
+                     `slate pairs drop-deletes SRC DST` to forget them (a later reconcile finds them again)"
                 );
             }
             tracing::debug!(key = %key, "delete held by the brake");
-            blocking(move || crate::state::brake::Brakes::new(&m).hold(pair_id, &key)).await
+            let by = inbox::worker().id.clone();
+            blocking(move || crate::state::brake::Brakes::new(&m).hold(pair_id, &key, events, &by))
+                .await
         }
         Ok(a) => {
             stats.applied.fetch_add(1, Relaxed);

@@ -148,16 +148,27 @@ impl<'a> Brakes<'a> {
         })
     }
 
-    /// Holds a delete in the inbox (its claim given back): never due until released.
-    pub fn hold(&self, pair_id: i64, key: &str) -> Result<()> {
+    /// Holds a delete in the inbox (its claim given back): never due until released. Only
+    /// the row as `events` counted it when taken, and only while `by` (this worker) holds
+    /// it: an event that came meanwhile (the object made again) may make it an upsert, which
+    /// must not wait for an operator; the row is then given back to be applied again.
+    pub fn hold(&self, pair_id: i64, key: &str, events: u64, by: &str) -> Result<()> {
         self.m.with(|c| {
-            c.execute(
+            let held = c.execute(
                 "UPDATE inbox SET held = 1, not_before = ?3, claimed_by = NULL, claimed_host = NULL,
                     claim_until = 0
-                 WHERE pair_id = ?1 AND key = ?2",
-                params![pair_id, key, HELD_NOT_BEFORE],
-            )
-            .map(|_| ())
+                 WHERE pair_id = ?1 AND key = ?2 AND events <= ?4
+                   AND (claimed_by IS NULL OR claimed_by = ?5)",
+                params![pair_id, key, HELD_NOT_BEFORE, events as i64, by],
+            )?;
+            if held == 0 {
+                c.execute(
+                    "UPDATE inbox SET claimed_by = NULL, claimed_host = NULL, claim_until = 0
+                     WHERE pair_id = ?1 AND key = ?2 AND claimed_by = ?3",
+                    params![pair_id, key, by],
+                )?;
+            }
+            Ok(())
         })
     }
 

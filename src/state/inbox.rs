@@ -661,8 +661,37 @@ mod tests {
         events_coalesce_per_key_and_survive_reopening,
         claims_give_each_key_to_one_worker_until_they_expire,
         concurrent_claims_never_share_a_key,
-        a_key_is_finished_only_by_its_holder
+        a_key_is_finished_only_by_its_holder,
+        the_brake_holds_only_the_delete_it_was_asked_about
     );
+
+    /// A delete the brake holds stays held; one that got a new event while it was being
+    /// judged (the object made again) is given back to be applied, not held for an operator.
+    fn the_brake_holds_only_the_delete_it_was_asked_about(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a", "s3://held").unwrap().id;
+        let ib = Inbox::new(&m);
+        let b = crate::state::brake::Brakes::new(&m);
+        ib.push(
+            p,
+            &[
+                ("gone".into(), Kind::Delete, None),
+                ("back".into(), Kind::Delete, None),
+            ],
+        )
+        .unwrap();
+        let t = now_ms();
+        let w = worker("1:1:a");
+        let mine = ib.claim_at(p, 2, &w, t, 60_000).unwrap();
+        assert_eq!(mine.len(), 2);
+        // "back" is written again at the source while its delete is judged
+        ib.push(p, &[("back".into(), Kind::Upsert, None)]).unwrap();
+        for k in &mine {
+            b.hold(p, &k.key, k.events, &w.id).unwrap();
+        }
+        let due = ib.claim_at(p, 10, &worker("2:2:b"), t + 1, 60_000).unwrap();
+        assert_eq!(keys(&due), ["back"], "the upsert is due, the delete held");
+    }
 
     /// A worker whose claim lapsed (another took the key over) cannot finish the key under
     /// the other's hands.

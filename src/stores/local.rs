@@ -833,7 +833,6 @@ pub fn walk_sorted_parallel(
 /// system, else a copy (the delete or overwrite that follows removes the original).
 pub fn move_out(root: &Path, key: &str, to_root: &Path, name: &str) -> Result<bool, SlateError> {
     let from = safe_join(root, key)?;
-    let to = safe_join(to_root, name)?;
     let err = |detail: String| SlateError::Object {
         key: key.to_string(),
         detail,
@@ -845,6 +844,9 @@ pub fn move_out(root: &Path, key: &str, to_root: &Path, name: &str) -> Result<bo
         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(false),
         Err(e) => return Err(err(format!("backing up {}: {e}", from.display()))),
     }
+    // only now the backup's name (the key and a time: a name near the 255-byte limit has no
+    // room for it): a new file, with nothing to back up, is never refused for it
+    let to = safe_join(to_root, name)?;
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|e| err(format!("backing up: creating {}: {e}", parent.display())))?;
@@ -910,6 +912,21 @@ pub fn remove_below(root: &Path, key: &str) -> Result<bool, SlateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key of 250 bytes has no room for the backup's time in its name: a new file (nothing
+    /// to back up) is not refused for it; an existing one is, naming the key's backup.
+    #[test]
+    fn a_long_name_with_nothing_to_back_up_is_not_refused() {
+        let (root, trash) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let key = "k".repeat(250);
+        let name = crate::engine::backup::Backup::name_for(&key, std::time::SystemTime::now());
+        assert_eq!(
+            move_out(root.path(), &key, trash.path(), &name).ok(),
+            Some(false)
+        );
+        std::fs::write(root.path().join(&key), b"x").unwrap();
+        assert!(move_out(root.path(), &key, trash.path(), &name).is_err());
+    }
 
     #[test]
     fn safe_join_refuses_escapes() {
