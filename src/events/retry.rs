@@ -109,15 +109,17 @@ pub fn route(l: &Letter, pairs: &[(i64, Location)]) -> Intake {
         Vec::new()
     };
     reasons.extend(strangers(&parsed, &scopes, what).reasons);
+    // the letter stays its pair's when that pair's own unaddressable keys are all that keeps
+    // it (as the fan-out counts it), else no pair's
+    let nobody = !reasons.is_empty();
+    let mut owners = std::collections::BTreeSet::new();
     for (id, scope) in &targets {
         let mut routed = Routed::default();
         routed.add(parsed.clone(), scope, what);
-        reasons.extend(
-            routed
-                .dead
-                .into_iter()
-                .filter(|w| !w.contains("outside the pair")),
-        );
+        if !routed.dead.is_empty() {
+            owners.insert(*id);
+        }
+        reasons.extend(routed.dead);
         intake.rows.extend(
             routed
                 .rows
@@ -129,7 +131,11 @@ pub fn route(l: &Letter, pairs: &[(i64, Location)]) -> Intake {
             .extend(routed.prefixes.into_iter().map(|p| (*id, p)));
     }
     if !reasons.is_empty() {
-        intake.dead.push(keep(join_reasons(&reasons), None));
+        let owner = match (nobody, owners.len()) {
+            (false, 1) => owners.into_iter().next(),
+            _ => None,
+        };
+        intake.dead.push(keep(join_reasons(&reasons), owner));
     }
     intake
 }
@@ -195,6 +201,7 @@ mod tests {
     #[test]
     fn a_letter_is_routed_to_the_pairs_of_now() {
         let s3 = r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"data/k"}}}]}"#;
+        let odd = r#"{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":"data/x//outside+the+pair"}}}]}"#;
         let pairs = vec![
             (7, Location::parse("s3://b/data").unwrap()),
             (8, Location::parse("az://b/data").unwrap()),
@@ -207,12 +214,16 @@ mod tests {
             ("sqs", s3, &pairs[1..], 0, true),
             ("sqs", "{not json", &pairs, 0, true),
             ("who-knows", s3, &pairs, 0, true),
+            // an unaddressable key whose text reads like another reason: still kept
+            ("sqs", odd, &pairs, 0, true),
         ];
         for (source, raw, pairs, rows, kept) in table {
             let got = route(&letter(source, raw), pairs);
             assert_eq!(got.rows.len(), rows, "{source} {raw}: {got:?}");
             assert_eq!(!got.dead.is_empty(), kept, "{source} {raw}: {got:?}");
         }
+        // kept for its own pair's key: still counted under that pair
+        assert_eq!(route(&letter("sqs", odd), &pairs).dead[0].pair_id, Some(7));
         let got = route(&letter("sqs", s3), &pairs);
         assert_eq!(got.rows[0], (7, "k".to_string(), Kind::Upsert, None));
         // a key the daemon could not apply goes back to its pair
