@@ -23,7 +23,8 @@ Translated (one log line each on stderr):
 Emulated because fake-gcs-server ignores them:
   x-goog-if-generation-match on the writes above (0 = only if absent; else the live generation);
   If-Match / If-None-Match / If-Modified-Since / If-Unmodified-Since on GET and HEAD of objects;
-  start-after on XML list requests (GET /B?list-type=2&start-after=K).
+  XML list requests (GET /B?list-type=2): start-after, max-keys and continuation tokens,
+  which fake-gcs-server ignores (it answers with every key).
 
 Responses carry what object_store reads: ETag (the same quoted value fake-gcs-server's GET/HEAD
 return) and x-goog-generation; InitiateMultipartUploadResult/UploadId and
@@ -34,6 +35,7 @@ Health check: GET /_shim/health answers "ok".
 """
 
 import argparse
+import base64
 import hashlib
 import http.client
 import http.server
@@ -408,9 +410,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if m in ("GET", "HEAD") and any(h in self.headers for h in CONDITIONAL_HEADERS):
                     if self.conditional_get(bucket, name, query):
                         return
-            elif bucket and m == "GET" and "list-type" in query and query.get("start-after", [""])[0]:
-                what = "list start-after"
-                return self.list_start_after(query["start-after"][0])
+            elif bucket and m == "GET" and "list-type" in query:
+                what = "list"
+                return self.list_v2(bucket, query)
             return self.proxy()
         except ShimError as err:
             if not self._body_read:
@@ -640,11 +642,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                 "</Message></Error>", headers)
         return True
 
-    def list_start_after(self, start_after):
-        """XML list: fake-gcs-server ignores start-after, so filter its answer here."""
+    def list_v2(self, bucket, query):
+        """XML list (ListObjectsV2) as GCS answers it: fake-gcs-server ignores start-after,
+        max-keys and continuation tokens and answers with every key, so its whole answer is
+        asked for here (prefix and delimiter only), then cut as S3 and GCS cut it: entries
+        (keys and common prefixes together, in key order) after start-after and after the
+        continuation token, at most max-keys of them, with IsTruncated and a
+        NextContinuationToken (the last entry, encoded) when more follow."""
+        first = lambda k, d="": query.get(k, [d])[0]
+        start = first("start-after")
+        token = first("continuation-token")
+        if token:
+            try:
+                start = max(start, base64.urlsafe_b64decode(token.encode()).decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                raise ShimError(400, "InvalidArgument", "The continuation token is not valid")
+        try:
+            max_keys = int(first("max-keys", "1000"))
+        except ValueError:
+            raise ShimError(400, "InvalidArgument", "max-keys is not a number")
+        max_keys = max(0, min(max_keys, 1000))
+        upstream = {"list-type": "2"}
+        for k in ("prefix", "delimiter"):
+            if first(k):
+                upstream[k] = first(k)
+        path = "/" + urllib.parse.quote(bucket) + "?" + urllib.parse.urlencode(upstream)
         conn = self.shim.connect()
         try:
-            conn.putrequest("GET", self.path, skip_accept_encoding=True)
+            conn.putrequest("GET", path, skip_accept_encoding=True)
             for k, v in self.forward_headers():
                 if k.lower() != "accept-encoding":   # the XML is parsed here: no gzip
                     conn.putheader(k, v)
@@ -656,26 +681,42 @@ class Handler(http.server.BaseHTTPRequestHandler):
         finally:
             conn.close()
         root = ET.fromstring(body)
-        kept = 0
+        entries = []
         for child in list(root):
             tag = child.tag.rsplit("}", 1)[-1]
             if tag == "Contents":
                 key = child.findtext("Key") or child.findtext("{*}Key") or ""
-                if key <= start_after:        # code-point order == UTF-8 byte order
-                    root.remove(child)
-                else:
-                    kept += 1
+                if key > start:               # code-point order == UTF-8 byte order
+                    entries.append((key, child))
+                root.remove(child)
             elif tag == "CommonPrefixes":
                 prefix = child.findtext("Prefix") or child.findtext("{*}Prefix") or ""
-                if prefix <= start_after and not start_after.startswith(prefix):
-                    root.remove(child)
-                else:
-                    kept += 1
-        for child in root:
-            if child.tag.rsplit("}", 1)[-1] == "KeyCount":
-                child.text = str(kept)
+                # a folder holds keys after `start` when it sorts after it or `start` is in it
+                if prefix > start or (start and start.startswith(prefix) and prefix != start):
+                    entries.append((prefix, child))
+                root.remove(child)
+            elif tag in ("IsTruncated", "NextContinuationToken", "KeyCount", "MaxKeys",
+                         "ContinuationToken", "StartAfter"):
+                root.remove(child)
+        entries.sort(key=lambda e: e[0])
+        page, rest = entries[:max_keys], entries[max_keys:]
+        for _, child in page:
+            root.append(child)
+        def add(tag, text):
+            el = ET.SubElement(root, tag)
+            el.text = text
+        add("KeyCount", str(len(page)))
+        add("MaxKeys", str(max_keys))
+        add("IsTruncated", "true" if rest else "false")
+        if token:
+            add("ContinuationToken", token)
+        if first("start-after"):
+            add("StartAfter", first("start-after"))
+        if rest and page:
+            add("NextContinuationToken",
+                base64.urlsafe_b64encode(page[-1][0].encode("utf-8")).decode())
         out = ET.tostring(root, encoding="UTF-8", xml_declaration=True)
-        log(f"GET {self.path} (list, start-after filtered here) -> 200, {kept} entries")
+        log(f"GET {self.path} (list: {len(page)} of {len(entries)} entries after the start) -> 200")
         self.reply(200, body=out, content_type="application/xml")
 
     # ---- proxy -------------------------------------------------------------------------

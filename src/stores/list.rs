@@ -1,16 +1,21 @@
 //! Listing one side recursively as a stream of [`Entry`] (key relative to the side's prefix,
 //! size, change token, mtime) **in key order**, sent through a bounded channel so that the
 //! consumer (the copier, or a reconcile walking the manifest alongside) runs while pages are
-//! still being fetched. A page whose request fails
+//! still being fetched. A long sequence of pages (a flat bucket, a folder of millions of keys)
+//! is cut into spans as it is listed (see [`Spread`]): each span starts after its first key
+//! (`start-after`), several are listed at once, and their keys are sent in key order. A page
+//! whose request fails
 //! with a transient error is asked for again (same token), so one bad answer does not end a
 //! listing of millions of keys.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedListStore};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::local;
 use super::retry::Retry;
@@ -18,7 +23,7 @@ use super::side::{one_line, prefix_path, Side};
 use crate::core::error::{Result, SlateError};
 use crate::core::location::Location;
 use crate::core::object::{local_etag, Entry};
-use crate::core::range::KeyRange;
+use crate::core::range::{self, KeyRange};
 use object_store::ObjectStoreExt as _;
 
 /// Lists everything under `side`'s prefix into `tx`, **in key order** (byte order of the
@@ -43,6 +48,95 @@ pub async fn list_range(
     classify: fn(&Location, &object_store::Error) -> SlateError,
     range: &KeyRange,
 ) -> Result<u64> {
+    list_spread(side, tx, classify, range, Spread::default()).await
+}
+
+/// How one listing of a cloud side spreads over the store.
+///
+/// A sequence of pages (one folder's, or a flat bucket's) is listed from its start; when a
+/// page comes back full, [`range::cuts`] extrapolates its keys to where the keys about
+/// [`SPAN_PAGES`] pages on might be, and the rest of the sequence is cut there into spans,
+/// each listed from its first key (`start-after`) by a task of its own, up to `spans` at once
+/// across the whole listing. A span cuts again when its own pages come back full, so a guess
+/// that fell short is corrected as the listing goes. Spans are sent in key order, each
+/// buffering at most [`SPAN_PAGES`] pages ahead, so memory stays bounded whatever the consumer's
+/// pace. A store that ignores `start-after` (it answers from the start: Azurite ignores
+/// `startFrom`) is found on a span's first page; the listing then stops cutting, and what the
+/// spans list twice is filtered out.
+#[derive(Debug, Clone)]
+pub struct Spread {
+    /// Keys asked for per page (1,000: what S3 and GCS give at most).
+    pub page: usize,
+    /// Spans listed at once beyond the first of each sequence (0: one sequence of pages each).
+    pub spans: usize,
+    /// Listing requests in flight at once.
+    pub requests: usize,
+    /// What the listing did.
+    pub stats: Arc<SpreadStats>,
+}
+
+/// Spans listed at once by default; `SLATE_LIST_SPANS` sets it (0: one sequence of pages).
+const SPANS: usize = 32;
+
+impl Default for Spread {
+    fn default() -> Spread {
+        Spread {
+            page: 1000,
+            spans: spans_from_env(),
+            requests: 16,
+            stats: Default::default(),
+        }
+    }
+}
+
+/// `SLATE_LIST_SPANS` (a number), else [`SPANS`]; a value that is not a number is said once.
+fn spans_from_env() -> usize {
+    static SPANS_SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SPANS_SET.get_or_init(|| match std::env::var("SLATE_LIST_SPANS") {
+        Err(_) => SPANS,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            tracing::warn!("SLATE_LIST_SPANS={v:?} is not a number: listing with {SPANS} spans");
+            SPANS
+        }),
+    })
+}
+
+impl Spread {
+    /// Every sequence of pages in one run (as slate listed before spans).
+    pub fn sequential() -> Spread {
+        Spread {
+            spans: 0,
+            ..Spread::default()
+        }
+    }
+}
+
+/// What a listing did: for the log and for tests.
+#[derive(Debug, Default)]
+pub struct SpreadStats {
+    /// Pages asked for.
+    pub pages: AtomicU64,
+    /// Spans cut from sequences (besides each sequence's first).
+    pub spans: AtomicU64,
+    /// Whether the store answered a span from before its first key (it ignores `start-after`).
+    pub offsets_ignored: AtomicBool,
+}
+
+/// A span is cut about this many pages long, and buffers at most that many pages ahead.
+pub const SPAN_PAGES: u32 = 3;
+
+/// Spans cut from one full page at most.
+const CUTS_AT_ONCE: usize = 4;
+
+/// [`list_range`] spread as `spread` says (a local side walks its folders in parallel and
+/// takes no spans).
+pub async fn list_spread(
+    side: &Side,
+    tx: mpsc::Sender<Result<Entry>>,
+    classify: fn(&Location, &object_store::Error) -> SlateError,
+    range: &KeyRange,
+    spread: Spread,
+) -> Result<u64> {
     match side {
         Side::Cloud {
             store, pager, loc, ..
@@ -63,6 +157,12 @@ pub async fn list_range(
                 },
                 classify,
                 range: Arc::new(range.clone()),
+                shared: Arc::new(Shared {
+                    requests: Arc::new(Semaphore::new(spread.requests.max(1))),
+                    spans: Arc::new(Semaphore::new(spread.spans)),
+                    offsets: AtomicBool::new(true),
+                    spread,
+                }),
             };
             level.list(prefix, 0, tx).await
         }
@@ -192,6 +292,77 @@ struct Level {
     classify: fn(&Location, &object_store::Error) -> SlateError,
     /// Keys outside it are not sent.
     range: Arc<KeyRange>,
+    shared: Arc<Shared>,
+}
+
+/// What every sequence of one listing shares.
+struct Shared {
+    spread: Spread,
+    /// A permit per request in flight.
+    requests: Arc<Semaphore>,
+    /// A permit per span cut and not yet sent on.
+    spans: Arc<Semaphore>,
+    /// False once the store is found to ignore `start-after`.
+    offsets: AtomicBool,
+}
+
+/// A span being listed: its keys as they come, its task (aborted when dropped), and its
+/// permit among the listing's spans (None for a sequence's first).
+struct SpanRun {
+    rx: mpsc::Receiver<Result<Entry>>,
+    task: Aborting,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+/// A task that is aborted when its handle is dropped (a listing given up ends its spans).
+struct Aborting(Option<tokio::task::JoinHandle<Result<u64>>>);
+
+impl Aborting {
+    /// Waits for the task's end.
+    async fn join(&mut self, url: &str) -> Result<u64> {
+        let Some(task) = self.0.take() else {
+            return Ok(0);
+        };
+        task.await.map_err(|e| SlateError::List {
+            url: url.to_string(),
+            detail: e.to_string(),
+        })?
+    }
+}
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// The spans cut from one sequence and not yet sent on, by their first key (exclusive).
+#[derive(Default)]
+struct Spans {
+    waiting: BTreeMap<String, SpanRun>,
+    /// Set when the sequence ends or is given up: no more spans are cut.
+    closed: bool,
+}
+
+type Registry = Arc<Mutex<Spans>>;
+
+/// Closes a sequence's registry when the sequence ends, however it ends: the spans still
+/// waiting are aborted and their permits given back.
+struct CloseOnDrop(Registry);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let waiting = match self.0.lock() {
+            Ok(mut r) => {
+                r.closed = true;
+                std::mem::take(&mut r.waiting)
+            }
+            Err(_) => return,
+        };
+        drop(waiting);
+    }
 }
 
 impl Level {
@@ -222,6 +393,8 @@ impl Level {
         let plain = |e: &object_store::Error| {
             matches!((self.classify)(&self.loc, e), SlateError::List { .. })
         };
+        let _permit = self.shared.requests.acquire().await;
+        self.shared.spread.stats.pages.fetch_add(1, Relaxed);
         Retry::default()
             .for_store(self.loc.scheme.short())
             .request("listing", plain, |_| {
@@ -236,7 +409,7 @@ impl Level {
     /// prefix of millions of keys is never held in memory); deeper down, listings are flat
     /// (one request per 1,000 keys however many small folders there are). The folders of the
     /// first level are listed up to [`LIST_FANOUT`] at once, each a little ahead of the one
-    /// being sent.
+    /// being sent; each level's or folder's sequence of pages is cut into spans ([`Spread`]).
     fn list(
         &self,
         prefix: Option<object_store::path::Path>,
@@ -245,81 +418,312 @@ impl Level {
     ) -> futures::future::BoxFuture<'static, Result<u64>> {
         let this = self.clone();
         Box::pin(async move {
-            if depth >= 2 {
-                return match &prefix {
-                    Some(p) => this.list_flat(p, &tx).await,
-                    None => Ok(0),
-                };
+            if depth >= 2 && prefix.is_none() {
+                return Ok(0);
             }
-            let with_slash = prefix.as_ref().map(|p| format!("{p}/"));
-            let offset = this.level_offset(with_slash.as_deref());
-            let (mut n, mut token, mut first) = (0u64, None, true);
-            loop {
-                let opts = PaginatedListOptions {
-                    delimiter: Some("/".into()),
-                    max_keys: Some(1000),
-                    page_token: token.take(),
-                    offset: offset.clone(),
-                    ..Default::default()
-                };
-                let page = match this.page(with_slash.as_deref(), opts).await {
-                    Ok(p) => p,
-                    Err(e) if first && depth == 0 => return Err((this.classify)(&this.loc, &e)),
-                    Err(e) => {
-                        return Err(SlateError::List {
-                            url: this.loc.to_string(),
-                            detail: one_line(&e),
-                        })
-                    }
-                };
-                first = false;
-                let mut items = Vec::with_capacity(
-                    page.result.objects.len() + page.result.common_prefixes.len(),
-                );
-                for meta in page.result.objects {
-                    // The folder's own marker (a key `folder/`, as consoles create them), which
-                    // object_store hands back as `folder`: not an object (see `store_path`).
-                    if Some(&meta.location) == prefix.as_ref() || meta.location.as_ref().is_empty()
-                    {
-                        continue;
-                    }
-                    items.push(Item::Object(meta));
-                }
-                for folder in page.result.common_prefixes {
-                    if folder.as_ref().is_empty() || Some(&folder) == prefix.as_ref() {
-                        // keys beginning with `/` (or `folder//…`): object_store would name
-                        // other keys for them
-                        return Err(SlateError::List {
-                            url: this.loc.to_string(),
-                            detail: format!(
-                                "keys under '{}/' cannot be addressed: object_store drops the empty segment, so they would be read and written as other keys",
-                                folder.as_ref()
-                            ),
-                        });
-                    }
-                    items.push(Item::Folder(folder));
-                }
-                items.sort_by_key(Item::sort_key);
-                match this.send_items(items, depth, &tx).await? {
-                    Some(k) => n += k,
-                    None => return Ok(n),
-                }
-                match page.page_token {
-                    Some(t) if !t.is_empty() => token = Some(t),
-                    _ => return Ok(n),
-                }
-            }
+            this.sequence(prefix, depth, tx).await
         })
     }
 
+    /// Lists one sequence of pages (a level with a delimiter, or a folder flat) as spans,
+    /// and sends their keys in key order: the first span's, then those cut from it, each
+    /// when the one before has ended.
+    async fn sequence(
+        &self,
+        prefix: Option<object_store::path::Path>,
+        depth: u8,
+        tx: mpsc::Sender<Result<Entry>>,
+    ) -> Result<u64> {
+        let registry: Registry = Default::default();
+        let _close = CloseOnDrop(registry.clone());
+        let mut run = self.start_span(prefix.clone(), depth, None, None, registry.clone(), None);
+        let mut n = 0u64;
+        loop {
+            while let Some(e) = run.rx.recv().await {
+                if tx.send(e).await.is_err() {
+                    return Ok(n);
+                }
+            }
+            n += run.task.join(&self.loc.to_string()).await?;
+            let next = match registry.lock() {
+                Ok(mut r) => r.waiting.pop_first(),
+                Err(_) => None,
+            };
+            match next {
+                Some((_, r)) => run = r,
+                None => return Ok(n),
+            }
+        }
+    }
+
+    /// Starts listing the span `(after, through]` of a sequence (None: from the sequence's
+    /// start, as the listing's range says; to its end).
+    fn start_span(
+        &self,
+        prefix: Option<object_store::path::Path>,
+        depth: u8,
+        after: Option<String>,
+        through: Option<String>,
+        registry: Registry,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> SpanRun {
+        let (stx, rx) = mpsc::channel(self.shared.spread.page.max(1) * SPAN_PAGES as usize);
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            this.span(prefix, depth, after, through, stx, registry)
+                .await
+        });
+        SpanRun {
+            rx,
+            task: Aborting(Some(task)),
+            _slot: slot,
+        }
+    }
+
+    /// Lists one span: page after page from its first key, cutting the rest of it into
+    /// spans of their own while its pages come back full and the listing has room.
+    async fn span(
+        &self,
+        prefix: Option<object_store::path::Path>,
+        depth: u8,
+        after: Option<String>,
+        mut through: Option<String>,
+        tx: mpsc::Sender<Result<Entry>>,
+        registry: Registry,
+    ) -> Result<u64> {
+        let flat = depth >= 2;
+        let with_slash = prefix.as_ref().map(|p| format!("{p}/"));
+        let level = with_slash
+            .as_deref()
+            .map_or(String::new(), |w| self.rel(w).to_string());
+        let offset = match &after {
+            Some(a) => Some(format!("{}{a}", self.strip)),
+            // a range starting inside this folder: the flat listing starts after its first key
+            None if flat => self
+                .range
+                .after
+                .as_deref()
+                .filter(|a| a.starts_with(level.as_str()))
+                .map(|a| format!("{}{a}", self.strip)),
+            None => self.level_offset(with_slash.as_deref()),
+        };
+        let (mut n, mut token, mut first) = (0u64, None, true);
+        loop {
+            let opts = PaginatedListOptions {
+                delimiter: (!flat).then(|| "/".into()),
+                max_keys: Some(self.shared.spread.page),
+                page_token: token.take(),
+                offset: offset.clone(),
+                ..Default::default()
+            };
+            let page = match self.page(with_slash.as_deref(), opts).await {
+                Ok(p) => p,
+                Err(e) if first && depth == 0 && after.is_none() => {
+                    return Err((self.classify)(&self.loc, &e))
+                }
+                Err(e) => {
+                    return Err(SlateError::List {
+                        url: self.loc.to_string(),
+                        detail: one_line(&e),
+                    })
+                }
+            };
+            let more = page.page_token.filter(|t| !t.is_empty());
+            let items = if flat {
+                self.flat_items(page.result.objects).await
+            } else {
+                self.level_items(&prefix, page.result)?
+            };
+            let keys: Vec<String> = items
+                .iter()
+                .map(|i| self.rel(&i.sort_key()).to_string())
+                .collect();
+            if first {
+                if let (Some(a), Some(k)) = (&after, keys.first()) {
+                    if k <= a {
+                        // the store answered from before the span: it ignores `start-after`
+                        self.shared.offsets.store(false, Relaxed);
+                        self.shared
+                            .spread
+                            .stats
+                            .offsets_ignored
+                            .store(true, Relaxed);
+                    }
+                }
+            }
+            first = false;
+            if more.is_some() && self.shared.offsets.load(Relaxed) {
+                let level = (!flat).then_some(level.as_str());
+                self.cut(&prefix, depth, &keys, level, &mut through, &registry);
+            }
+            // this span's own keys: after its start, through its (perhaps new) end
+            let bounds = KeyRange {
+                after: after.clone(),
+                through: through.clone(),
+            };
+            let mut ended = false;
+            let mut own = Vec::with_capacity(items.len());
+            for (item, key) in items.into_iter().zip(&keys) {
+                if bounds.beyond(key) {
+                    ended = true;
+                    break;
+                }
+                if !bounds.before(key) {
+                    own.push(item);
+                }
+            }
+            let (sent, go_on) = if flat {
+                self.send_objects(own, &tx).await
+            } else {
+                self.send_items(own, depth, &tx).await?
+            };
+            n += sent;
+            if !go_on {
+                return Ok(n);
+            }
+            match more {
+                Some(t) if !ended => token = Some(t),
+                _ => return Ok(n),
+            }
+        }
+    }
+
+    /// Cuts the rest of a span (after the page whose sorted keys are `keys`, through
+    /// `through`) into spans of their own, as many as the listing has room for: the span
+    /// keeps what comes before the first cut.
+    fn cut(
+        &self,
+        prefix: &Option<object_store::path::Path>,
+        depth: u8,
+        keys: &[String],
+        level: Option<&str>,
+        through: &mut Option<String>,
+        registry: &Registry,
+    ) {
+        let mut slots = Vec::new();
+        while slots.len() < CUTS_AT_ONCE {
+            match self.shared.spans.clone().try_acquire_owned() {
+                Ok(p) => slots.push(p),
+                Err(_) => break,
+            }
+        }
+        if slots.is_empty() {
+            return;
+        }
+        let below = through.as_deref().or(self.range.through.as_deref());
+        let page: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let cuts = range::cuts(&page, SPAN_PAGES, slots.len(), below, level);
+        if cuts.is_empty() {
+            return;
+        }
+        let Ok(mut reg) = registry.lock() else {
+            return;
+        };
+        if reg.closed {
+            return;
+        }
+        let end = through.take();
+        for (i, cut) in cuts.iter().enumerate() {
+            let until = cuts.get(i + 1).cloned().or_else(|| end.clone());
+            let slot = slots.pop();
+            let run = self.start_span(
+                prefix.clone(),
+                depth,
+                Some(cut.clone()),
+                until,
+                registry.clone(),
+                slot,
+            );
+            reg.waiting.insert(cut.clone(), run);
+        }
+        self.shared
+            .spread
+            .stats
+            .spans
+            .fetch_add(cuts.len() as u64, Relaxed);
+        *through = cuts.into_iter().next();
+    }
+
+    /// A delimiter page's objects and folders, in key order (the level's own marker left out).
+    fn level_items(
+        &self,
+        prefix: &Option<object_store::path::Path>,
+        result: object_store::ListResult,
+    ) -> Result<Vec<Item>> {
+        let mut items = Vec::with_capacity(result.objects.len() + result.common_prefixes.len());
+        for meta in result.objects {
+            // The folder's own marker (a key `folder/`, as consoles create them), which
+            // object_store hands back as `folder`: not an object (see `store_path`).
+            if Some(&meta.location) == prefix.as_ref() || meta.location.as_ref().is_empty() {
+                continue;
+            }
+            items.push(Item::Object(meta));
+        }
+        for folder in result.common_prefixes {
+            if folder.as_ref().is_empty() || Some(&folder) == prefix.as_ref() {
+                // keys beginning with `/` (or `folder//…`): object_store would name
+                // other keys for them
+                return Err(SlateError::List {
+                    url: self.loc.to_string(),
+                    detail: format!(
+                        "keys under '{}/' cannot be addressed: object_store drops the empty segment, so they would be read and written as other keys",
+                        folder.as_ref()
+                    ),
+                });
+            }
+            items.push(Item::Folder(folder));
+        }
+        items.sort_by_key(Item::sort_key);
+        Ok(items)
+    }
+
+    /// A flat page's objects, in key order, without folder markers (zero-byte keys are asked
+    /// about together, [`MARKER_HEADS`] at a time).
+    async fn flat_items(&self, objects: Vec<object_store::ObjectMeta>) -> Vec<Item> {
+        let zero = objects.iter().filter(|m| m.size == 0);
+        let markers = markers(&self.store, zero.map(|m| m.location.clone()).collect()).await;
+        let mut items: Vec<Item> = objects
+            .into_iter()
+            .filter(|m| !markers.contains(&m.location))
+            .map(Item::Object)
+            .collect();
+        items.sort_by_key(Item::sort_key);
+        items
+    }
+
+    /// Sends a flat page's objects within the listing's range: how many, and false when the
+    /// range has ended or the receiver is gone.
+    async fn send_objects(
+        &self,
+        items: Vec<Item>,
+        tx: &mpsc::Sender<Result<Entry>>,
+    ) -> (u64, bool) {
+        let mut n = 0u64;
+        for item in items {
+            let Item::Object(meta) = item else { continue };
+            let rel = self.rel(meta.location.as_ref());
+            if self.range.beyond(rel) {
+                return (n, false);
+            }
+            if self.range.before(rel) {
+                continue;
+            }
+            if tx.send(Ok(entry(meta, &self.strip))).await.is_err() {
+                return (n, false);
+            }
+            n += 1;
+        }
+        (n, true)
+    }
+
     /// Sends one page's items in order, listing its folders (ahead, in parallel, at the
-    /// first level); None when the receiver is gone.
+    /// first level): how many, and false when the range has ended or the receiver is gone.
     async fn send_items(
         &self,
         items: Vec<Item>,
         depth: u8,
         tx: &mpsc::Sender<Result<Entry>>,
-    ) -> Result<Option<u64>> {
+    ) -> Result<(u64, bool)> {
         let mut n = 0u64;
         let mut ahead: std::collections::VecDeque<Ahead> = Default::default();
         let folders: Vec<object_store::path::Path> = items
@@ -342,14 +746,14 @@ impl Level {
                 Item::Object(meta) => {
                     let rel = self.rel(meta.location.as_ref());
                     if self.range.beyond(rel) {
-                        return Ok(None);
+                        return Ok((n, false));
                     }
                     if self.range.before(rel) {
                         continue;
                     }
                     n += 1;
                     if tx.send(Ok(entry(meta, &self.strip))).await.is_err() {
-                        return Ok(None);
+                        return Ok((n, false));
                     }
                 }
                 Item::Folder(f) => {
@@ -359,7 +763,7 @@ impl Level {
                             for (_, t) in ahead {
                                 t.abort();
                             }
-                            return Ok(None);
+                            return Ok((n, false));
                         }
                         continue;
                     }
@@ -378,7 +782,7 @@ impl Level {
                             for (_, t) in ahead {
                                 t.abort();
                             }
-                            return Ok(None);
+                            return Ok((n, false));
                         }
                     }
                     n += task.await.map_err(|e| SlateError::List {
@@ -388,65 +792,7 @@ impl Level {
                 }
             }
         }
-        Ok(Some(n))
-    }
-
-    /// Sends everything under `prefix` (recursive, no delimiter, in the server's key order),
-    /// page after page; returns how many.
-    async fn list_flat(
-        &self,
-        prefix: &object_store::path::Path,
-        tx: &mpsc::Sender<Result<Entry>>,
-    ) -> Result<u64> {
-        let with_slash = format!("{prefix}/");
-        // a range starting inside this folder: the listing starts after its first key
-        let offset = self
-            .range
-            .after
-            .as_deref()
-            .filter(|a| a.starts_with(self.rel(&with_slash)))
-            .map(|a| format!("{}{a}", self.strip));
-        let (mut n, mut token) = (0u64, None);
-        loop {
-            let opts = PaginatedListOptions {
-                max_keys: Some(1000),
-                page_token: token.take(),
-                offset: offset.clone(),
-                ..Default::default()
-            };
-            let page = match self.page(Some(&with_slash), opts).await {
-                Ok(p) => p,
-                Err(e) => {
-                    return Err(SlateError::List {
-                        url: self.loc.to_string(),
-                        detail: one_line(&e),
-                    })
-                }
-            };
-            // zero-byte keys may be folder markers: asked about together, 16 at a time
-            let zero = page.result.objects.iter().filter(|m| m.size == 0);
-            let markers = markers(&self.store, zero.map(|m| m.location.clone()).collect()).await;
-            for meta in page.result.objects {
-                if markers.contains(&meta.location) {
-                    continue;
-                }
-                let rel = self.rel(meta.location.as_ref());
-                if self.range.beyond(rel) {
-                    return Ok(n);
-                }
-                if self.range.before(rel) {
-                    continue;
-                }
-                n += 1;
-                if tx.send(Ok(entry(meta, &self.strip))).await.is_err() {
-                    return Ok(n);
-                }
-            }
-            match page.page_token {
-                Some(t) if !t.is_empty() => token = Some(t),
-                _ => return Ok(n),
-            }
-        }
+        Ok((n, true))
     }
 }
 
