@@ -9,7 +9,8 @@
 # each way). Phases, in order (BENCH_SCALE_PHASES, default all):
 #   backfill  `slate sync --once` into an empty sink: objects/s, peak RSS, the manifest's size
 #   changed   a change set of BENCH_SCALE_CHANGES (40% new, 40% overwritten, 20% deleted), then
-#             `slate sync --once`, `slate diff`, `slate diff --from-manifest`; rclone `sync`
+#             `slate sync --once`, `slate diff` (listings in spans, then with SLATE_LIST_SPANS=0:
+#             one run of pages per listing, as before spans), `slate diff --from-manifest`; rclone `sync`
 #             (defaults, and the seed's flags) on the same state, each after its own change set
 #   daemon    `slate sync` following the store's own SQS queue: a change set of the same size,
 #             the time until /verify says the replica is equal: applied changes/s
@@ -132,6 +133,10 @@ if want changed; then
     SLATE_CHANGED=$LAST_WALL
     [[ $(verify replica) == *'"equal":true'* ]] || die "not equal after sync --once"
     timed changed "slate diff" "$N" "${SLATE_RUN[@]}" diff "$SRC" "$DST"
+    DIFF_SPANS=$LAST_WALL
+    # the same listings as one run of pages each (as slate listed before spans)
+    timed changed "slate diff, one run of pages" "$N" env SLATE_LIST_SPANS=0 "${SLATE_RUN[@]}" diff "$SRC" "$DST"
+    DIFF_ONE=$LAST_WALL
     timed changed "slate diff --from-manifest" "$N" "${SLATE_RUN[@]}" diff "$SRC" "$DST" --from-manifest
     for flags in $RCLONE_RUNS; do
         command -v rclone >/dev/null || { log "rclone missing: no rclone rows"; break; }
@@ -199,6 +204,11 @@ fi
             printf "changed sync: slate %.1f× faster than rclone with the seed'"'"'s flags", r / s
             if (d > 0) printf ", %.1f× faster than rclone'"'"'s defaults", d / s
             print "" }'
+    fi
+    if [[ -n ${DIFF_SPANS:-} ]]; then
+        echo
+        awk -v s="$DIFF_SPANS" -v o="$DIFF_ONE" 'BEGIN {
+            printf "listing in spans: diff %.1f× faster than with one run of pages per listing\n", o / s }'
     fi
     echo
     echo "requests served: $(curl -sf "$ADMIN/counts")"
