@@ -9,8 +9,9 @@
 //! Per pair, under a supervisor: the backfill (a `--once` run) when the pair was never
 //! reconciled, then the loop: expand pending prefixes in bounded, durable steps
 //! ([`super::expand`]), take pending keys, reconcile each through the one [`Engine`] path,
-//! mark it done, retry it later or dead-letter it. Keys run in parallel; one key is never in
-//! two reconciles at once (a batch is finished before the next is taken). A drift check (a
+//! mark it done, retry it later or dead-letter it. Keys run in parallel, a window of them in
+//! flight refilled as they finish, and what finishes together is settled in one transaction;
+//! one key is never in two reconciles at once (a key stays claimed until it is settled). A drift check (a
 //! full `--once`) runs on a schedule. A pair whose loop fails says why at once (log,
 //! `GET /pairs`, `/readyz`, metrics) and is restarted with a backoff while the others run on.
 //! A cloud pair's events keep landing in its inbox meanwhile; a local folder's watcher stops
@@ -23,7 +24,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use tokio::sync::mpsc;
 
 use super::key::{Applied, Engine};
@@ -36,7 +37,7 @@ use crate::core::error::{Result, SlateError};
 use crate::core::location::{Location, Scheme};
 use crate::events::push::Hub;
 use crate::events::route::{Fanout, Scope, Target};
-use crate::events::source::{consume, ConsumerStats};
+use crate::events::source::{consume, consume_widening, ConsumerStats, Widening};
 use crate::events::watch;
 use crate::state::blocking;
 use crate::state::inbox::{self, Inbox, Intake, Kind};
@@ -155,9 +156,11 @@ fn prune_dead_letters_hourly(db: Arc<Manifest>, mut stop: tokio::sync::watch::Re
     });
 }
 
-/// SQS receives in flight per queue: one returns at most 10 messages, so intake per queue is
-/// about 10 × this per round trip.
-const SQS_RECEIVERS: usize = 4;
+/// SQS receives in flight per queue, at least and at most: one returns at most 10 messages,
+/// so intake per queue is about 10 × this per two round trips (a receive, then the delete of
+/// what it stored). More start while receives come back full (see [`Widening`]): 3,500
+/// messages a second across 40 ms need about 30.
+const SQS_RECEIVERS: (usize, usize) = (4, 64);
 
 /// One consumer per distinct queue: connects each (an error names the queue and stops the
 /// start, exit 2) and runs it until `stop`, storing for every pair in its fan-out.
@@ -180,14 +183,14 @@ async fn start_consumers(
         match source {
             EventSource::Sqs(spec) => {
                 let q = crate::events::sqs::SqsSource::connect(&spec).await?;
-                for _ in 0..SQS_RECEIVERS {
-                    tasks.push(tokio::spawn(consume(
-                        q.clone(),
-                        fanout.clone(),
-                        stats.clone(),
-                        stopped(stop.clone()),
-                    )));
-                }
+                let (min, max) = SQS_RECEIVERS;
+                tasks.extend(consume_widening(
+                    q,
+                    fanout.clone(),
+                    stats.clone(),
+                    stop.clone(),
+                    Widening::new(min, max, 10),
+                ));
             }
             EventSource::AzQueue(spec) => {
                 let q = crate::events::azqueue::AzQueueSource::connect(&spec).await?;
@@ -553,8 +556,12 @@ const RELEASE_ADOPTED_AFTER: Duration = Duration::from_secs(600);
 
 /// Pending keys a pair applies at once with no `--transfers`: each one's probe (a HEAD) and
 /// metadata update take no transfer slot, so this bounds them; the copies among them still
-/// wait for the adaptive limit.
-const DAEMON_KEYS_AT_ONCE: usize = 128;
+/// wait for the adaptive limit. 3,500 changes a second of a few round trips each across a
+/// long link need about this many in flight.
+const DAEMON_KEYS_AT_ONCE: usize = 1024;
+
+/// Keys settled in one transaction at most.
+const SETTLE_AT_ONCE: usize = 512;
 
 /// Starts following a local source: its watcher (a task storing its batches) — or, when the
 /// folder cannot be watched whole (a folder that cannot be read, the inotify watch limit), a
@@ -807,6 +814,15 @@ async fn run_pair(
     let mut last_join_look = Instant::now();
     let mut drift: Option<tokio::task::JoinHandle<()>> = None;
     let mut rounds = 0u64;
+    // keys reconciled at once, and claimed at a time
+    let at_once = engine
+        .ctx
+        .opts
+        .transfers
+        .unwrap_or(DAEMON_KEYS_AT_ONCE)
+        .max(1);
+    let claim = opts.batch.min(at_once / 2).max(1);
+    let mut window = futures::stream::FuturesUnordered::new();
     let result = loop {
         rounds = rounds.saturating_add(1);
         // a test hook (test builds only): the pair fails while it follows its events
@@ -825,17 +841,23 @@ async fn run_pair(
             r = expander.step() => r?,
             _ = &mut shutdown => break Ok(()),
         };
-        // no more than it applies at once: what a worker claims, the others cannot take
-        let at_once = engine.ctx.opts.transfers.unwrap_or(DAEMON_KEYS_AT_ONCE);
-        let (m, batch) = (db.clone(), opts.batch.min(at_once).max(1));
-        // claimed: workers sharing the database each apply keys of their own (none while this
-        // worker's claims may have lapsed: another may be applying them)
-        let pending = if inbox::claims_lapsed() {
-            Vec::new()
-        } else {
-            blocking(move || Inbox::new(&m).claim(pair_id, batch, inbox::worker())).await?
-        };
-        if pending.is_empty() {
+        // keys are claimed while the window has room for a claim's worth: what a worker
+        // claims, the others cannot take, and a key in flight stays claimed until settled
+        // (one reconcile of a key at a time)
+        if window.len() + claim <= at_once || window.is_empty() {
+            let want = (at_once - window.len()).min(claim).max(1);
+            let m = db.clone();
+            // none while this worker's claims may have lapsed: another may be applying them
+            let pending = if inbox::claims_lapsed() {
+                Vec::new()
+            } else {
+                blocking(move || Inbox::new(&m).claim(pair_id, want, inbox::worker())).await?
+            };
+            for p in pending {
+                window.push(apply_pending(&engine, &db, &stats, &handle.label, p));
+            }
+        }
+        if window.is_empty() {
             if !expanded {
                 tokio::select! {
                     _ = &mut shutdown => break Ok(()),
@@ -844,8 +866,43 @@ async fn run_pair(
                     _ = tokio::time::sleep(Duration::from_millis(250)) => {}
                 }
             }
-        } else if !apply_batch(&engine, &db, handle, opts, pending, shutdown.as_mut()).await? {
-            break Ok(()); // stopping: keys not finished stay in the inbox
+        } else {
+            tokio::select! {
+                r = window.next() => {
+                    // what finished together is settled together
+                    let mut settles: Vec<inbox::Settle> = r.transpose()?.flatten().into_iter().collect();
+                    while settles.len() < SETTLE_AT_ONCE {
+                        match window.next().now_or_never() {
+                            Some(Some(r)) => settles.extend(r?),
+                            _ => break,
+                        }
+                    }
+                    settle(&db, pair_id, settles).await?;
+                }
+                _ = &mut shutdown => {
+                    tracing::info!(keys = window.len(), "shutting down: finishing the work in flight");
+                    let mut settles = Vec::new();
+                    let drain = async {
+                        while let Some(r) = window.next().await {
+                            settles.extend(r?);
+                        }
+                        Ok::<(), SlateError>(())
+                    };
+                    match tokio::time::timeout(opts.shutdown_grace, drain).await {
+                        Ok(r) => r?,
+                        Err(_) => tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox"),
+                    }
+                    settle(&db, pair_id, settles).await?;
+                    break Ok(()); // stopping: keys not finished stay in the inbox
+                }
+                _ = tokio::time::sleep(Duration::from_millis(500)), if inbox::claims_lapsed() => {
+                    // the claims lapsed (their renewals failed past their life): the work in
+                    // flight is dropped (copies cut short leave nothing visible), its keys are
+                    // another's now
+                    tracing::error!(keys = window.len(), "claims lapsed: the keys in flight are dropped; their inbox rows stay");
+                    window = futures::stream::FuturesUnordered::new();
+                }
+            }
         }
         if last_health.elapsed() >= Duration::from_secs(60) {
             last_health = Instant::now();
@@ -891,54 +948,13 @@ async fn run_pair(
     result
 }
 
-/// Reconciles a batch of pending keys (`transfers` at once). A batch is finished before the
-/// next is taken: one key is never reconciled twice at once. At shutdown the batch may finish
-/// within the grace period; false when the daemon is stopping.
-async fn apply_batch(
-    engine: &Arc<Engine>,
-    db: &Arc<Manifest>,
-    handle: &PairHandle,
-    opts: &DaemonOptions,
-    pending: Vec<inbox::Pending>,
-    shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> Result<bool> {
-    let stats = handle.stats.clone();
-    let work = futures::stream::iter(pending)
-        .map(|p| apply_pending(engine, db, &stats, &handle.label, p))
-        // copies and deletes also wait for a slot under the limit of each store side
-        // (adaptive, or lower while a store throttles); the probes and metadata updates
-        // before them take none, so their number is bounded here
-        .buffer_unordered(engine.ctx.opts.transfers.unwrap_or(DAEMON_KEYS_AT_ONCE));
-    let mut work = std::pin::pin!(work);
-    let drain = async {
-        while let Some(r) = work.next().await {
-            r?;
-        }
-        Ok::<(), SlateError>(())
-    };
-    let mut drain = std::pin::pin!(drain);
-    // the claims lapsed meanwhile (their renewals failed past their life): the work in
-    // flight is dropped (copies cut short leave nothing visible), its keys are another's now
-    let lapsed = async {
-        while !inbox::claims_lapsed() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    };
-    tokio::select! {
-        r = &mut drain => r.map(|_| true),
-        _ = lapsed => {
-            tracing::error!("claims lapsed: the keys in flight are dropped; their inbox rows stay");
-            Ok(true)
-        }
-        _ = shutdown => {
-            tracing::info!("shutting down: finishing the work in flight");
-            match tokio::time::timeout(opts.shutdown_grace, &mut drain).await {
-                Ok(r) => r?,
-                Err(_) => tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox"),
-            }
-            Ok(false)
-        }
+/// Settles what finished together in one transaction (none: nothing written).
+async fn settle(db: &Arc<Manifest>, pair_id: i64, settles: Vec<inbox::Settle>) -> Result<()> {
+    if settles.is_empty() {
+        return Ok(());
     }
+    let m = db.clone();
+    blocking(move || Inbox::new(&m).settle_all(pair_id, inbox::worker(), &settles)).await
 }
 
 /// The per-minute health line of a pair.
@@ -965,15 +981,17 @@ async fn health_line(db: &Arc<Manifest>, handle: &PairHandle) -> Result<()> {
     Ok(())
 }
 
-/// Reconciles one pending key and settles its inbox row: done, retried later with the one
-/// backoff, or dead-lettered when no retry can apply it. Only a database error ends the loop.
+/// Reconciles one pending key and says how to settle its inbox row (the loop settles what
+/// finished together in one transaction): done, retried later with the one backoff, or
+/// dead-lettered when no retry can apply it; None for a delete the brake holds (recorded
+/// here). Only a database error ends the loop.
 async fn apply_pending(
     engine: &Engine,
     db: &Arc<Manifest>,
     stats: &super::running::DaemonStats,
     label: &str,
     p: inbox::Pending,
-) -> Result<()> {
+) -> Result<Option<inbox::Settle>> {
     let pair_id = engine.pair_id;
     let started_at = inbox::now();
     let r = engine
@@ -998,6 +1016,7 @@ async fn apply_pending(
             let by = inbox::worker().id.clone();
             blocking(move || crate::state::brake::Brakes::new(&m).hold(pair_id, &key, events, &by))
                 .await
+                .map(|_| None)
         }
         Ok(a) => {
             stats.applied.fetch_add(1, Relaxed);
@@ -1021,34 +1040,24 @@ async fn apply_pending(
                 Applied::Held { .. } => 0,
             };
             tracing::debug!(key = %key, ?a, lag_ms = lag, "applied");
-            let outcome = a.name();
-            blocking(move || {
-                let apply = inbox::Apply {
-                    worker: inbox::worker(),
-                    started_at,
-                    outcome,
-                };
-                Inbox::new(&m).settle(pair_id, &key, events, &apply)
-            })
-            .await
+            Ok(Some(inbox::Settle::Applied {
+                key,
+                events,
+                started_at,
+                outcome: a.name().to_string(),
+            }))
         }
         Err(e) if e.is_permanent_for_key() => {
             // no retry can mend the key itself (it cannot be addressed or written there):
             // kept as a dead letter with the reason
             stats.failed.fetch_add(1, Relaxed);
             tracing::warn!(key = %key, error = %e, "key dead-lettered: no retry can apply it");
-            let why = one_line(&e);
-            blocking(move || {
-                let ib = Inbox::new(&m);
-                ib.dead_letter(Some(pair_id), "apply", key.as_bytes(), &why)?;
-                let apply = inbox::Apply {
-                    worker: inbox::worker(),
-                    started_at,
-                    outcome: "dead-lettered",
-                };
-                ib.settle(pair_id, &key, events, &apply)
-            })
-            .await
+            Ok(Some(inbox::Settle::Dead {
+                key,
+                events,
+                started_at,
+                why: one_line(&e),
+            }))
         }
         Err(e) => {
             stats.failed.fetch_add(1, Relaxed);
@@ -1058,9 +1067,10 @@ async fn apply_pending(
                 max: Duration::from_secs(300),
                 ..Backoff::forever()
             };
-            let delay = backoff.cap(p.attempts + 2).as_millis() as i64;
-            blocking(move || Inbox::new(&m).retry_later_by(pair_id, &key, delay, inbox::worker()))
-                .await
+            Ok(Some(inbox::Settle::Retry {
+                key,
+                delay_ms: backoff.cap(p.attempts + 2).as_millis() as i64,
+            }))
         }
     }
 }

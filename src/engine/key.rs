@@ -180,9 +180,11 @@ impl Engine {
                     head: true,
                     ..Default::default()
                 };
+                // a probe takes no slot under the limit: it is no part of its measure
                 let head = self
                     .ctx
                     .retry(End::Src)
+                    .outside()
                     .request(&full, |_| true, |_| store.get_opts(&path, opts.clone()))
                     .await;
                 match head {

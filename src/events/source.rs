@@ -103,10 +103,129 @@ impl ConsumerStats {
 /// stored in one transaction, and only then acknowledged. A batch that cannot be stored is
 /// given back (never acknowledged). Receive errors are retried with the one [`Backoff`].
 pub async fn consume<S: Source>(
+    source: S,
+    fanout: Arc<Fanout>,
+    stats: Arc<ConsumerStats>,
+    stop: impl std::future::Future<Output = ()> + Send,
+) {
+    consume_with(source, fanout, stats, stop, |_| true).await
+}
+
+/// Receivers of one queue that widen with its rate: between `min` and `max` receives in
+/// flight; one more starts when a receive comes back full (`full` messages: the queue holds
+/// more than the receivers take), and a receiver ends when its receive comes back empty while
+/// more than `min` run.
+#[derive(Debug)]
+pub struct Widening {
+    pub min: usize,
+    pub max: usize,
+    pub full: usize,
+    active: std::sync::atomic::AtomicUsize,
+}
+
+impl Widening {
+    pub fn new(min: usize, max: usize, full: usize) -> Arc<Widening> {
+        Arc::new(Widening {
+            min: min.max(1),
+            max: max.max(min.max(1)),
+            full: full.max(1),
+            active: Default::default(),
+        })
+    }
+
+    /// Receivers running now.
+    pub fn active(&self) -> usize {
+        self.active.load(Relaxed)
+    }
+
+    /// Takes a receiver's place while fewer than `bound` run (`more`) or more than it
+    /// (`!more`: gives one back).
+    fn step(&self, more: bool, bound: usize) -> bool {
+        self.active
+            .fetch_update(Relaxed, Relaxed, |n| {
+                if more {
+                    (n < bound).then_some(n + 1)
+                } else {
+                    (n > bound).then_some(n - 1)
+                }
+            })
+            .is_ok()
+    }
+}
+
+/// Starts the `min` receivers of `source` (see [`Widening`]); the ones it adds later end
+/// when `stop` says true, or when the queue runs dry.
+pub fn consume_widening<S: Source + Clone + Sync>(
+    source: S,
+    fanout: Arc<Fanout>,
+    stats: Arc<ConsumerStats>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    widening: Arc<Widening>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..widening.min)
+        .filter(|_| widening.step(true, widening.min))
+        .map(|_| {
+            spawn_receiver(
+                source.clone(),
+                fanout.clone(),
+                stats.clone(),
+                stop.clone(),
+                widening.clone(),
+            )
+        })
+        .collect()
+}
+
+fn spawn_receiver<S: Source + Clone + Sync>(
+    source: S,
+    fanout: Arc<Fanout>,
+    stats: Arc<ConsumerStats>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    w: Arc<Widening>,
+) -> tokio::task::JoinHandle<()> {
+    let (again, fanout2, stats2, stop2) =
+        (source.clone(), fanout.clone(), stats.clone(), stop.clone());
+    let mut stopped = stop.clone();
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stopped.wait_for(|v| *v).await;
+        };
+        consume_with(source, fanout, stats, stopped, move |n| {
+            if n >= w.full && w.step(true, w.max) {
+                tracing::debug!(
+                    queue = again.spec(),
+                    receivers = w.active(),
+                    "the queue hands out full batches: one more receiver"
+                );
+                spawn_receiver(
+                    again.clone(),
+                    fanout2.clone(),
+                    stats2.clone(),
+                    stop2.clone(),
+                    w.clone(),
+                );
+            } else if n == 0 && w.step(false, w.min) {
+                tracing::debug!(
+                    queue = again.spec(),
+                    receivers = w.active(),
+                    "the queue ran dry: one receiver less"
+                );
+                return false;
+            }
+            true
+        })
+        .await
+    })
+}
+
+/// [`consume`], asking `after` after each receive (with the number of messages) whether to
+/// go on.
+async fn consume_with<S: Source>(
     mut source: S,
     fanout: Arc<Fanout>,
     stats: Arc<ConsumerStats>,
     stop: impl std::future::Future<Output = ()> + Send,
+    mut after: impl FnMut(usize) -> bool + Send,
 ) {
     let backoff = Backoff::forever();
     let mut failures = 0u32;
@@ -142,6 +261,9 @@ pub async fn consume<S: Source>(
                 continue;
             }
         };
+        if !after(batch.len()) {
+            return;
+        }
         if batch.is_empty() {
             continue;
         }

@@ -303,16 +303,8 @@ impl<'a> Inbox<'a> {
     /// (or no one) holds it.
     fn retry(&self, pair_id: i64, key: &str, delay_ms: i64, by: Option<&str>) -> Result<()> {
         let t = now_ms();
-        self.m.with_locking(|c| {
-            c.execute(
-                "UPDATE inbox SET attempts = attempts + 1, not_before = ?3, claimed_by = NULL,
-                    claimed_host = NULL, claim_until = 0
-                 WHERE pair_id = ?1 AND key = ?2
-                   AND (CAST(?4 AS TEXT) IS NULL OR claimed_by IS NULL OR claimed_by = ?4)",
-                params![pair_id, key, t + delay_ms, by],
-            )
-            .map(|_| ())
-        })
+        self.m
+            .with_locking(|c| retry_key(c, pair_id, key, t + delay_ms, by))
     }
 
     /// Keeps an unparseable message with the reason.
@@ -449,6 +441,47 @@ pub struct Applied {
 
 /// Removes a settled key's row unless events arrived for it meanwhile; then its claim is given
 /// back (with `by`, only while that worker holds it), so that the key is applied again.
+/// Puts a key back, not before `not_before`, its claim given back; with `by`, only while that
+/// worker (or no one) holds it.
+fn retry_key(
+    c: &super::db::Conn,
+    pair_id: i64,
+    key: &str,
+    not_before: i64,
+    by: Option<&str>,
+) -> DbResult<()> {
+    c.execute(
+        "UPDATE inbox SET attempts = attempts + 1, not_before = ?3, claimed_by = NULL,
+            claimed_host = NULL, claim_until = 0
+         WHERE pair_id = ?1 AND key = ?2
+           AND (CAST(?4 AS TEXT) IS NULL OR claimed_by IS NULL OR claimed_by = ?4)",
+        params![pair_id, key, not_before, by],
+    )
+    .map(|_| ())
+}
+
+/// How a claimed key is settled after its reconcile ([`Inbox::settle_all`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    /// Applied, or found equal: recorded in `applies` (`outcome`), its row removed unless
+    /// events arrived meanwhile.
+    Applied {
+        key: String,
+        events: u64,
+        started_at: i64,
+        outcome: String,
+    },
+    /// No retry can apply it: kept as a dead letter with `why`, then settled as applied.
+    Dead {
+        key: String,
+        events: u64,
+        started_at: i64,
+        why: String,
+    },
+    /// Failed: back after `delay_ms`, its claim given back.
+    Retry { key: String, delay_ms: i64 },
+}
+
 fn finish_key(
     c: &super::db::Conn,
     pair_id: i64,
@@ -574,22 +607,58 @@ impl Inbox<'_> {
     /// it and when, then removes its row as [`Inbox::done`] does, or, when events arrived
     /// for it meanwhile, frees the claim so that the key is applied again.
     pub fn settle(&self, pair_id: i64, key: &str, events: u64, a: &Apply) -> Result<()> {
+        let one = Settle::Applied {
+            key: key.to_string(),
+            events,
+            started_at: a.started_at,
+            outcome: a.outcome.to_string(),
+        };
+        self.settle_all(pair_id, a.worker, std::slice::from_ref(&one))
+    }
+
+    /// Settles the keys `w` claimed and reconciled, all in one transaction (a daemon settles
+    /// what finished together, so that the state is not written once per key): applied keys
+    /// as [`Inbox::settle`], keys no retry can apply kept as dead letters too, failed ones put
+    /// back with their backoff ([`Inbox::retry_later_by`]).
+    pub fn settle_all(&self, pair_id: i64, w: &Worker, items: &[Settle]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
         let t = now_ms();
         self.m.with_locking(|c| {
-            c.execute(
-                "INSERT INTO applies (pair_id, key, worker, host, started_at, finished_at, outcome)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    pair_id,
-                    key,
-                    a.worker.id,
-                    a.worker.host,
-                    a.started_at,
-                    t,
-                    a.outcome
-                ],
-            )?;
-            finish_key(c, pair_id, key, events, Some(&a.worker.id))
+            for s in items {
+                let (key, events, started_at, outcome) = match s {
+                    Settle::Retry { key, delay_ms } => {
+                        retry_key(c, pair_id, key, t + delay_ms, Some(&w.id))?;
+                        continue;
+                    }
+                    Settle::Dead {
+                        key,
+                        events,
+                        started_at,
+                        why,
+                    } => {
+                        c.execute(
+                            "INSERT INTO dead_letters (pair_id, source, raw, reason, received_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                            params![pair_id, "apply", key.as_bytes(), why, t],
+                        )?;
+                        (key, events, started_at, "dead-lettered")
+                    }
+                    Settle::Applied {
+                        key,
+                        events,
+                        started_at,
+                        outcome,
+                    } => (key, events, started_at, outcome.as_str()),
+                };
+                c.execute(
+                    "INSERT INTO applies (pair_id, key, worker, host, started_at, finished_at, outcome)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![pair_id, key, w.id, w.host, started_at, t, outcome],
+                )?;
+                finish_key(c, pair_id, key, *events, Some(&w.id))?;
+            }
+            Ok(())
         })
     }
 

@@ -59,6 +59,10 @@ pub struct Retry {
     /// The requests carry large bodies (part uploads, large PUTs, large ranges read): their
     /// time is no round-trip sample, nor counted in the limit's latency.
     pub bulk: bool,
+    /// The request runs outside the limit (a daemon's probe of a key, which takes no slot):
+    /// its throttles are told (they pace its prefix and cut the limit), its successes and
+    /// times are not, so that the limit measures only the copies it governs.
+    pub outside: bool,
 }
 
 /// The status label of a failed attempt (`503`, `timeout`, …; see
@@ -137,6 +141,14 @@ impl Retry {
         Retry { bulk: true, ..self }
     }
 
+    /// The same, for a request that takes no slot under the limit (see [`Retry::outside`]).
+    pub fn outside(self) -> Retry {
+        Retry {
+            outside: true,
+            ..self
+        }
+    }
+
     /// The same backoff, telling `limit` about throttles and successes.
     pub fn limited(self, limit: Option<Arc<Limiter>>) -> Retry {
         Retry { limit, ..self }
@@ -172,8 +184,10 @@ impl Retry {
             let sent = tokio::time::Instant::now();
             let e = match op(n).await {
                 Ok(v) => {
-                    if let Some(l) = &self.limit {
-                        l.succeeded_key(what, sent.elapsed(), !self.bulk);
+                    match &self.limit {
+                        Some(l) if self.outside => l.succeeded_outside(what),
+                        Some(l) => l.succeeded_key(what, sent.elapsed(), !self.bulk),
+                        None => {}
                     }
                     return Ok(v);
                 }
@@ -393,6 +407,45 @@ mod tests {
         let ok: Result<(), String> = b.run("t", |_| true, |_| async { Ok(()) }).await;
         assert!(ok.is_ok());
         assert_eq!(limit.limit(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_outside_the_limit_tells_its_throttles_not_its_successes() {
+        let limit = Limiter::new(8, "t5", "src");
+        let probe = Retry::default().limited(Some(limit.clone())).outside();
+        let slow = "Server returned non-2xx status code: 503 Service Unavailable: SlowDown";
+        // a throttle of a probe cuts the limit as any request's does
+        let r: Result<u32, String> = probe
+            .run(
+                "p",
+                |_| true,
+                |n| async move {
+                    if n < 2 {
+                        Err(slow.to_string())
+                    } else {
+                        Ok(n)
+                    }
+                },
+            )
+            .await;
+        assert_eq!(r, Ok(2));
+        assert_eq!(limit.limit(), 4, "8 → 4");
+        // its successes raise nothing: the limit measures the copies it governs
+        for _ in 0..20 {
+            let ok: Result<(), String> = probe.run("p", |_| true, |_| async { Ok(()) }).await;
+            assert!(ok.is_ok());
+        }
+        assert_eq!(limit.limit(), 4, "probes' successes are not the limit's");
+        let governed = Retry::default().limited(Some(limit.clone()));
+        for _ in 0..4 {
+            let ok: Result<(), String> = governed.run("c", |_| true, |_| async { Ok(()) }).await;
+            assert!(ok.is_ok());
+        }
+        assert_eq!(
+            limit.limit(),
+            5,
+            "a window of 4 governed successes raises it by one"
+        );
     }
 
     #[tokio::test(start_paused = true)]
