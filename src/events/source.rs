@@ -294,3 +294,108 @@ async fn consume_with<S: Source>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::db::Location;
+    use crate::state::manifest::Manifest;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    /// A queue of `left` messages handed out 10 at a time; a receive of an empty queue waits
+    /// a little, as a long poll does. Records the most receives in flight at once.
+    #[derive(Clone)]
+    struct Queue {
+        left: Arc<AtomicUsize>,
+        acked: Arc<AtomicUsize>,
+        in_flight: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+    }
+
+    #[async_trait]
+    impl Source for Queue {
+        type Ack = ();
+
+        fn name(&self) -> &'static str {
+            "sqs"
+        }
+
+        fn spec(&self) -> &str {
+            "test-queue"
+        }
+
+        async fn next_batch(&mut self) -> Result<Vec<Message<()>>> {
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let n = self
+                .left
+                .fetch_update(SeqCst, SeqCst, |l| Some(l.saturating_sub(10)))
+                .map_or(0, |l| l.min(10));
+            self.in_flight.fetch_sub(1, SeqCst);
+            Ok((0..n)
+                .map(|_| Message {
+                    raw: b"{}".to_vec(),
+                    decoded: None,
+                    parsed: Ok(Parsed::Ignore("s3:TestEvent")),
+                    ack: (),
+                })
+                .collect())
+        }
+
+        async fn ack(&mut self, acks: Vec<()>) -> usize {
+            self.acked.fetch_add(acks.len(), SeqCst);
+            0
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn receivers_widen_while_the_queue_is_full_and_narrow_when_it_runs_dry() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Manifest::open_at(&Location::Sqlite(dir.path().join("m.db"))).unwrap());
+        let fanout = Fanout::new(db, "sqs", "test-queue");
+        let q = Queue {
+            left: Arc::new(AtomicUsize::new(5_000)),
+            acked: Default::default(),
+            in_flight: Default::default(),
+            most: Default::default(),
+        };
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let w = Widening::new(2, 16, 10);
+        let first = consume_widening(
+            q.clone(),
+            fanout,
+            Arc::new(ConsumerStats::new("test-queue")),
+            stop,
+            w.clone(),
+        );
+        assert_eq!(first.len(), 2);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while q.acked.load(SeqCst) < 5_000 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the queue was not drained"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let most = q.most.load(SeqCst);
+        assert!(
+            most > 2 && most <= 16,
+            "{most} receives at once: it did not widen within its bounds"
+        );
+        // dry: back to the least
+        while w.active() > 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} receivers stayed",
+                w.active()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(w.active(), 2);
+        stop_tx.send(true).unwrap();
+        for t in first {
+            t.await.unwrap();
+        }
+    }
+}

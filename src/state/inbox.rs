@@ -731,8 +731,95 @@ mod tests {
         claims_give_each_key_to_one_worker_until_they_expire,
         concurrent_claims_never_share_a_key,
         a_key_is_finished_only_by_its_holder,
-        the_brake_holds_only_the_delete_it_was_asked_about
+        the_brake_holds_only_the_delete_it_was_asked_about,
+        keys_finished_together_are_settled_in_one_go
     );
+
+    /// A daemon settles what finished together in one transaction: applied keys go (unless
+    /// an event came meanwhile: then they are freed for another reconcile), a key no retry
+    /// can apply is a dead letter naming it, a failed key waits its backoff; each as alone.
+    fn keys_finished_together_are_settled_in_one_go(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a", "s3://many").unwrap().id;
+        let ib = Inbox::new(&m);
+        let names = ["copied", "again", "bad", "failed", "other"];
+        let events: Vec<(String, Kind, Option<String>)> = names
+            .iter()
+            .map(|k| (k.to_string(), Kind::Upsert, None))
+            .collect();
+        ib.push(p, &events).unwrap();
+        let t = now_ms();
+        let (w, other) = (worker("1:1:a"), worker("2:2:b"));
+        let mine = ib.claim_at(p, 4, &w, t, 60_000).unwrap();
+        assert_eq!(mine.len(), 4);
+        let theirs = ib.claim_at(p, 4, &other, t, 60_000).unwrap();
+        assert_eq!(keys(&theirs), ["other"]);
+        // "again" gets an event while it is applied
+        ib.push(p, &[("again".into(), Kind::Upsert, None)]).unwrap();
+        let ev = |k: &str| mine.iter().find(|p| p.key == k).unwrap().events;
+        let applied = |k: &str| Settle::Applied {
+            key: k.into(),
+            events: ev(k),
+            started_at: t,
+            outcome: "copied".into(),
+        };
+        let settles = vec![
+            applied("copied"),
+            applied("again"),
+            Settle::Dead {
+                key: "bad".into(),
+                events: ev("bad"),
+                started_at: t,
+                why: "cannot be addressed".into(),
+            },
+            Settle::Retry {
+                key: "failed".into(),
+                delay_ms: 60_000,
+            },
+            // not this worker's: settling it changes nothing
+            Settle::Applied {
+                key: "other".into(),
+                events: 1,
+                started_at: t,
+                outcome: "copied".into(),
+            },
+        ];
+        ib.settle_all(p, &w, &settles).unwrap();
+        // left: "again" (a newer event, free to claim now), "failed" (after its backoff),
+        // "other" (b's)
+        assert_eq!(ib.stats(p).unwrap().pending, 3);
+        let now = ib.claim_at(p, 10, &w, t + 1, 120_000).unwrap();
+        assert_eq!(keys(&now), ["again"]);
+        let later = ib
+            .claim_at(p, 10, &worker("3:3:c"), t + 61_000, 60_000)
+            .unwrap();
+        assert_eq!(keys(&later), ["failed", "other"]);
+        assert_eq!(later[0].attempts, 1);
+        let letters = crate::state::deadletters::DeadLetters::new(&m)
+            .list(&Default::default())
+            .unwrap();
+        assert!(
+            letters
+                .iter()
+                .any(|l| l.pair_id == Some(p) && l.raw == b"bad" && l.reason.contains("addressed")),
+            "{letters:?}"
+        );
+        let outcomes: Vec<(String, String)> = ib
+            .applies(p)
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.key, a.outcome))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                ("again".to_string(), "copied".to_string()),
+                ("bad".into(), "dead-lettered".into()),
+                ("copied".into(), "copied".into()),
+                ("other".into(), "copied".into()),
+            ]
+        );
+    }
 
     /// A delete the brake holds stays held; one that got a new event while it was being
     /// judged (the object made again) is given back to be applied, not held for an operator.
