@@ -652,9 +652,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         first = lambda k, d="": query.get(k, [d])[0]
         start = first("start-after")
         token = first("continuation-token")
+        # the token is the last entry sent: what follows comes strictly after it (a folder
+        # sent already is not sent again, whatever start-after says)
+        after = ""
         if token:
             try:
-                start = max(start, base64.urlsafe_b64decode(token.encode()).decode("utf-8"))
+                after = base64.urlsafe_b64decode(token.encode()).decode("utf-8")
             except (ValueError, UnicodeDecodeError):
                 raise ShimError(400, "InvalidArgument", "The continuation token is not valid")
         try:
@@ -686,13 +689,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             tag = child.tag.rsplit("}", 1)[-1]
             if tag == "Contents":
                 key = child.findtext("Key") or child.findtext("{*}Key") or ""
-                if key > start:               # code-point order == UTF-8 byte order
+                if key > start and key > after:   # code-point order == UTF-8 byte order
                     entries.append((key, child))
                 root.remove(child)
             elif tag == "CommonPrefixes":
                 prefix = child.findtext("Prefix") or child.findtext("{*}Prefix") or ""
                 # a folder holds keys after `start` when it sorts after it or `start` is in it
-                if prefix > start or (start and start.startswith(prefix) and prefix != start):
+                in_start = prefix > start or (start and start.startswith(prefix) and prefix != start)
+                if in_start and prefix > after:
                     entries.append((prefix, child))
                 root.remove(child)
             elif tag in ("IsTruncated", "NextContinuationToken", "KeyCount", "MaxKeys",

@@ -24,7 +24,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt as _, StreamExt};
 use tokio::sync::mpsc;
 
 use super::key::{Applied, Engine};
@@ -184,13 +183,14 @@ async fn start_consumers(
             EventSource::Sqs(spec) => {
                 let q = crate::events::sqs::SqsSource::connect(&spec).await?;
                 let (min, max) = SQS_RECEIVERS;
-                tasks.extend(consume_widening(
-                    q,
-                    fanout.clone(),
-                    stats.clone(),
-                    stop.clone(),
-                    Widening::new(min, max, 10),
-                ));
+                let w = Widening::new(min, max, 10);
+                let receivers = consume_widening(q, fanout.clone(), stats.clone(), stop.clone(), w);
+                // the handle the daemon keeps: every receiver of the queue ends with it
+                let mut stopping = stop.clone();
+                tasks.push(tokio::spawn(async move {
+                    let _receivers = receivers;
+                    let _ = stopping.wait_for(|v| *v).await;
+                }));
             }
             EventSource::AzQueue(spec) => {
                 let q = crate::events::azqueue::AzQueueSource::connect(&spec).await?;
@@ -822,7 +822,10 @@ async fn run_pair(
         .unwrap_or(DAEMON_KEYS_AT_ONCE)
         .max(1);
     let claim = opts.batch.min(at_once / 2).max(1);
-    let mut window = futures::stream::FuturesUnordered::new();
+    // each key its own task, so that keys go on while the loop expands, claims and settles
+    // (dropping the set aborts what is in it: copies cut short leave nothing visible)
+    let mut window: tokio::task::JoinSet<Result<Option<inbox::Settle>>> = Default::default();
+    let label: Arc<str> = handle.label.as_str().into();
     let result = loop {
         rounds = rounds.saturating_add(1);
         // a test hook (test builds only): the pair fails while it follows its events
@@ -831,6 +834,16 @@ async fn run_pair(
             if let Some(e) = crate::stores::faults::pair_failure(&handle.label) {
                 break Err(e);
             }
+        }
+        // the claims lapsed (their renewals failed past their life): the work in flight is
+        // dropped, its keys are another's now
+        if inbox::claims_lapsed() && !window.is_empty() {
+            tracing::error!(
+                keys = window.len(),
+                "claims lapsed: the keys in flight are dropped; their inbox rows stay"
+            );
+            window.abort_all();
+            while window.join_next().await.is_some() {}
         }
         // listen for the bell before looking, so that a push in between is not missed
         let rung = inbox::bell().notified();
@@ -854,7 +867,8 @@ async fn run_pair(
                 blocking(move || Inbox::new(&m).claim(pair_id, want, inbox::worker())).await?
             };
             for p in pending {
-                window.push(apply_pending(&engine, &db, &stats, &handle.label, p));
+                let (e, m, st, l) = (engine.clone(), db.clone(), stats.clone(), label.clone());
+                window.spawn(async move { apply_pending(&e, &m, &st, &l, p).await });
             }
         }
         if window.is_empty() {
@@ -868,40 +882,22 @@ async fn run_pair(
             }
         } else {
             tokio::select! {
-                r = window.next() => {
+                first = window.join_next() => {
                     // what finished together is settled together
-                    let mut settles: Vec<inbox::Settle> = r.transpose()?.flatten().into_iter().collect();
-                    while settles.len() < SETTLE_AT_ONCE {
-                        match window.next().now_or_never() {
-                            Some(Some(r)) => settles.extend(r?),
-                            _ => break,
+                    let mut done = vec![first];
+                    while done.len() < SETTLE_AT_ONCE {
+                        match window.try_join_next() {
+                            Some(r) => done.push(Some(r)),
+                            None => break,
                         }
                     }
-                    settle(&db, pair_id, settles).await?;
+                    settle_finished(&db, pair_id, done).await?;
                 }
-                _ = &mut shutdown => {
-                    tracing::info!(keys = window.len(), "shutting down: finishing the work in flight");
-                    let mut settles = Vec::new();
-                    let drain = async {
-                        while let Some(r) = window.next().await {
-                            settles.extend(r?);
-                        }
-                        Ok::<(), SlateError>(())
-                    };
-                    match tokio::time::timeout(opts.shutdown_grace, drain).await {
-                        Ok(r) => r?,
-                        Err(_) => tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox"),
-                    }
-                    settle(&db, pair_id, settles).await?;
-                    break Ok(()); // stopping: keys not finished stay in the inbox
-                }
-                _ = tokio::time::sleep(Duration::from_millis(500)), if inbox::claims_lapsed() => {
-                    // the claims lapsed (their renewals failed past their life): the work in
-                    // flight is dropped (copies cut short leave nothing visible), its keys are
-                    // another's now
-                    tracing::error!(keys = window.len(), "claims lapsed: the keys in flight are dropped; their inbox rows stay");
-                    window = futures::stream::FuturesUnordered::new();
-                }
+                // room for more keys (a push), retries come due, the claims' state: the
+                // keys in flight go on meanwhile
+                _ = &mut rung, if window.len() + claim <= at_once => {}
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = &mut shutdown => break Ok(()),
             }
         }
         if last_health.elapsed() >= Duration::from_secs(60) {
@@ -942,19 +938,62 @@ async fn run_pair(
             }));
         }
     };
+    if result.is_ok() && !window.is_empty() {
+        // stopping: the work in flight may finish within the grace period, and is settled;
+        // keys not finished stay in the inbox
+        tracing::info!(
+            keys = window.len(),
+            "shutting down: finishing the work in flight"
+        );
+        let mut done = Vec::new();
+        let drain = async {
+            while let Some(r) = window.join_next().await {
+                done.push(Some(r));
+            }
+        };
+        if tokio::time::timeout(opts.shutdown_grace, drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!("shutdown grace period over; unfinished keys stay in the inbox");
+        }
+        window.abort_all();
+        settle_finished(&db, pair_id, done).await?;
+    }
     if let Some(d) = drift {
         d.abort(); // its lease is released as it drops
     }
     result
 }
 
-/// Settles what finished together in one transaction (none: nothing written).
-async fn settle(db: &Arc<Manifest>, pair_id: i64, settles: Vec<inbox::Settle>) -> Result<()> {
-    if settles.is_empty() {
-        return Ok(());
+/// What one key's task came to: how to settle it, or the database error that ends the loop.
+type Finished = Option<std::result::Result<Result<Option<inbox::Settle>>, tokio::task::JoinError>>;
+
+/// Settles what finished together in one transaction (nothing to settle: nothing written),
+/// then reports the first database error among them: keys finished beside a failing one are
+/// settled all the same, not applied again.
+async fn settle_finished(db: &Arc<Manifest>, pair_id: i64, done: Vec<Finished>) -> Result<()> {
+    let mut settles = Vec::with_capacity(done.len());
+    let mut failed = None;
+    for r in done.into_iter().flatten() {
+        match r {
+            Ok(Ok(s)) => settles.extend(s),
+            Ok(Err(e)) => {
+                failed.get_or_insert(e);
+            }
+            // a task that panicked: its key stays claimed until the claim expires, then is
+            // applied again
+            Err(e) if e.is_panic() => {
+                tracing::error!(error = %e, "a key's reconcile panicked; the key is applied again once its claim expires")
+            }
+            Err(_) => {}
+        }
     }
-    let m = db.clone();
-    blocking(move || Inbox::new(&m).settle_all(pair_id, inbox::worker(), &settles)).await
+    if !settles.is_empty() {
+        let m = db.clone();
+        blocking(move || Inbox::new(&m).settle_all(pair_id, inbox::worker(), &settles)).await?;
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// The per-minute health line of a pair.

@@ -5,7 +5,7 @@
 //! transaction → ack (rule 2 of docs/ARCHITECTURE.md: never ack before the commit). A process runs one
 //! consumer per distinct queue, however many pairs that queue feeds.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -121,6 +121,8 @@ pub struct Widening {
     pub max: usize,
     pub full: usize,
     active: std::sync::atomic::AtomicUsize,
+    /// Every receiver started, so that the daemon can end them all.
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Widening {
@@ -130,6 +132,7 @@ impl Widening {
             max: max.max(min.max(1)),
             full: full.max(1),
             active: Default::default(),
+            tasks: Default::default(),
         })
     }
 
@@ -138,8 +141,17 @@ impl Widening {
         self.active.load(Relaxed)
     }
 
-    /// Takes a receiver's place while fewer than `bound` run (`more`) or more than it
-    /// (`!more`: gives one back).
+    /// Aborts every receiver started (the daemon's end).
+    pub fn abort_all(&self) {
+        if let Ok(tasks) = self.tasks.lock() {
+            for t in tasks.iter() {
+                t.abort();
+            }
+        }
+    }
+
+    /// Takes a receiver's place while fewer than `bound` run (`more`) or gives one back while
+    /// more than `bound` run (`!more`).
     fn step(&self, more: bool, bound: usize) -> bool {
         self.active
             .fetch_update(Relaxed, Relaxed, |n| {
@@ -151,42 +163,82 @@ impl Widening {
             })
             .is_ok()
     }
+
+    fn track(&self, t: tokio::task::JoinHandle<()>) {
+        if let Ok(mut tasks) = self.tasks.lock() {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(t);
+        }
+    }
 }
 
-/// Starts the `min` receivers of `source` (see [`Widening`]); the ones it adds later end
-/// when `stop` says true, or when the queue runs dry.
+/// A receiver's place among the running ones: given back however the receiver ends (stopped,
+/// aborted, panicked), unless it gave it back itself when the queue ran dry.
+struct Place {
+    w: Arc<Widening>,
+    given_back: Arc<AtomicBool>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.given_back.load(Relaxed) {
+            self.w.active.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// The receivers of one queue: all aborted when this is dropped.
+pub struct Receivers(Arc<Widening>);
+
+impl Drop for Receivers {
+    fn drop(&mut self) {
+        self.0.abort_all();
+    }
+}
+
+/// Starts the `min` receivers of `source` (see [`Widening`]); they end when `stop` says true
+/// or the returned [`Receivers`] is dropped, the ones added later also when the queue runs
+/// dry.
 pub fn consume_widening<S: Source + Clone + Sync>(
     source: S,
     fanout: Arc<Fanout>,
     stats: Arc<ConsumerStats>,
     stop: tokio::sync::watch::Receiver<bool>,
     widening: Arc<Widening>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..widening.min)
-        .filter(|_| widening.step(true, widening.min))
-        .map(|_| {
+) -> Receivers {
+    for _ in 0..widening.min {
+        if widening.step(true, widening.min) {
             spawn_receiver(
                 source.clone(),
                 fanout.clone(),
                 stats.clone(),
                 stop.clone(),
                 widening.clone(),
-            )
-        })
-        .collect()
+            );
+        }
+    }
+    Receivers(widening)
 }
 
+/// Starts one receiver whose place `w` has counted already.
 fn spawn_receiver<S: Source + Clone + Sync>(
     source: S,
     fanout: Arc<Fanout>,
     stats: Arc<ConsumerStats>,
     stop: tokio::sync::watch::Receiver<bool>,
     w: Arc<Widening>,
-) -> tokio::task::JoinHandle<()> {
+) {
     let (again, fanout2, stats2, stop2) =
         (source.clone(), fanout.clone(), stats.clone(), stop.clone());
     let mut stopped = stop.clone();
-    tokio::spawn(async move {
+    let given_back = Arc::new(AtomicBool::new(false));
+    let place = Place {
+        w: w.clone(),
+        given_back: given_back.clone(),
+    };
+    let tracker = w.clone();
+    let task = tokio::spawn(async move {
+        let _place = place;
         let stopped = async move {
             let _ = stopped.wait_for(|v| *v).await;
         };
@@ -205,6 +257,7 @@ fn spawn_receiver<S: Source + Clone + Sync>(
                     w.clone(),
                 );
             } else if n == 0 && w.step(false, w.min) {
+                given_back.store(true, Relaxed);
                 tracing::debug!(
                     queue = again.spec(),
                     receivers = w.active(),
@@ -215,7 +268,8 @@ fn spawn_receiver<S: Source + Clone + Sync>(
             true
         })
         .await
-    })
+    });
+    tracker.track(task);
 }
 
 /// [`consume`], asking `after` after each receive (with the number of messages) whether to
@@ -362,14 +416,14 @@ mod tests {
         };
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let w = Widening::new(2, 16, 10);
-        let first = consume_widening(
+        let _receivers = consume_widening(
             q.clone(),
             fanout,
             Arc::new(ConsumerStats::new("test-queue")),
             stop,
             w.clone(),
         );
-        assert_eq!(first.len(), 2);
+        assert_eq!(w.active(), 2);
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         while q.acked.load(SeqCst) < 5_000 {
             assert!(
@@ -394,8 +448,13 @@ mod tests {
         }
         assert_eq!(w.active(), 2);
         stop_tx.send(true).unwrap();
-        for t in first {
-            t.await.unwrap();
+        while w.active() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} receivers did not stop",
+                w.active()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 }

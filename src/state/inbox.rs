@@ -439,8 +439,6 @@ pub struct Applied {
     pub outcome: String,
 }
 
-/// Removes a settled key's row unless events arrived for it meanwhile; then its claim is given
-/// back (with `by`, only while that worker holds it), so that the key is applied again.
 /// Puts a key back, not before `not_before`, its claim given back; with `by`, only while that
 /// worker (or no one) holds it.
 fn retry_key(
@@ -482,6 +480,8 @@ pub enum Settle {
     Retry { key: String, delay_ms: i64 },
 }
 
+/// Removes a settled key's row unless events arrived for it meanwhile; then its claim is given
+/// back (with `by`, only while that worker holds it), so that the key is applied again.
 fn finish_key(
     c: &super::db::Conn,
     pair_id: i64,

@@ -563,15 +563,15 @@ impl Limiter {
         }
     }
 
-    /// A request to `key` succeeded after `latency`: its prefix's pace recovers. `round_trip`:
-    /// the request carried no large body, so its latency is a round-trip sample and counts in
-    /// the window's latency (a part upload's is mostly its body's time, so neither).
     /// A request outside the limit succeeded: its prefix's pacing hears of it, the limit's
     /// measure does not.
     pub fn succeeded_outside(&self, key: &str) {
         self.pacing.lock().succeeded(key);
     }
 
+    /// A request to `key` succeeded after `latency`: its prefix's pace recovers. `round_trip`:
+    /// the request carried no large body, so its latency is a round-trip sample and counts in
+    /// the window's latency (a part upload's is mostly its body's time, so neither).
     pub fn succeeded_key(&self, key: &str, latency: Duration, round_trip: bool) {
         self.pacing.lock().succeeded(key);
         self.succeeded();

@@ -54,10 +54,10 @@ pub async fn list_range(
 /// How one listing of a cloud side spreads over the store.
 ///
 /// A sequence of pages (one folder's, or a flat bucket's) is listed from its start; when a
-/// page comes back full, [`range::cuts`] extrapolates its keys to where the keys about
+/// page says more follow, [`range::cuts`] extrapolates its keys to where the keys about
 /// [`SPAN_PAGES`] pages on might be, and the rest of the sequence is cut there into spans,
 /// each listed from its first key (`start-after`) by a task of its own, up to `spans` at once
-/// across the whole listing. A span cuts again when its own pages come back full, so a guess
+/// across the whole listing. A span cuts again while its own pages say more follow, so a guess
 /// that fell short is corrected as the listing goes. Spans are sent in key order, each
 /// buffering at most [`SPAN_PAGES`] pages ahead, so memory stays bounded whatever the consumer's
 /// pace. A store that ignores `start-after` (it answers from the start: Azurite ignores
@@ -78,6 +78,9 @@ pub struct Spread {
 /// Spans listed at once by default; `SLATE_LIST_SPANS` sets it (0: one sequence of pages).
 const SPANS: usize = 32;
 
+/// The most `SLATE_LIST_SPANS` may ask for.
+const MAX_SPANS: usize = 1024;
+
 impl Default for Spread {
     fn default() -> Spread {
         Spread {
@@ -94,10 +97,13 @@ fn spans_from_env() -> usize {
     static SPANS_SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *SPANS_SET.get_or_init(|| match std::env::var("SLATE_LIST_SPANS") {
         Err(_) => SPANS,
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            tracing::warn!("SLATE_LIST_SPANS={v:?} is not a number: listing with {SPANS} spans");
-            SPANS
-        }),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n <= MAX_SPANS => n,
+            _ => {
+                tracing::warn!("SLATE_LIST_SPANS={v:?} is not a number from 0 to {MAX_SPANS}: listing with {SPANS} spans");
+                SPANS
+            }
+        },
     })
 }
 
@@ -158,8 +164,8 @@ pub async fn list_spread(
                 classify,
                 range: Arc::new(range.clone()),
                 shared: Arc::new(Shared {
-                    requests: Arc::new(Semaphore::new(spread.requests.max(1))),
-                    spans: Arc::new(Semaphore::new(spread.spans)),
+                    requests: Arc::new(Semaphore::new(spread.requests.clamp(1, MAX_SPANS))),
+                    spans: Arc::new(Semaphore::new(spread.spans.min(MAX_SPANS))),
                     offsets: AtomicBool::new(true),
                     spread,
                 }),
