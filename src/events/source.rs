@@ -403,6 +403,14 @@ mod tests {
         }
     }
 
+    /// Waits until `done`; fails naming `what` at the deadline.
+    async fn wait_for(what: &str, deadline: tokio::time::Instant, done: impl Fn() -> bool) {
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn receivers_widen_while_the_queue_is_full_and_narrow_when_it_runs_dry() {
         let dir = tempfile::tempdir().unwrap();
@@ -425,36 +433,22 @@ mod tests {
         );
         assert_eq!(w.active(), 2);
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        while q.acked.load(SeqCst) < 5_000 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the queue was not drained"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_for("the queue was not drained", deadline, || {
+            q.acked.load(SeqCst) >= 5_000
+        })
+        .await;
         let most = q.most.load(SeqCst);
         assert!(
             most > 2 && most <= 16,
             "{most} receives at once: it did not widen within its bounds"
         );
         // dry: back to the least
-        while w.active() > 2 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} receivers stayed",
-                w.active()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_for("receivers stayed above the least", deadline, || {
+            w.active() <= 2
+        })
+        .await;
         assert_eq!(w.active(), 2);
         stop_tx.send(true).unwrap();
-        while w.active() > 0 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} receivers did not stop",
-                w.active()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_for("receivers did not stop", deadline, || w.active() == 0).await;
     }
 }
