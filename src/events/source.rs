@@ -113,8 +113,8 @@ pub async fn consume<S: Source>(
 
 /// Receivers of one queue that widen with its rate: between `min` and `max` receives in
 /// flight; one more starts when a receive comes back full (`full` messages: the queue holds
-/// more than the receivers take), and a receiver ends when its receive comes back empty while
-/// more than `min` run.
+/// more than the receivers take), and a receiver ends when its receive comes back less than
+/// half full (the others take what comes) while more than `min` run.
 #[derive(Debug)]
 pub struct Widening {
     pub min: usize,
@@ -173,7 +173,7 @@ impl Widening {
 }
 
 /// A receiver's place among the running ones: given back however the receiver ends (stopped,
-/// aborted, panicked), unless it gave it back itself when the queue ran dry.
+/// aborted, panicked), unless it gave it back itself (the queue gave it little).
 struct Place {
     w: Arc<Widening>,
     given_back: Arc<AtomicBool>,
@@ -197,8 +197,8 @@ impl Drop for Receivers {
 }
 
 /// Starts the `min` receivers of `source` (see [`Widening`]); they end when `stop` says true
-/// or the returned [`Receivers`] is dropped, the ones added later also when the queue runs
-/// dry.
+/// or the returned [`Receivers`] is dropped, the ones added later also when the queue gives
+/// them less than half a batch.
 pub fn consume_widening<S: Source + Clone + Sync>(
     source: S,
     fanout: Arc<Fanout>,
@@ -256,12 +256,12 @@ fn spawn_receiver<S: Source + Clone + Sync>(
                     stop2.clone(),
                     w.clone(),
                 );
-            } else if n == 0 && w.step(false, w.min) {
+            } else if n < w.full / 2 && w.step(false, w.min) {
                 given_back.store(true, Relaxed);
                 tracing::debug!(
                     queue = again.spec(),
                     receivers = w.active(),
-                    "the queue ran dry: one receiver less"
+                    "the queue gives less than half a batch: one receiver less"
                 );
                 return false;
             }

@@ -487,7 +487,7 @@ impl Level {
     }
 
     /// Lists one span: page after page from its first key, cutting the rest of it into
-    /// spans of their own while its pages come back full and the listing has room.
+    /// spans of their own while its pages say more follow and the listing has room.
     async fn span(
         &self,
         prefix: Option<object_store::path::Path>,
