@@ -556,9 +556,10 @@ const RELEASE_ADOPTED_AFTER: Duration = Duration::from_secs(600);
 
 /// Pending keys a pair applies at once with no `--transfers`: each one's probe (a HEAD) and
 /// metadata update take no transfer slot, so this bounds them; the copies among them still
-/// wait for the adaptive limit. 3,500 changes a second of a few round trips each across a
-/// long link need about this many in flight.
-const DAEMON_KEYS_AT_ONCE: usize = 1024;
+/// wait for the adaptive limit. Each key in flight holds its task and buffers: more of them
+/// (`--transfers N`, e.g. 1024 across a long link) go faster for more memory; the default
+/// keeps a daemon's memory where it was (a prefix event of 100,000 keys under 96 MiB).
+const DAEMON_KEYS_AT_ONCE: usize = 128;
 
 /// Keys settled in one transaction at most.
 const SETTLE_AT_ONCE: usize = 512;
