@@ -548,7 +548,9 @@ impl Level {
                 if let (Some(a), Some(k)) = (&after, keys.first()) {
                     if k <= a {
                         // the store answered from before the span: it ignores `start-after`
-                        self.shared.offsets.store(false, Relaxed);
+                        if self.shared.offsets.swap(false, Relaxed) {
+                            tracing::info!(url = %self.loc, "the store ignores start-after: this listing goes on without cutting spans");
+                        }
                         self.shared
                             .spread
                             .stats
