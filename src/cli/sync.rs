@@ -13,7 +13,7 @@ use crate::core::location::Location;
 use crate::core::meta::Placement;
 use crate::engine::daemon::{run_all, DaemonOptions, PairRun};
 use crate::engine::lease::Wait;
-use crate::engine::once::{self, Hooks, MaxDelete, SyncOptions};
+use crate::engine::once::{self, Gap, Hooks, Inventory, MaxDelete, SyncOptions};
 use crate::engine::plan::Rule;
 use crate::engine::running::Running;
 use crate::events::push::Hub;
@@ -97,6 +97,18 @@ pub struct SyncArgs {
     /// [default: the pair's backup_dir]
     #[arg(long)]
     pub backup_dir: Option<String>,
+    /// The first backfill reads the source's objects from an inventory report instead of
+    /// listing it: an S3 Inventory manifest.json (CSV or Parquet), an Azure Blob Inventory
+    /// *-manifest.json (CSV or Parquet), or a folder of reports (the newest is taken). It
+    /// deletes nothing; what changed after the report is covered as --inventory-gap says.
+    /// The daemon uses it for a pair never reconciled; drift checks list.
+    #[arg(long, value_name = "URL")]
+    pub inventory: Option<String>,
+    /// How a backfill from --inventory covers what changed after the report was made:
+    /// `list` (a listing pass follows: no HEAD and no byte for what is equal) or `events`
+    /// (the pair's queue received events since before the report: no listing follows)
+    #[arg(long, value_name = "list|events", default_value = "list", value_parser = Gap::parse, requires = "inventory")]
+    pub inventory_gap: Gap,
     /// Only keys matching this glob (`*`, `**`, `?`); repeatable.
     #[arg(long)]
     pub include: Vec<String>,
@@ -217,6 +229,16 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         enqueue: false,
         enqueue_deletes: false,
         backup: None,
+        inventory: match &args.inventory {
+            None => None,
+            Some(u) => Some(Inventory {
+                url: Location::parse(u).map_err(|e| SlateError::BadOption {
+                    option: "--inventory".into(),
+                    why: e.to_string(),
+                })?,
+                gap: args.inventory_gap,
+            }),
+        },
         purpose: if args.once {
             "sync --once".into()
         } else {
@@ -236,6 +258,10 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
             events: args.events.clone(),
             brake: brake_policy(args, None)?,
         }]),
+        (None, None) if base.inventory.is_some() => Err(SlateError::BadOption {
+            option: "--inventory".into(),
+            why: "a report is of one source: give SRC and DST with it".into(),
+        }),
         (None, None) if !cfg.pairs.is_empty() => cfg
             .pairs
             .iter()

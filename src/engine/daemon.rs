@@ -619,9 +619,11 @@ async fn follow_local(
 }
 
 /// The daemon's view of a `--once` run: it waits for the pair's lease (or not), prints no
-/// progress, and says what it is.
+/// progress, and says what it is. An inventory report serves the backfill alone (a drift
+/// check lists: a report is a day old).
 fn daemon_sync(opts: &SyncOptions, purpose: &str, wait: super::lease::Wait) -> SyncOptions {
     let mut o = opts.clone();
+    o.inventory = None;
     o.wait = wait;
     o.purpose = purpose.into();
     o.copy.progress = copy::ProgressMode::Quiet;
@@ -664,6 +666,11 @@ async fn run_pair(
     // changed while slate was down (inotify is not a queue), so it is reconciled at every start
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
         let mut o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
+        // a cloud pair's first backfill may come from an inventory report (a local folder's
+        // start-up reconcile lists: it is cheap, and runs at every start)
+        if pair.last_sync_at.is_none() && src.scheme != Scheme::Local {
+            o.inventory = opts.sync.inventory.clone();
+        }
         // its deletes go through the inbox, where the delete brake meets them (a folder
         // emptied while slate was down must not empty the destination at the next start)
         o.enqueue_deletes = !opts.delete_brake.is_off();

@@ -29,6 +29,7 @@ use crate::core::location::{Location, Scheme};
 use crate::core::object::Entry;
 use crate::state::blocking;
 use crate::state::manifest::{self, Manifest, PairInfo, Planned, Record, Spill, SpillFilter};
+use crate::stores::inventory::Report;
 use crate::stores::list;
 use crate::stores::side::Side;
 
@@ -108,6 +109,44 @@ pub struct SyncOptions {
     /// `--backup-dir`: what deletes and overwrites would remove at the destination is kept
     /// there first (checked against the pair when it was set).
     pub backup: Option<super::backup::Backup>,
+    /// `--inventory`: the source's objects are read from an inventory report instead of a
+    /// listing (see [`Inventory`]).
+    pub inventory: Option<Inventory>,
+}
+
+/// A reconcile from an inventory report (`--inventory URL`): a first pass takes the source's
+/// objects from the report (no listing of the source), copies what the destination lacks or
+/// holds otherwise, and deletes nothing (a key absent from the report may have been written
+/// after it). What changed after the report's time is then covered as `gap` says.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    /// The report's manifest, or a folder of reports (the newest is taken).
+    pub url: Location,
+    pub gap: Gap,
+}
+
+/// How a reconcile from an inventory report covers what changed after the report was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gap {
+    /// A second pass lists both sides and reconciles as `--once` does (deletes included):
+    /// what the first pass copied is equal by the manifest there, so it costs the listings,
+    /// no HEAD and no byte. Always correct.
+    #[default]
+    List,
+    /// The pair's event queue received events since before the report's time (the user says
+    /// so): they carry every change since, so no listing follows and the pair counts as
+    /// reconciled.
+    Events,
+}
+
+impl Gap {
+    pub fn parse(s: &str) -> std::result::Result<Gap, String> {
+        match s {
+            "list" => Ok(Gap::List),
+            "events" => Ok(Gap::Events),
+            _ => Err(format!("{s:?}: list or events")),
+        }
+    }
 }
 
 /// The plan's tally (what `diff` reports).
@@ -228,6 +267,13 @@ pub struct SyncReport {
     pub dry_run: bool,
     /// Keys put through the inbox instead of acted on ([`SyncOptions::enqueue`]).
     pub queued: u64,
+    /// The source's objects came from an inventory report (the report's URL), not a listing.
+    pub inventory: Option<String>,
+    /// A reconcile from an inventory report: its first pass (the report's line comes first).
+    pub first_pass: Option<Box<SyncReport>>,
+    /// Objects the pass from a report could not copy, left to the listing pass that follows
+    /// (changed or removed since the report, or failing).
+    pub left: u64,
 }
 
 impl SyncReport {
@@ -245,17 +291,31 @@ impl SyncReport {
             None => "from the manifest (not listed)".into(),
         };
         let verb = if self.dry_run { "would copy" } else { "copied" };
-        let mut s = format!(
-            "sync: source {} listed, destination {dst}; {verb} {} ({} new, {} changed, {}), {} {}, {} equal",
-            self.listed_src,
-            if self.dry_run { c.only_in_source + c.changed } else { self.copied },
+        let mut s = String::new();
+        // after a pass from a report, this pass's own copies (the totals come last)
+        let (mut copied, mut copied_bytes, mut meta_updated) =
+            (self.copied, self.copied_bytes, self.meta_updated);
+        if let Some(first) = &self.first_pass {
+            s.push_str(&first.line());
+            s.push('\n');
+            copied -= first.copied.min(copied);
+            copied_bytes -= first.copied_bytes.min(copied_bytes);
+            meta_updated -= first.meta_updated.min(meta_updated);
+        }
+        let src = match &self.inventory {
+            Some(url) => format!("{} from the inventory report {url}", self.listed_src),
+            None => format!("{} listed", self.listed_src),
+        };
+        s.push_str(&format!(
+            "sync: source {src}, destination {dst}; {verb} {} ({} new, {} changed, {}), {} {}, {} equal",
+            if self.dry_run { c.only_in_source + c.changed } else { copied },
             c.only_in_source,
             c.changed,
-            progress::human_bytes(if self.dry_run { c.bytes_to_copy } else { self.copied_bytes }),
+            progress::human_bytes(if self.dry_run { c.bytes_to_copy } else { copied_bytes }),
             if self.dry_run { "would delete" } else { "deleted" },
             if self.dry_run { c.only_in_destination } else { self.deleted },
             c.equal,
-        );
+        ));
         if c.equal > 0 {
             s.push_str(&format!(" ({})", c.equal_by()));
         }
@@ -265,7 +325,7 @@ impl SyncReport {
                 if self.dry_run {
                     c.metadata_changed
                 } else {
-                    self.meta_updated
+                    meta_updated
                 },
                 if self.dry_run {
                     "would update"
@@ -275,7 +335,15 @@ impl SyncReport {
             ));
         }
         if c.kept > 0 {
-            s.push_str(&format!(", {} extra kept (--no-delete)", c.kept));
+            s.push_str(&format!(
+                ", {} extra kept ({})",
+                c.kept,
+                if self.inventory.is_some() {
+                    "a report deletes nothing: they may be newer than it"
+                } else {
+                    "--no-delete"
+                }
+            ));
         }
         if self.delete_skipped > 0 {
             s.push_str(&format!(
@@ -291,6 +359,19 @@ impl SyncReport {
         }
         if c.only_in_source + c.changed == 0 && !self.dry_run {
             s.push_str("; no data transferred");
+        }
+        if self.first_pass.is_some() {
+            s.push_str(&format!(
+                "; both passes copied {} ({})",
+                self.copied,
+                progress::human_bytes(self.copied_bytes)
+            ));
+        }
+        if self.left > 0 {
+            s.push_str(&format!(
+                ", {} not copied (changed or gone since the report, or failing): left to the listing pass",
+                self.left
+            ));
         }
         if self.failed > 0 {
             s.push_str(&format!(", {} FAILED", self.failed));
@@ -359,6 +440,27 @@ fn listing(
     )
 }
 
+/// The source's objects from an inventory report, as [`listing`] gives a listing's.
+fn report_listing(
+    report: &Arc<Report>,
+    side: &Side,
+    filter: &Filter,
+    range: &KeyRange,
+) -> (Input, tokio::task::JoinHandle<Result<u64>>) {
+    let (tx, rx) = mpsc::channel(BATCH);
+    let (r, loc) = (report.clone(), side.location().clone());
+    let task = tokio::spawn(async move { r.list(&loc, tx).await });
+    (
+        Input::Listing(Box::new(Listing::new(
+            rx,
+            report.url.clone(),
+            filter.clone(),
+            range.clone(),
+        ))),
+        task,
+    )
+}
+
 /// Waits for a lister and turns its failure into the listing's error.
 async fn finish_listing(url: &Location, task: tokio::task::JoinHandle<Result<u64>>) -> Result<()> {
     task.await
@@ -385,6 +487,7 @@ async fn walk_pair(
     limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
     spill: Option<&Spill>,
     range: &KeyRange,
+    report: Option<&Arc<Report>>,
     each: &mut (dyn FnMut(&Row, Action) + Send),
 ) -> Result<Compared> {
     let list_dst = list_dst || pair.last_sync_at.is_none();
@@ -406,7 +509,10 @@ async fn walk_pair(
         src_tags,
         limit,
     };
-    let (src_in, src_task) = listing(&plan.src, filter, range);
+    let (src_in, src_task) = match report {
+        Some(r) => report_listing(r, &plan.src, filter, range),
+        None => listing(&plan.src, filter, range),
+    };
     let recorded = |side| Recorded::from(db.clone(), pair.id, side, range.after.clone());
     let (dst_in, dst_task) = if list_dst {
         let (i, t) = listing(&plan.dst, filter, range);
@@ -577,6 +683,7 @@ pub async fn compare(
         None,
         None,
         &KeyRange::all(),
+        None,
         &mut only_diffs,
     )
     .await
@@ -649,9 +756,119 @@ pub async fn sync_once(
             return Ok(SyncReport::default());
         }
     }
-    let r = sync_leased(&db, plan, pair, &lease, None, opts, hooks, start, &label).await;
+    let r = match &opts.inventory {
+        Some(inv) => sync_inventory(&db, plan, pair, &lease, inv, opts, hooks, start, &label).await,
+        None => {
+            sync_leased(
+                &db, plan, pair, &lease, None, opts, hooks, start, &label, None,
+            )
+            .await
+        }
+    };
     lease.release().await;
     r
+}
+
+/// `sync --once --inventory`: the pass from the report, then the gap covered (see
+/// [`Inventory`]).
+#[allow(clippy::too_many_arguments)]
+async fn sync_inventory(
+    db: &Arc<Manifest>,
+    plan: copy::Plan,
+    pair: PairInfo,
+    lease: &PairLease,
+    inv: &Inventory,
+    opts: &SyncOptions,
+    hooks: Hooks<'_>,
+    start: Instant,
+    label: &str,
+) -> Result<SyncReport> {
+    let report = Arc::new(Report::open(&inv.url).await?);
+    report.check_source(plan.src.location())?;
+    let age = std::time::SystemTime::now()
+        .duration_since(report.time)
+        .unwrap_or_default();
+    tracing::info!(pair = %label, report = %report.url, files = report.files.len(),
+        age_s = age.as_secs(), "the source's objects come from an inventory report");
+    let Hooks { planned, failed } = hooks;
+    let src = plan.src.location().clone();
+    let dst = plan.dst.location().clone();
+    let pair_id = pair.id;
+    match inv.gap {
+        Gap::Events => {
+            // what failed is told as any failure (a daemon retries it as a pending key)
+            let first = sync_leased(
+                db,
+                plan,
+                pair,
+                lease,
+                None,
+                opts,
+                Hooks { planned, failed },
+                start,
+                label,
+                Some(report),
+            )
+            .await?;
+            if first.failed == 0 && !opts.dry_run && opts.filter.is_empty() {
+                // the events since the report carry the rest: reconciled as of now
+                let d = db.clone();
+                blocking(move || d.mark_synced(pair_id, "sync --once --inventory")).await?;
+            }
+            Ok(first)
+        }
+        Gap::List => {
+            // an object changed or removed since the report fails its copy (its ETag no
+            // longer matches, or it is gone): the listing pass settles it, so it is not
+            // counted as failed unless that pass fails it too
+            let quiet = |key: &str, msg: &str| {
+                tracing::debug!(key, error = msg, "left to the listing pass");
+            };
+            let mut planned = planned;
+            let first = sync_leased(
+                db,
+                plan,
+                pair,
+                lease,
+                None,
+                opts,
+                Hooks {
+                    planned: planned.as_deref_mut(),
+                    failed: Some(&quiet),
+                },
+                start,
+                label,
+                Some(report),
+            )
+            .await?;
+            let mut first = first;
+            first.left = std::mem::take(&mut first.failed);
+            first.first_error = None;
+            if opts.dry_run {
+                // nothing was copied, so the listing pass would plan the same again
+                return Ok(first);
+            }
+            let (plan, pair) = open_pair(db, &src, &dst).await?;
+            let mut second = sync_leased(
+                db,
+                plan,
+                pair,
+                lease,
+                None,
+                opts,
+                Hooks { planned, failed },
+                start,
+                label,
+                None,
+            )
+            .await?;
+            second.copied += first.copied;
+            second.copied_bytes += first.copied_bytes;
+            second.meta_updated += first.meta_updated;
+            second.first_pass = Some(Box::new(first));
+            Ok(second)
+        }
+    }
 }
 
 /// One partition of a partitioned reconcile ([`super::partition`]): `sync --once` of the keys
@@ -679,6 +896,7 @@ pub async fn sync_part(
         hooks,
         start,
         &label,
+        None,
     )
     .await
 }
@@ -704,6 +922,7 @@ async fn sync_leased(
     hooks: Hooks<'_>,
     start: Instant,
     label: &str,
+    report: Option<Arc<Report>>,
 ) -> Result<SyncReport> {
     let d = db.clone();
     let spill = SpillGuard {
@@ -718,6 +937,7 @@ async fn sync_leased(
         lost: &lost,
         label,
         part,
+        report,
     };
     let r = sync_held(&run, plan, pair, opts, hooks, start).await;
     spill.drop_now().await;
@@ -770,7 +990,8 @@ async fn sync_held(
     start: Instant,
 ) -> Result<SyncReport> {
     let (db, spill) = (run.db, run.spill);
-    let deletes = !opts.no_delete;
+    // a report deletes nothing: a key it lacks may have been written after it
+    let deletes = !opts.no_delete && run.report.is_none();
     let dry = opts.dry_run;
     let failed = hooks.failed;
     let mut planned = hooks.planned;
@@ -793,6 +1014,7 @@ async fn sync_held(
         opts.copy.bwlimit.clone(),
         Some(spill),
         &run.part.map(|p| p.range.clone()).unwrap_or_default(),
+        run.report.as_ref(),
         &mut each,
     )
     .await?;
@@ -802,6 +1024,7 @@ async fn sync_held(
         listed_src: c.listed_src,
         listed_dst: c.listed_dst,
         dry_run: dry,
+        inventory: run.report.as_ref().map(|r| r.url.clone()),
         ..Default::default()
     };
     for e in &c.unreadable {
@@ -905,8 +1128,9 @@ async fn sync_held(
     result?;
 
     // A clean, unfiltered pass: the manifest forgets what the sides no longer hold, and
-    // vouches for the destination from now on.
-    if opts.filter.is_empty() && report.failed == 0 {
+    // vouches for the destination from now on. Not a pass from a report: the source may
+    // hold what the report does not.
+    if opts.filter.is_empty() && report.failed == 0 && run.report.is_none() {
         for (which, side) in [
             (SpillFilter::PruneSrc, manifest::Side::Src),
             (SpillFilter::PruneDst, manifest::Side::Dst),
@@ -984,6 +1208,8 @@ struct Run<'a> {
     label: &'a str,
     /// A partition's run: its range and run.
     part: Option<&'a PartCtx>,
+    /// The source's objects come from this inventory report, not a listing.
+    report: Option<Arc<Report>>,
 }
 
 /// The source's entry of a spilled row, as the engine takes it (None: no source row).

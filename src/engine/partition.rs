@@ -50,9 +50,9 @@ const IDLE: Duration = Duration::from_millis(400);
 const PLAN_TRIES: u32 = 3;
 
 /// Whether a reconcile with these options can run partitioned: the whole pair, for real (a
-/// filter or a dry run is a whole-pair run of its own).
+/// filter, a dry run or a run from an inventory report is a whole-pair run of its own).
 pub fn partitionable(opts: &SyncOptions) -> bool {
-    opts.filter.is_empty() && !opts.dry_run
+    opts.filter.is_empty() && !opts.dry_run && opts.inventory.is_none()
 }
 
 /// The options every partition of a run must share: a worker with other options does not
@@ -512,6 +512,7 @@ mod tests {
             enqueue: false,
             enqueue_deletes: false,
             backup: None,
+            inventory: None,
         }
     }
 

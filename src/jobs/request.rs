@@ -260,6 +260,7 @@ impl JobRequest {
                 enqueue: false,
                 enqueue_deletes: false,
                 backup: None,
+                inventory: None,
                 purpose: format!("job ({})", self.kind.name()),
             },
             copy,

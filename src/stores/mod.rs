@@ -13,6 +13,7 @@ pub mod azblob;
 #[cfg(feature = "faults")]
 pub mod faults;
 pub mod gcsmeta;
+pub mod inventory;
 pub mod limit;
 pub mod list;
 pub mod local;
