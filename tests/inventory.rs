@@ -346,73 +346,79 @@ fn an_s3_inventory_report_drives_the_backfill_and_nothing_after_it_is_lost() {
         now.insert("to-overwrite".into(), b"after the report!".to_vec());
         now.remove("to-delete");
 
-        let tmp = tempfile::tempdir().expect("tmp");
-        let db = tmp.path().join("slate.db");
-        let src = format!("s3://slate-src/{p}");
-        let dst = format!("s3://slate-dst/{p}-replica");
-        let out = sync(&db, &src, &dst, &["--inventory", &manifest]);
-        assert!(
-            out.status.success(),
-            "{format}: {}{}",
-            stdout(&out),
-            stderr(&out)
-        );
-        let (first, second) = lines(&out);
-        // the report's current objects under the pair, nothing else: not the older version,
-        // the delete marker or the keys outside the pair
-        assert!(
-            first.contains(&format!("source {} from the inventory report", want.len())),
-            "{format}: {first}"
-        );
-        // what is gone since the report could not be copied as the report said (and the
-        // overwrite, where the copy reads through slate with the report's ETag as If-Match):
-        // left to the listing pass, not failed
-        let left = number_before(&first, " not copied");
-        assert!((1..=2).contains(&left), "{format}: {first}");
-        assert_eq!(
-            number_after(&first, "; copied ") + left,
-            want.len() as u64,
-            "{format}: {first}"
-        );
-        assert!(!first.contains("FAILED"), "{format}: {first}");
-        // the listing pass: the new key and the overwrite copied, the rest equal by the
-        // manifest (no HEAD, no byte)
-        assert!(
-            second.contains(&format!("source {} listed", now.len())),
-            "{format}: {second}"
-        );
-        assert!(
-            second.contains("copied 2 (1 new, 1 changed"),
-            "{format}: {second}"
-        );
-        assert!(
-            second.contains(&format!("{} by the manifest", now.len() - 2)),
-            "{format}: {second}"
-        );
-        let got = rt().block_on(read_all(&dst_store, &format!("{p}-replica")));
-        assert_same(&got, &now);
-
-        // equal to a backfill from a listing, key by key
-        let listed_dst = format!("s3://slate-dst/{p}-listed");
-        let out = sync(&db, &src, &listed_dst, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let by_listing = rt().block_on(read_all(&dst_store, &format!("{p}-listed")));
-        assert_same(&got, &by_listing);
-
-        // the manifest rows the report made compare equal with a listing's
-        let again = sync(&db, &src, &dst, &["--full"]);
-        assert!(again.status.success(), "{}", stderr(&again));
-        let line = stdout(&again);
-        assert!(line.contains("copied 0"), "{format}: {line}");
-        assert!(
-            line.contains(&format!(
-                "{} equal ({} by the manifest)",
-                now.len(),
-                now.len()
-            )),
-            "{format}: {line}"
+        check(
+            format,
+            &format!("s3://slate-src/{p}"),
+            &format!("s3://slate-dst/{p}"),
+            &dst_store,
+            &p,
+            &manifest,
+            &want,
+            &now,
         );
     }
+}
+
+/// The backfill from the report at `manifest` and what follows it (see the module
+/// documentation): `want` is the source at the report's time, `now` after the changes.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    format: &str,
+    src: &str,
+    dst_base: &str,
+    dst_store: &Arc<dyn ObjectStore>,
+    p: &str,
+    manifest: &str,
+    want: &BTreeMap<String, Vec<u8>>,
+    now: &BTreeMap<String, Vec<u8>>,
+) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let db = tmp.path().join("slate.db");
+    let dst = format!("{dst_base}-replica");
+    let out = sync(&db, src, &dst, &["--inventory", manifest]);
+    assert!(out.status.success(), "{format}: {}{}", stdout(&out), stderr(&out));
+    let (first, second) = lines(&out);
+    // the report's current objects under the pair, nothing else: not the older version,
+    // the delete marker, the snapshot or the keys outside the pair
+    assert!(
+        first.contains(&format!("source {} from the inventory report", want.len())),
+        "{format}: {first}"
+    );
+    // what is gone since the report could not be copied as the report said (and the
+    // overwrite, where the copy reads through slate with the report's ETag as If-Match):
+    // left to the listing pass, not failed
+    let left = number_before(&first, " not copied");
+    assert!((1..=2).contains(&left), "{format}: {first}");
+    assert_eq!(number_after(&first, "; copied ") + left, want.len() as u64, "{format}: {first}");
+    assert!(!first.contains("FAILED"), "{format}: {first}");
+    // the listing pass: the new key and the overwrite copied (new when the first pass left
+    // it, changed when a server-side copy took the old bytes), the rest equal by the
+    // manifest (no HEAD, no byte)
+    assert!(second.contains(&format!("source {} listed", now.len())), "{format}: {second}");
+    assert!(second.contains("; copied 2 ("), "{format}: {second}");
+    assert!(
+        second.contains(&format!("{} by the manifest", now.len() - 2)),
+        "{format}: {second}"
+    );
+    let got = rt().block_on(read_all(dst_store, &format!("{p}-replica")));
+    assert_same(&got, now);
+
+    // equal to a backfill from a listing, key by key
+    let listed_dst = format!("{dst_base}-listed");
+    let out = sync(&db, src, &listed_dst, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let by_listing = rt().block_on(read_all(dst_store, &format!("{p}-listed")));
+    assert_same(&got, &by_listing);
+
+    // the manifest rows the report made compare equal with a listing's
+    let again = sync(&db, src, &dst, &["--full"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let line = stdout(&again);
+    assert!(line.contains("copied 0"), "{format}: {line}");
+    assert!(
+        line.contains(&format!("{} equal ({} by the manifest)", now.len(), now.len())),
+        "{format}: {line}"
+    );
 }
 
 #[test]
@@ -484,4 +490,204 @@ fn a_report_of_another_bucket_or_a_broken_one_is_refused_by_name() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("\"orc\""), "{}", stderr(&out));
+}
+
+const AZ_FIELDS: [&str; 7] = [
+    "Name",
+    "Creation-Time",
+    "Last-Modified",
+    "ETag",
+    "Content-Length",
+    "BlobType",
+    "Snapshot",
+];
+
+/// Azure's times: seven digits of a second.
+fn az_time(ms: i64) -> String {
+    let t = chrono::DateTime::from_timestamp_millis(ms).expect("time");
+    format!("{}.{:07}Z", t.format("%Y-%m-%dT%H:%M:%S"), ms.rem_euclid(1000) * 10_000)
+}
+
+/// Azure Blob Inventory's CSV: a header row, then `container/blob` names.
+fn az_csv(rows: &[Row]) -> Vec<u8> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(AZ_FIELDS).expect("header");
+    for r in rows {
+        let t = az_time(r.modified_ms);
+        // an older version stands for a snapshot here (Azure's report marks it so)
+        let snapshot = if r.latest { String::new() } else { t.clone() };
+        w.write_record([
+            r.key.as_str(),
+            &t,
+            &t,
+            &r.etag,
+            &r.size.to_string(),
+            "BlockBlob",
+            &snapshot,
+        ])
+        .expect("row");
+    }
+    w.into_inner().expect("csv")
+}
+
+/// Azure Blob Inventory's Parquet: the same field names, times as timestamp_millis.
+fn az_parquet(rows: &[Row]) -> Vec<u8> {
+    use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+    let schema = Arc::new(
+        parse_message_type(
+            "message az {
+                required binary Name (STRING);
+                optional int64 Creation-Time (TIMESTAMP(MILLIS,true));
+                optional int64 Last-Modified (TIMESTAMP(MILLIS,true));
+                optional binary ETag (STRING);
+                optional int64 Content-Length;
+                optional binary BlobType (STRING);
+            }",
+        )
+        .expect("schema"),
+    );
+    let props = Arc::new(WriterProperties::builder().build());
+    let mut buf = Vec::new();
+    {
+        let mut w = SerializedFileWriter::new(&mut buf, schema, props).expect("writer");
+        let mut g = w.next_row_group().expect("row group");
+        let all = vec![1i16; rows.len()];
+        let strs = |f: &dyn Fn(&Row) -> String| -> Vec<ByteArray> {
+            rows.iter().map(|r| ByteArray::from(f(r).as_str())).collect()
+        };
+        let mut col = 0;
+        while let Some(mut c) = g.next_column().expect("column") {
+            match col {
+                0 => c
+                    .typed::<ByteArrayType>()
+                    .write_batch(&strs(&|r| r.key.clone()), None, None),
+                1 | 2 => c.typed::<Int64Type>().write_batch(
+                    &rows.iter().map(|r| r.modified_ms).collect::<Vec<_>>(),
+                    Some(&all),
+                    None,
+                ),
+                3 => c
+                    .typed::<ByteArrayType>()
+                    .write_batch(&strs(&|r| r.etag.clone()), Some(&all), None),
+                4 => c.typed::<Int64Type>().write_batch(
+                    &rows.iter().map(|r| r.size as i64).collect::<Vec<_>>(),
+                    Some(&all),
+                    None,
+                ),
+                _ => c
+                    .typed::<ByteArrayType>()
+                    .write_batch(&strs(&|_| "BlockBlob".into()), Some(&all), None),
+            }
+            .expect("write column");
+            c.close().expect("close column");
+            col += 1;
+        }
+        g.close().expect("close row group");
+        w.close().expect("close file");
+    }
+    buf
+}
+
+/// Writes a report in Azure Blob Inventory's layout under `inv/` of the slate-dst container
+/// (its paths relative to the container, as Azure writes them); returns the manifest's URL.
+async fn publish_azure(inv: &str, format: &str, rows: Vec<Vec<Row>>) -> String {
+    let store = az("slate-dst");
+    let dir = format!("{inv}/2026/12/04/00-00-00/rule1");
+    let mut files = Vec::new();
+    for (i, part) in rows.iter().enumerate() {
+        let (name, body) = match format {
+            "csv" => (format!("{dir}/rule1_{i}.csv"), az_csv(part)),
+            _ => (format!("{dir}/rule1_{i}.parquet"), az_parquet(part)),
+        };
+        files.push(serde_json::json!({"blob": name, "size": body.len()}));
+        put(&store, &name, body).await;
+    }
+    let start = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let manifest = serde_json::json!({
+        "destinationContainer": "slate-dst",
+        "endpoint": azurite_url(),
+        "files": files,
+        "inventoryCompletionTime": start,
+        "inventoryStartTime": start,
+        "ruleDefinition": {
+            "filters": {"blobTypes": ["blockBlob"], "includeBlobVersions": false,
+                        "includeSnapshots": true, "prefixMatch": ["slate-src/"]},
+            "format": format,
+            "objectType": "blob",
+            "schedule": "daily",
+            "schemaFields": AZ_FIELDS,
+        },
+        "ruleName": "rule1",
+        "status": "Succeeded",
+        "summary": {"objectCount": 0, "totalObjectSize": 0},
+        "version": "1.0",
+    });
+    let key = format!("{dir}/rule1-manifest.json");
+    put(&store, &key, serde_json::to_vec(&manifest).expect("json")).await;
+    format!("az://slate-dst/{key}")
+}
+
+#[test]
+fn an_azure_blob_inventory_report_drives_the_backfill_and_nothing_after_it_is_lost() {
+    for format in ["csv", "parquet"] {
+        let p = unique(&format!("azinv-{format}"));
+        let want = data();
+        let src_store = az("slate-src");
+        let dst_store = az("slate-dst");
+        let manifest = rt().block_on(async {
+            seed(&src_store, &p, &want).await;
+            // Azure's names are `container/blob`; a row of another container is not ours
+            let mut rows = rows_of(&src_store, &p).await;
+            assert_eq!(rows.len(), want.len());
+            for r in &mut rows {
+                r.key = format!("slate-src/{}", r.key);
+            }
+            let mut parts = report_rows(rows, &format!("slate-src/{p}"), 2);
+            parts[0].push(Row {
+                key: format!("slate-dst/{p}/another-container"),
+                size: 1,
+                etag: "0x8D0".into(),
+                modified_ms: 1_700_000_000_000,
+                latest: true,
+                delete_marker: false,
+            });
+            if format == "parquet" {
+                // Parquet reports here carry no Snapshot column: leave the older version out
+                for part in &mut parts {
+                    part.retain(|r| r.latest && !r.delete_marker);
+                }
+            } else {
+                // a CSV's delete marker has no Azure meaning: leave it out
+                for part in &mut parts {
+                    part.retain(|r| !r.delete_marker);
+                }
+            }
+            publish_azure(&format!("inv-{p}"), format, parts).await
+        });
+        rt().block_on(async {
+            put(&src_store, &format!("{p}/new-after"), b"new".to_vec()).await;
+            put(&src_store, &format!("{p}/to-overwrite"), b"after the report!".to_vec()).await;
+            src_store
+                .delete(&Path::from(format!("{p}/to-delete")))
+                .await
+                .expect("delete");
+        });
+        let mut now = want.clone();
+        now.insert("new-after".into(), b"new".to_vec());
+        now.insert("to-overwrite".into(), b"after the report!".to_vec());
+        now.remove("to-delete");
+        check(
+            format,
+            &format!("az://slate-src/{p}"),
+            &format!("az://slate-dst/{p}"),
+            &dst_store,
+            &p,
+            &manifest,
+            &want,
+            &now,
+        );
+    }
 }

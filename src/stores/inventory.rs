@@ -337,14 +337,13 @@ struct Record {
 
 impl Record {
     /// The key relative to the source (`strip`: its prefix and a `/`), or None when the row
-    /// is not under it or names a folder marker. Azure's rows name `container/blob` when
-    /// the report covers several containers.
+    /// is not under it or names a folder marker. An Azure report is of a whole account: its
+    /// `Name` is `container/blob` (as its rules' `prefixMatch` is), so a row of another
+    /// container is not the source's.
     fn relative(&self, strip: &str, container: Option<&str>) -> Option<String> {
         let mut key = self.key.as_str();
         if let Some(c) = container {
-            if let Some(rest) = key.strip_prefix(c).and_then(|r| r.strip_prefix('/')) {
-                key = rest;
-            }
+            key = key.strip_prefix(c)?.strip_prefix('/')?;
         }
         let rel = key.strip_prefix(strip)?;
         (!rel.is_empty() && !rel.ends_with('/')).then(|| rel.to_string())
@@ -1010,7 +1009,10 @@ mod tests {
             ("data/", "data/", None, None),
             ("x", "", None, Some("x")),
             ("c1/data/a", "data/", Some("c1"), Some("a")),
-            ("data/a", "data/", Some("c1"), Some("a")),
+            ("data/a", "data/", Some("c1"), None),
+            ("c2/data/a", "data/", Some("c1"), None),
+            ("c1/x", "", Some("c1"), Some("x")),
+            ("c10/x", "", Some("c1"), None),
         ];
         for (key, strip, container, want) in table {
             assert_eq!(
