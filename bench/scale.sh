@@ -8,6 +8,9 @@
 # every byte passes through it. The lab sits in front at BENCH_SCALE_RTT ms (default 40: 20 ms
 # each way). Phases, in order (BENCH_SCALE_PHASES, default all):
 #   backfill  `slate sync --once` into an empty sink: objects/s, peak RSS, the manifest's size
+#   inventory the same backfill from an S3 Inventory report (CSV, gzipped, 8 files) that the
+#             store writes of itself into $BENCH_DIR (not timed: the cloud's work), into another
+#             sink prefix with its own manifest: the pass from the report, then the listing pass
 #   changed   a change set of BENCH_SCALE_CHANGES (40% new, 40% overwritten, 20% deleted), then
 #             `slate sync --once`, `slate diff` (listings in spans, then with SLATE_LIST_SPANS=0:
 #             one run of pages per listing, as before spans), `slate diff --from-manifest`; rclone `sync`
@@ -20,7 +23,7 @@
 #
 # Knobs: BENCH_SCALE_N (100000), BENCH_SCALE_SHAPE (tree), BENCH_SCALE_SIZE (1024),
 # BENCH_SCALE_RTT (40), BENCH_SCALE_CHANGES (10000), BENCH_SCALE_PHASES ("backfill changed
-# daemon"), BENCH_SCALE_RCLONE ("default seed"; empty: no rclone), BENCH_DIR, SLATE_BIN, LAB_BIN,
+# daemon"; also "inventory"), BENCH_SCALE_RCLONE ("default seed"; empty: no rclone), BENCH_DIR, SLATE_BIN, LAB_BIN,
 # SYNTH_BIN.
 set -euo pipefail
 
@@ -31,7 +34,7 @@ SHAPE="${BENCH_SCALE_SHAPE:-tree}"
 SIZE="${BENCH_SCALE_SIZE:-1024}"
 RTT="${BENCH_SCALE_RTT:-40}"
 CHANGES="${BENCH_SCALE_CHANGES:-10000}"
-PHASES="${BENCH_SCALE_PHASES:-backfill changed daemon}"
+PHASES="${BENCH_SCALE_PHASES:-backfill inventory changed daemon}"
 RCLONE_RUNS="${BENCH_SCALE_RCLONE-default seed}"
 BENCH_DIR="${BENCH_DIR:-/tmp/slate-bench}"
 REPORT="${BENCH_REPORT:-$SCRIPT_DIR/last-scale-run.md}"
@@ -124,6 +127,18 @@ if want backfill; then
     KEY_BYTES=$(python3 -c 'import sqlite3,sys; print(round(sqlite3.connect(sys.argv[1]).execute("SELECT avg(length(CAST(key AS BLOB))) FROM entries").fetchone()[0] or 0))' "$WORK/slate.db" 2>/dev/null || echo 0)
     PER=$((DB_BYTES / (N > 0 ? N : 1)))
     ROWS+=("| backfill | manifest | $((DB_BYTES / 1024 / 1024)) MiB | $PER B/object = $((PER - KEY_BYTES)) + key ($KEY_BYTES B mean) | | SQLite, WAL included |")
+fi
+
+if want inventory; then
+    rm -rf "$WORK/inventory"
+    report=$(curl -sf -XPOST "$ADMIN/inventory?dir=$WORK/inventory&files=8") || die "the store wrote no report"
+    manifest=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["manifest"])' "$report")
+    log "inventory report: $report"
+    timed "backfill from a report" "slate sync --once --inventory" "$N" "${SLATE_RUN[@]}" sync --once "$SRC" \
+        s3://synth-sink/replica-inv --no-server-side-copy --inventory "$manifest" --db "$WORK/inv.db"
+    ROWS+=("| backfill from a report | (its first pass) | | | | $(grep -m1 '^sync:' "$WORK/run.out" | cut -c1-90) |")
+    v=$(verify replica-inv) && log "verify: $v"
+    [[ $v == *'"equal":true'* ]] || die "the replica from the report is not equal: $v"
 fi
 
 SLATE_CHANGED=""

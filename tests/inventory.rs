@@ -355,6 +355,9 @@ fn an_s3_inventory_report_drives_the_backfill_and_nothing_after_it_is_lost() {
             &manifest,
             &want,
             &now,
+            // one S3 endpoint: the overwrite is copied server-side as it is now; only the
+            // delete is left
+            1,
         );
     }
 }
@@ -371,12 +374,18 @@ fn check(
     manifest: &str,
     want: &BTreeMap<String, Vec<u8>>,
     now: &BTreeMap<String, Vec<u8>>,
+    want_left: u64,
 ) {
     let tmp = tempfile::tempdir().expect("tmp");
     let db = tmp.path().join("slate.db");
     let dst = format!("{dst_base}-replica");
     let out = sync(&db, src, &dst, &["--inventory", manifest]);
-    assert!(out.status.success(), "{format}: {}{}", stdout(&out), stderr(&out));
+    assert!(
+        out.status.success(),
+        "{format}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     let (first, second) = lines(&out);
     // the report's current objects under the pair, nothing else: not the older version,
     // the delete marker, the snapshot or the keys outside the pair
@@ -388,13 +397,20 @@ fn check(
     // overwrite, where the copy reads through slate with the report's ETag as If-Match):
     // left to the listing pass, not failed
     let left = number_before(&first, " not copied");
-    assert!((1..=2).contains(&left), "{format}: {first}");
-    assert_eq!(number_after(&first, "; copied ") + left, want.len() as u64, "{format}: {first}");
+    assert_eq!(left, want_left, "{format}: {first}");
+    assert_eq!(
+        number_after(&first, "; copied ") + left,
+        want.len() as u64,
+        "{format}: {first}"
+    );
     assert!(!first.contains("FAILED"), "{format}: {first}");
     // the listing pass: the new key and the overwrite copied (new when the first pass left
     // it, changed when a server-side copy took the old bytes), the rest equal by the
     // manifest (no HEAD, no byte)
-    assert!(second.contains(&format!("source {} listed", now.len())), "{format}: {second}");
+    assert!(
+        second.contains(&format!("source {} listed", now.len())),
+        "{format}: {second}"
+    );
     assert!(second.contains("; copied 2 ("), "{format}: {second}");
     assert!(
         second.contains(&format!("{} by the manifest", now.len() - 2)),
@@ -416,7 +432,11 @@ fn check(
     let line = stdout(&again);
     assert!(line.contains("copied 0"), "{format}: {line}");
     assert!(
-        line.contains(&format!("{} equal ({} by the manifest)", now.len(), now.len())),
+        line.contains(&format!(
+            "{} equal ({} by the manifest)",
+            now.len(),
+            now.len()
+        )),
         "{format}: {line}"
     );
 }
@@ -460,11 +480,25 @@ fn a_report_of_another_bucket_or_a_broken_one_is_refused_by_name() {
     });
     let mut m: serde_json::Value = serde_json::from_slice(&text).expect("json");
     let file = m["files"][0]["key"].as_str().expect("key").to_string();
-    rt().block_on(put(
-        &store,
-        &file,
-        b"\"slate-src\",\"k\",\"\",\"true\",\"false\",\"not-a-size\"\n".to_vec(),
-    ));
+    let row = b"\"slate-src\",\"k\",\"\",\"true\",\"false\",\"not-a-size\"\n".to_vec();
+    let row_len = row.len();
+    rt().block_on(put(&store, &file, row));
+    // a file not as long as the manifest says (cut short, or replaced): a failed read, exit 1
+    let out = sync(
+        &db,
+        &format!("s3://slate-src/{p}"),
+        &format!("s3://slate-dst/{p}-x"),
+        &["--inventory", &manifest],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&file) && err.contains("where the manifest says"),
+        "{err}"
+    );
+    // the manifest made to agree: the row itself is refused, naming the file and the line
+    m["files"][0]["size"] = row_len.into();
+    rt().block_on(put(&store, &bad, serde_json::to_vec(&m).expect("json")));
     let out = sync(
         &db,
         &format!("s3://slate-src/{p}"),
@@ -473,7 +507,7 @@ fn a_report_of_another_bucket_or_a_broken_one_is_refused_by_name() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     let err = stderr(&out);
-    assert!(err.contains(&file) && err.contains("row 1"), "{err}");
+    assert!(err.contains(&file) && err.contains("line 1"), "{err}");
     // nothing was written at the destination
     let left = rt().block_on(read_all(&store, &format!("{p}-x")));
     assert!(left.is_empty(), "{:?}", left.keys());
@@ -489,7 +523,48 @@ fn a_report_of_another_bucket_or_a_broken_one_is_refused_by_name() {
         &["--inventory", &format!("s3://slate-dst/{orc}")],
     );
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("\"orc\""), "{}", stderr(&out));
+    assert!(stderr(&out).contains("\"ORC\""), "{}", stderr(&out));
+
+    // a schema without ETags: no copy could be guarded by If-Match
+    m["fileFormat"] = "CSV".into();
+    m["fileSchema"] = "Bucket, Key, Size, LastModifiedDate".into();
+    let plain = bad.replace("manifest.json", "plain/manifest.json");
+    rt().block_on(put(&store, &plain, serde_json::to_vec(&m).expect("json")));
+    let out = sync(
+        &db,
+        &format!("s3://slate-src/{p}"),
+        &format!("s3://slate-dst/{p}-x"),
+        &["--inventory", &format!("s3://slate-dst/{plain}")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("ETag"), "{}", stderr(&out));
+
+    // a folder holding two configurations' reports: which one is not guessed
+    let folder = format!("s3://slate-dst/inv-{p}/slate-src/");
+    let other = format!("inv-{p}/slate-src/config-2/2026-12-04T00-00Z/manifest.json");
+    rt().block_on(put(&store, &other, text.to_vec()));
+    let out = sync(
+        &db,
+        &format!("s3://slate-src/{p}"),
+        &format!("s3://slate-dst/{p}-x"),
+        &["--inventory", &folder],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("name one of them") && err.contains("config-2"),
+        "{err}"
+    );
+
+    // a local source is refused: listing it is what a report would save
+    let out = sync(
+        &db,
+        "/tmp",
+        &format!("s3://slate-dst/{p}-x"),
+        &["--inventory", &manifest],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("local folder"), "{}", stderr(&out));
 }
 
 const AZ_FIELDS: [&str; 7] = [
@@ -505,7 +580,11 @@ const AZ_FIELDS: [&str; 7] = [
 /// Azure's times: seven digits of a second.
 fn az_time(ms: i64) -> String {
     let t = chrono::DateTime::from_timestamp_millis(ms).expect("time");
-    format!("{}.{:07}Z", t.format("%Y-%m-%dT%H:%M:%S"), ms.rem_euclid(1000) * 10_000)
+    format!(
+        "{}.{:07}Z",
+        t.format("%Y-%m-%dT%H:%M:%S"),
+        ms.rem_euclid(1000) * 10_000
+    )
 }
 
 /// Azure Blob Inventory's CSV: a header row, then `container/blob` names.
@@ -556,7 +635,9 @@ fn az_parquet(rows: &[Row]) -> Vec<u8> {
         let mut g = w.next_row_group().expect("row group");
         let all = vec![1i16; rows.len()];
         let strs = |f: &dyn Fn(&Row) -> String| -> Vec<ByteArray> {
-            rows.iter().map(|r| ByteArray::from(f(r).as_str())).collect()
+            rows.iter()
+                .map(|r| ByteArray::from(f(r).as_str()))
+                .collect()
         };
         let mut col = 0;
         while let Some(mut c) = g.next_column().expect("column") {
@@ -569,17 +650,21 @@ fn az_parquet(rows: &[Row]) -> Vec<u8> {
                     Some(&all),
                     None,
                 ),
-                3 => c
-                    .typed::<ByteArrayType>()
-                    .write_batch(&strs(&|r| r.etag.clone()), Some(&all), None),
+                3 => c.typed::<ByteArrayType>().write_batch(
+                    &strs(&|r| r.etag.clone()),
+                    Some(&all),
+                    None,
+                ),
                 4 => c.typed::<Int64Type>().write_batch(
                     &rows.iter().map(|r| r.size as i64).collect::<Vec<_>>(),
                     Some(&all),
                     None,
                 ),
-                _ => c
-                    .typed::<ByteArrayType>()
-                    .write_batch(&strs(&|_| "BlockBlob".into()), Some(&all), None),
+                _ => c.typed::<ByteArrayType>().write_batch(
+                    &strs(&|_| "BlockBlob".into()),
+                    Some(&all),
+                    None,
+                ),
             }
             .expect("write column");
             c.close().expect("close column");
@@ -669,7 +754,12 @@ fn an_azure_blob_inventory_report_drives_the_backfill_and_nothing_after_it_is_lo
         });
         rt().block_on(async {
             put(&src_store, &format!("{p}/new-after"), b"new".to_vec()).await;
-            put(&src_store, &format!("{p}/to-overwrite"), b"after the report!".to_vec()).await;
+            put(
+                &src_store,
+                &format!("{p}/to-overwrite"),
+                b"after the report!".to_vec(),
+            )
+            .await;
             src_store
                 .delete(&Path::from(format!("{p}/to-delete")))
                 .await
@@ -688,6 +778,89 @@ fn an_azure_blob_inventory_report_drives_the_backfill_and_nothing_after_it_is_lo
             &manifest,
             &want,
             &now,
+            // bytes through slate with If-Match: the overwrite and the delete are left
+            2,
         );
     }
+}
+
+#[test]
+fn with_the_events_gap_the_pair_counts_as_reconciled_and_a_local_copy_of_a_report_is_read() {
+    let p = unique("inv-events");
+    let want = data();
+    let src_store = s3("slate-src");
+    let tmp = tempfile::tempdir().expect("tmp");
+    // the report as `aws s3 sync s3://inventories/ ./reports/` leaves it: the bucket's layout
+    // in a local folder, two runs of one configuration (the newest is taken)
+    let reports = tmp.path().join("reports");
+    rt().block_on(async {
+        seed(&src_store, &p, &want).await;
+        let rows = rows_of(&src_store, &p).await;
+        let inv = format!("inv-{p}");
+        let url = publish_s3(&inv, "CSV", report_rows(rows, &p, 2)).await;
+        let store = s3("slate-dst");
+        let key = url.trim_start_matches("s3://slate-dst/").to_string();
+        let listed: Vec<_> = store
+            .list(Some(&Path::from(inv.as_str())))
+            .try_collect()
+            .await
+            .expect("listing");
+        for m in listed {
+            let body = store.get(&m.location).await.expect("get").bytes().await.expect("body");
+            let to = reports.join(m.location.as_ref());
+            std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&to, &body).expect("write");
+        }
+        // an older run of the same configuration, whose manifest names files that are gone
+        let older = reports.join(key.replace("2026-12-04T00-00Z", "2026-12-01T00-00Z"));
+        std::fs::create_dir_all(older.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&older, br#"{"sourceBucket":"slate-src","creationTimestamp":"1","fileFormat":"CSV","fileSchema":"Bucket, Key, Size, ETag","files":[{"key":"gone.csv.gz"}]}"#).expect("write");
+        src_store
+            .delete(&Path::from(format!("{p}/to-delete")))
+            .await
+            .expect("delete");
+        put(&src_store, &format!("{p}/new-after"), b"new".to_vec()).await;
+    });
+    let db = tmp.path().join("slate.db");
+    let src = format!("s3://slate-src/{p}");
+    let dst = format!("s3://slate-dst/{p}-ev");
+    let folder = reports
+        .join(format!("inv-{p}/slate-src"))
+        .display()
+        .to_string();
+    let out = sync(
+        &db,
+        &src,
+        &dst,
+        &["--inventory", &folder, "--inventory-gap", "events"],
+    );
+    let text = stdout(&out);
+    // one pass: what went since the report failed its copy (its event would bring it)
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("sync:")).count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("from the inventory report"), "{text}");
+    assert!(text.contains("(made "), "{text}");
+    assert!(text.contains("1 FAILED"), "{text}");
+    assert!(!text.contains("new-after"), "{text}");
+    // the pair counts as reconciled: the next run trusts the manifest for the destination
+    // (what the events would have done is done by this listing of the source)
+    let next = sync(&db, &src, &dst, &[]);
+    let line = stdout(&next);
+    assert!(next.status.success(), "{line}{}", stderr(&next));
+    assert!(
+        line.contains("destination from the manifest (not listed)"),
+        "{line}"
+    );
+    assert!(line.contains("copied 1 (1 new"), "{line}");
+    let mut now = want.clone();
+    now.remove("to-delete");
+    now.insert("new-after".into(), b"new".to_vec());
+    assert_same(
+        &rt().block_on(read_all(&s3("slate-dst"), &format!("{p}-ev"))),
+        &now,
+    );
 }

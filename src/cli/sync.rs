@@ -9,7 +9,7 @@ use super::{open_db, shutdown_signal, start_server};
 use crate::config::Config;
 use crate::core::error::SlateError;
 use crate::core::filter::{parse_age, Filter};
-use crate::core::location::Location;
+use crate::core::location::{Location, Scheme};
 use crate::core::meta::Placement;
 use crate::engine::daemon::{run_all, DaemonOptions, PairRun};
 use crate::engine::lease::Wait;
@@ -246,6 +246,12 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         },
     };
     match (&args.src, &args.dst) {
+        (Some(s), _) if base.inventory.is_some() && Location::parse(s)?.scheme == Scheme::Local => {
+            Err(SlateError::BadOption {
+                option: "--inventory".into(),
+                why: format!("{s} is a local folder: listing it is what a report would save"),
+            })
+        }
         (Some(s), Some(d)) => Ok(vec![Job {
             name: format!("{s} -> {d}"),
             named: None,

@@ -664,13 +664,18 @@ async fn run_pair(
 
     // the backfill when the pair was never reconciled; a local folder keeps no record of what
     // changed while slate was down (inotify is not a queue), so it is reconciled at every start
+    let mut o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
     if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
-        let mut o = daemon_sync(&opts.sync, "daemon backfill", super::lease::Wait::Yes);
         // a cloud pair's first backfill may come from an inventory report (a local folder's
         // start-up reconcile lists: it is cheap, and runs at every start)
         if pair.last_sync_at.is_none() && src.scheme != Scheme::Local {
             o.inventory = opts.sync.inventory.clone();
         }
+    } else if opts.sync.inventory.is_some() {
+        tracing::info!(pair = %handle.label,
+            "the pair was reconciled before: its inventory report is not read (the events and drift checks follow it)");
+    }
+    if pair.last_sync_at.is_none() || src.scheme == Scheme::Local {
         // its deletes go through the inbox, where the delete brake meets them (a folder
         // emptied while slate was down must not empty the destination at the next start)
         o.enqueue_deletes = !opts.delete_brake.is_off();
@@ -759,7 +764,8 @@ async fn run_pair(
             })
             .await?;
         }
-        tracing::info!(pair = %handle.label, "backfill: {}", report.line());
+        // one log line (a backfill from a report has a line per pass)
+        tracing::info!(pair = %handle.label, "backfill: {}", report.line().replace('\n', " | "));
     }
     tracing::debug!("following changes of {src} -> {dst}");
     handle.set_state(PairState::Following);

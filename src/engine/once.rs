@@ -810,8 +810,11 @@ async fn sync_inventory(
                 Some(report),
             )
             .await?;
-            if first.failed == 0 && !opts.dry_run && opts.filter.is_empty() {
-                // the events since the report carry the rest: reconciled as of now
+            if !opts.dry_run && opts.filter.is_empty() {
+                // the events since the report carry the rest (what changed or went since
+                // the report failed its copy here, and its event brings it again; a daemon
+                // also retries each failed key as a pending key): reconciled as of now, so
+                // the report is not read again at the next start
                 let d = db.clone();
                 blocking(move || d.mark_synced(pair_id, "sync --once --inventory")).await?;
             }
@@ -1024,7 +1027,10 @@ async fn sync_held(
         listed_src: c.listed_src,
         listed_dst: c.listed_dst,
         dry_run: dry,
-        inventory: run.report.as_ref().map(|r| r.url.clone()),
+        inventory: run.report.as_ref().map(|r| {
+            let made = chrono::DateTime::<chrono::Utc>::from(r.time).format("%Y-%m-%d %H:%M UTC");
+            format!("{} (made {made})", r.url)
+        }),
         ..Default::default()
     };
     for e in &c.unreadable {
@@ -1130,11 +1136,16 @@ async fn sync_held(
     // A clean, unfiltered pass: the manifest forgets what the sides no longer hold, and
     // vouches for the destination from now on. Not a pass from a report: the source may
     // hold what the report does not.
-    if opts.filter.is_empty() && report.failed == 0 && run.report.is_none() {
+    if opts.filter.is_empty() && report.failed == 0 {
         for (which, side) in [
             (SpillFilter::PruneSrc, manifest::Side::Src),
             (SpillFilter::PruneDst, manifest::Side::Dst),
         ] {
+            if which == SpillFilter::PruneSrc && run.report.is_some() {
+                // what the report lacks may be at the source still (newer than the report);
+                // the destination was listed, so what it lacks is gone
+                continue;
+            }
             let mut pages = Pages::new(run, which);
             while let Some(rows) = pages.next().await? {
                 let keys: Vec<String> = rows.into_iter().map(|r| r.key).collect();
@@ -1142,7 +1153,7 @@ async fn sync_held(
                 blocking(move || d.forget_side(id, side, &keys)).await?;
             }
         }
-        if run.part.is_none() {
+        if run.part.is_none() && run.report.is_none() {
             let (d, id) = (db.clone(), c.pair.id);
             blocking(move || d.mark_synced(id, "sync --once")).await?;
         }

@@ -126,7 +126,7 @@ pub struct Planned {
 }
 
 /// Which spilled rows [`Manifest::spill_page`] returns.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpillFilter {
     Action(u8),
     PruneSrc,

@@ -59,16 +59,25 @@ pub struct Report {
     pub source_bucket: Option<String>,
     /// When the report's scan began: objects written after it may be missing from it.
     pub time: SystemTime,
-    /// The data files, in the manifest's order.
-    pub files: Vec<Location>,
+    /// The data files, in the manifest's order, with the size the manifest gives each.
+    pub files: Vec<(Location, Option<u64>)>,
     /// S3 CSV: the columns (`fileSchema`); Azure CSV files name theirs in a header row.
     columns: Vec<String>,
 }
 
+/// A report that cannot be used as it is (its manifest, a row, its scope): exit 2.
 fn bad(url: &str, why: impl Into<String>) -> SlateError {
     SlateError::BadOption {
         option: "--inventory".into(),
         why: format!("{url}: {}", why.into()),
+    }
+}
+
+/// Reading a report failed on the way (the network, the local disk): exit 1, run again.
+fn failed(url: &str, why: impl Into<String>) -> SlateError {
+    SlateError::List {
+        url: url.to_string(),
+        detail: format!("reading the inventory report: {}", why.into()),
     }
 }
 
@@ -88,6 +97,7 @@ struct S3Manifest {
 #[derive(Deserialize)]
 struct S3File {
     key: String,
+    size: Option<u64>,
 }
 
 /// Azure Blob Inventory's `<rule>-manifest.json` (the fields slate reads).
@@ -106,6 +116,7 @@ struct AzureManifest {
 #[derive(Deserialize)]
 struct AzureFile {
     blob: String,
+    size: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -144,10 +155,13 @@ impl Report {
         let format = match m.file_format.to_ascii_lowercase().as_str() {
             "csv" => Format::Csv,
             "parquet" => Format::Parquet,
-            other => {
+            _ => {
                 return Err(bad(
                     shown,
-                    format!("fileFormat {other:?} is not read (CSV and Parquet are)"),
+                    format!(
+                        "fileFormat {:?} is not read (CSV and Parquet are)",
+                        m.file_format
+                    ),
                 ))
             }
         };
@@ -162,8 +176,9 @@ impl Report {
             .split(',')
             .map(|c| c.trim().to_string())
             .collect::<Vec<_>>();
-        if format == Format::Csv && !columns.iter().any(|c| norm(c) == "key") {
-            return Err(bad(shown, "fileSchema names no Key column"));
+        if format == Format::Csv {
+            check_columns(&columns.iter().map(|c| column(c)).collect::<Vec<_>>())
+                .map_err(|why| bad(shown, format!("fileSchema: {why}")))?;
         }
         Ok(Report {
             url: shown.to_string(),
@@ -174,7 +189,7 @@ impl Report {
             files: m
                 .files
                 .iter()
-                .map(|f| data_file(manifest, &f.key))
+                .map(|f| Ok((data_file(manifest, &f.key)?, f.size)))
                 .collect::<Result<_>>()?,
             columns,
         })
@@ -234,7 +249,7 @@ impl Report {
             files: m
                 .files
                 .iter()
-                .map(|f| data_file(manifest, &f.blob))
+                .map(|f| Ok((data_file(manifest, &f.blob)?, f.size)))
                 .collect::<Result<_>>()?,
             columns: Vec::new(),
         })
@@ -288,8 +303,12 @@ impl Report {
             format!("{}/", src.prefix)
         };
         let mut sorter = Sorter::new(tmp.path.clone());
-        for (i, file) in self.files.iter().enumerate() {
-            let local = fetch(file, &tmp.path, i).await?;
+        for (i, (file, size)) in self.files.iter().enumerate() {
+            if tx.is_closed() {
+                // the walk ended (an error, a lost lease, a stop): nothing more to read
+                return Ok(0);
+            }
+            let (local, temporary) = fetch(file, *size, &tmp.path, i).await?;
             let (kind, format, columns, shown) = (
                 self.kind,
                 self.format,
@@ -307,20 +326,32 @@ impl Report {
                 };
                 let read = match format {
                     Format::Csv => read_csv(&local, kind, &columns, &mut keep),
-                    Format::Parquet => read_parquet(&local, kind, &mut keep),
+                    Format::Parquet => read_parquet(&local, &mut keep),
                 };
+                if temporary {
+                    let _ = std::fs::remove_file(&local);
+                }
                 read.map_err(|why| bad(&shown, why))?;
-                let _ = std::fs::remove_file(&local);
                 Ok(sorter)
             })
             .await
-            .map_err(|e| bad(&self.url, e.to_string()))??;
+            .map_err(|e| failed(&self.url, e.to_string()))??;
+        }
+        if sorter.rows() == 0 {
+            // a report of another prefix, container or rule: an empty source would look
+            // deleted to everything after it
+            return Err(bad(
+                &self.url,
+                format!(
+                    "it lists no object under {src} (a report of another prefix or container?)"
+                ),
+            ));
         }
         let kind = self.kind;
         let url = self.url.clone();
         let sent = tokio::task::spawn_blocking(move || sorter.drain(kind, &tx))
             .await
-            .map_err(|e| bad(&url, e.to_string()))??;
+            .map_err(|e| failed(&url, e.to_string()))??;
         drop(tmp);
         Ok(sent)
     }
@@ -389,6 +420,9 @@ enum Col {
     Deleted,
     /// Azure `Snapshot`: a snapshot, not the blob.
     Snapshot,
+    /// Azure `hdi_isfolder` (accounts with a hierarchical namespace): a directory, which a
+    /// listing does not give as an object.
+    Folder,
     Other,
 }
 
@@ -401,8 +435,25 @@ fn column(name: &str) -> Col {
         "islatest" | "iscurrentversion" => Col::Latest,
         "isdeletemarker" | "deleted" => Col::Deleted,
         "snapshot" => Col::Snapshot,
+        "hdiisfolder" => Col::Folder,
         _ => Col::Other,
     }
+}
+
+/// The columns a report must have: the key, the size, and the ETag (every copy from a report
+/// reads the source with the report's ETag as `If-Match`: without it, a chunked copy of an
+/// object overwritten meanwhile could stitch two versions).
+fn check_columns(cols: &[Col]) -> std::result::Result<(), String> {
+    for (want, name) in [
+        (Col::Key, "the key (Key, Name)"),
+        (Col::Size, "the size (Size, Content-Length)"),
+        (Col::ETag, "the ETag (ETag; add it to the report's fields)"),
+    ] {
+        if !cols.contains(&want) {
+            return Err(format!("the report has no column for {name}"));
+        }
+    }
+    Ok(())
 }
 
 /// One row's fields as they come, by column.
@@ -415,34 +466,40 @@ struct Fields {
     latest: Option<bool>,
     deleted: Option<bool>,
     snapshot: bool,
+    folder: bool,
 }
 
 impl Fields {
     /// The object the row is, or None for a row that is not a current object (an older
-    /// version, a delete marker, a snapshot, a soft-deleted blob).
+    /// version, a delete marker, a snapshot, a soft-deleted blob, a directory).
     fn record(self) -> std::result::Result<Option<Record>, String> {
-        if self.latest == Some(false) || self.deleted == Some(true) || self.snapshot {
+        if self.latest == Some(false) || self.deleted == Some(true) || self.snapshot || self.folder
+        {
             return Ok(None);
         }
         let key = self.key.ok_or("a row without a key")?;
         let size = self
             .size
             .ok_or_else(|| format!("key {key:?}: a row without a size"))?;
+        let etag = self
+            .etag
+            .ok_or_else(|| format!("key {key:?}: a row without an ETag"))?;
         Ok(Some(Record {
             key,
             size,
-            etag: self.etag,
+            etag: Some(etag),
             mtime_ms: self.modified,
         }))
     }
 }
 
-fn truthy(s: &str) -> Option<bool> {
+/// `true`, `false`, or empty (unknown); anything else is an error.
+fn truthy(s: &str) -> std::result::Result<Option<bool>, String> {
     match s.trim().to_ascii_lowercase().as_str() {
-        "true" => Some(true),
-        "false" => Some(false),
-        "" => None,
-        _ => None,
+        "true" => Ok(Some(true)),
+        "false" => Ok(Some(false)),
+        "" => Ok(None),
+        _ => Err(format!("{s:?} is neither true nor false")),
     }
 }
 
@@ -485,7 +542,6 @@ fn read_csv(
     };
     let mut rd = csv::ReaderBuilder::new()
         .has_headers(kind == Kind::Azure)
-        .flexible(true)
         .from_reader(input);
     let cols: Vec<Col> = match kind {
         Kind::S3 => schema.iter().map(|c| column(c)).collect(),
@@ -496,62 +552,59 @@ fn read_csv(
             .map(column)
             .collect(),
     };
-    if !cols.contains(&Col::Key) || !cols.contains(&Col::Size) {
-        return Err(format!(
-            "the report has no {} column",
-            if cols.contains(&Col::Key) {
-                "size (Size, Content-Length)"
-            } else {
-                "key (Key, Name)"
-            }
-        ));
-    }
+    check_columns(&cols)?;
     let mut rec = csv::StringRecord::new();
-    let mut line = 0u64;
     loop {
-        line += 1;
-        match rd.read_record(&mut rec) {
+        let ok = rd.read_record(&mut rec);
+        // the line of the file where the record began (a quoted field may hold line breaks)
+        let line = rec.position().map(|p| p.line()).unwrap_or(0);
+        match ok {
             Ok(false) => break,
             Ok(true) => {}
-            Err(e) => return Err(format!("row {line}: {e}")),
+            Err(e) => return Err(format!("line {line}: {e}")),
         }
+        if rec.len() != cols.len() {
+            return Err(format!(
+                "line {line}: {} fields where the report names {} columns",
+                rec.len(),
+                cols.len()
+            ));
+        }
+        let at = |why: String| format!("line {line}: {why}");
         let mut f = Fields::default();
         for (c, v) in cols.iter().zip(rec.iter()) {
             match c {
                 Col::Key => {
                     f.key = Some(match kind {
-                        Kind::S3 => s3_key(v).map_err(|e| format!("row {line}: {e}"))?,
+                        Kind::S3 => s3_key(v).map_err(at)?,
                         Kind::Azure => v.to_string(),
                     })
                 }
                 Col::Size if !v.is_empty() => {
-                    f.size = Some(
-                        v.trim()
-                            .parse()
-                            .map_err(|_| format!("row {line}: size {v:?}"))?,
-                    )
+                    f.size = Some(v.trim().parse().map_err(|_| at(format!("size {v:?}")))?)
                 }
                 Col::Modified if !v.is_empty() => {
-                    f.modified =
-                        Some(parse_time(v).ok_or_else(|| format!("row {line}: time {v:?}"))?)
+                    f.modified = Some(parse_time(v).ok_or_else(|| at(format!("time {v:?}")))?)
                 }
                 Col::ETag if !v.is_empty() => f.etag = Some(v.to_string()),
-                Col::Latest => f.latest = truthy(v),
-                Col::Deleted => f.deleted = truthy(v),
+                Col::Latest => f.latest = truthy(v).map_err(at)?,
+                Col::Deleted => f.deleted = truthy(v).map_err(at)?,
+                Col::Folder => f.folder = truthy(v).map_err(at)? == Some(true),
                 Col::Snapshot => f.snapshot = !v.trim().is_empty(),
                 _ => {}
             }
         }
-        if let Some(r) = f.record().map_err(|e| format!("row {line}: {e}"))? {
+        if let Some(r) = f.record().map_err(at)? {
             keep(r).map_err(|e| e.to_string())?;
         }
     }
     Ok(())
 }
 
+/// A report's Parquet file (S3's columns `key`, `size`, `last_modified_date`, `e_tag`, …;
+/// Azure's the same names as its CSV). Keys are as they are: only S3's CSV encodes them.
 fn read_parquet(
     path: &Path,
-    kind: Kind,
     keep: &mut dyn FnMut(Record) -> Result<()>,
 ) -> std::result::Result<(), String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -567,55 +620,55 @@ fn read_parquet(
         .iter()
         .map(|f| column(f.name()))
         .collect();
-    if !names.contains(&Col::Key) || !names.contains(&Col::Size) {
-        return Err("the report has no key or no size column".into());
-    }
+    check_columns(&names)?;
     let rows = reader.get_row_iter(None).map_err(|e| e.to_string())?;
     for (i, row) in rows.enumerate() {
-        let line = i + 1;
-        let row = row.map_err(|e| format!("row {line}: {e}"))?;
+        let at = |why: String| format!("row {}: {why}", i + 1);
+        let row = row.map_err(|e| at(e.to_string()))?;
         let mut f = Fields::default();
         for (name, v) in row.get_column_iter() {
-            let text = match v {
-                Field::Str(s) => Some(s.as_str()),
-                _ => None,
-            };
+            let unexpected = || at(format!("column {name} holds {v}"));
             match (column(name), v) {
                 (_, Field::Null) => {}
-                (Col::Key, _) => {
-                    let s = text.ok_or_else(|| format!("row {line}: key {v}"))?;
-                    f.key = Some(s.to_string());
+                (Col::Key, Field::Str(s)) => f.key = Some(s.clone()),
+                (Col::Size, Field::Long(n)) => {
+                    f.size = Some(u64::try_from(*n).map_err(|_| unexpected())?)
                 }
-                (Col::Size, Field::Long(n)) => f.size = u64::try_from(*n).ok(),
-                (Col::Size, Field::Int(n)) => f.size = u64::try_from(*n).ok(),
+                (Col::Size, Field::Int(n)) => {
+                    f.size = Some(u64::try_from(*n).map_err(|_| unexpected())?)
+                }
                 (Col::Size, Field::ULong(n)) => f.size = Some(*n),
-                (Col::Size, Field::Str(s)) => f.size = s.trim().parse().ok(),
+                (Col::Size, Field::Str(s)) => {
+                    f.size = Some(s.trim().parse().map_err(|_| unexpected())?)
+                }
                 (Col::Modified, Field::TimestampMillis(ms)) => f.modified = Some(*ms),
                 (Col::Modified, Field::TimestampMicros(us)) => f.modified = Some(us / 1000),
                 (Col::Modified, Field::Long(ms)) => f.modified = Some(*ms),
                 (Col::Modified, Field::Str(s)) => {
-                    f.modified =
-                        Some(parse_time(s).ok_or_else(|| format!("row {line}: time {s:?}"))?)
+                    f.modified = Some(parse_time(s).ok_or_else(unexpected)?)
                 }
                 (Col::ETag, Field::Str(s)) => f.etag = Some(s.clone()),
                 (Col::Latest, Field::Bool(b)) => f.latest = Some(*b),
-                (Col::Latest, Field::Str(s)) => f.latest = truthy(s),
+                (Col::Latest, Field::Str(s)) => f.latest = truthy(s).map_err(at)?,
                 (Col::Deleted, Field::Bool(b)) => f.deleted = Some(*b),
-                (Col::Deleted, Field::Str(s)) => f.deleted = truthy(s),
+                (Col::Deleted, Field::Str(s)) => f.deleted = truthy(s).map_err(at)?,
+                (Col::Folder, Field::Bool(b)) => f.folder = *b,
+                (Col::Folder, Field::Str(s)) => f.folder = truthy(s).map_err(at)? == Some(true),
                 (Col::Snapshot, Field::Str(s)) => f.snapshot = !s.trim().is_empty(),
-                (Col::Size | Col::Modified, other) => {
-                    return Err(format!("row {line}: column {name} holds {other}"))
-                }
+                (Col::Key | Col::Size | Col::Modified | Col::ETag, _) => return Err(unexpected()),
                 _ => {}
             }
         }
-        let _ = kind; // Parquet keys are not URL-encoded (S3 encodes only its CSV's)
-        if let Some(r) = f.record().map_err(|e| format!("row {line}: {e}"))? {
+        if let Some(r) = f.record().map_err(at)? {
             keep(r).map_err(|e| e.to_string())?;
         }
     }
     Ok(())
 }
+
+/// Runs merged at once; more are first merged a group at a time into longer runs, so that
+/// a report of hundreds of millions of rows never holds more files open than this.
+const MERGE_FAN_IN: usize = 64;
 
 /// The external sort: rows gathered into runs, each sorted and written out once full, then
 /// merged.
@@ -623,29 +676,50 @@ struct Sorter {
     dir: PathBuf,
     rows: Vec<Record>,
     runs: Vec<PathBuf>,
+    run_rows: usize,
+    count: u64,
+    made: usize,
 }
 
 impl Sorter {
     fn new(dir: PathBuf) -> Sorter {
+        Sorter::with_runs_of(dir, RUN_ROWS)
+    }
+
+    fn with_runs_of(dir: PathBuf, run_rows: usize) -> Sorter {
         Sorter {
             dir,
             rows: Vec::new(),
             runs: Vec::new(),
+            run_rows,
+            count: 0,
+            made: 0,
         }
+    }
+
+    /// Rows pushed so far.
+    fn rows(&self) -> u64 {
+        self.count
     }
 
     fn push(&mut self, r: Record) -> Result<()> {
         self.rows.push(r);
-        if self.rows.len() >= RUN_ROWS {
+        self.count += 1;
+        if self.rows.len() >= self.run_rows {
             self.spill()?;
         }
         Ok(())
     }
 
+    fn next_path(&mut self) -> PathBuf {
+        self.made += 1;
+        self.dir.join(format!("run-{}", self.made))
+    }
+
     fn spill(&mut self) -> Result<()> {
         self.rows.sort_unstable();
-        let path = self.dir.join(format!("run-{}", self.runs.len()));
-        let io = |e: std::io::Error| bad(&path.display().to_string(), e.to_string());
+        let path = self.next_path();
+        let io = |e: std::io::Error| failed(&path.display().to_string(), e.to_string());
         let mut w = BufWriter::new(std::fs::File::create(&path).map_err(io)?);
         for r in self.rows.drain(..) {
             write_record(&mut w, &r).map_err(io)?;
@@ -655,24 +729,14 @@ impl Sorter {
         Ok(())
     }
 
-    /// Sends every row in key order, each key once; returns how many were sent.
+    /// Sends every row in key order, each key once (of rows a report holds twice, the newest
+    /// by modification time); returns how many were sent.
     fn drain(mut self, kind: Kind, tx: &mpsc::Sender<Result<Entry>>) -> Result<u64> {
-        let mut sent = 0u64;
-        let mut last: Option<String> = None;
-        let mut doubled = 0u64;
-        let mut send = |r: Record| -> bool {
-            if last.as_deref() == Some(r.key.as_str()) {
-                doubled += 1;
-                return true;
-            }
-            last = Some(r.key.clone());
-            sent += 1;
-            tx.blocking_send(Ok(r.entry(kind))).is_ok()
-        };
+        let mut out = Dedup::new(|r: Record| tx.blocking_send(Ok(r.entry(kind))).is_ok());
         if self.runs.is_empty() {
             self.rows.sort_unstable();
-            for r in self.rows.drain(..) {
-                if !send(r) {
+            for r in std::mem::take(&mut self.rows) {
+                if !out.push(r) {
                     break;
                 }
             }
@@ -680,34 +744,100 @@ impl Sorter {
             if !self.rows.is_empty() {
                 self.spill()?;
             }
-            let mut readers = Vec::new();
-            let mut heap = BinaryHeap::new();
-            for (i, p) in self.runs.iter().enumerate() {
-                let io = |e: std::io::Error| bad(&p.display().to_string(), e.to_string());
-                let mut rd = BufReader::new(std::fs::File::open(p).map_err(io)?);
-                if let Some(r) = read_record(&mut rd).map_err(io)? {
-                    heap.push(std::cmp::Reverse((r, i)));
+            // fewer runs than the fan-in: longer runs first, a group at a time
+            while self.runs.len() > MERGE_FAN_IN {
+                let group: Vec<PathBuf> = self.runs.drain(..MERGE_FAN_IN).collect();
+                let path = self.next_path();
+                let io = |e: std::io::Error| failed(&path.display().to_string(), e.to_string());
+                let mut w = BufWriter::new(std::fs::File::create(&path).map_err(io)?);
+                merge(&group, &mut |r| write_record(&mut w, &r).is_ok())?;
+                w.flush().map_err(io)?;
+                for p in &group {
+                    let _ = std::fs::remove_file(p);
                 }
-                readers.push(rd);
+                self.runs.push(path);
             }
-            while let Some(std::cmp::Reverse((r, i))) = heap.pop() {
-                let io =
-                    |e: std::io::Error| bad(&self.runs[i].display().to_string(), e.to_string());
-                if let Some(next) = read_record(&mut readers[i]).map_err(io)? {
-                    heap.push(std::cmp::Reverse((next, i)));
-                }
-                if !send(r) {
-                    break;
-                }
-            }
+            let runs = std::mem::take(&mut self.runs);
+            merge(&runs, &mut |r| out.push(r))?;
         }
+        let (sent, doubled) = out.finish();
         if doubled > 0 {
             tracing::warn!(
                 rows = doubled,
-                "the inventory report holds keys more than once; each was taken once"
+                "the inventory report holds keys more than once; the newest row of each was taken"
             );
         }
         Ok(sent)
+    }
+}
+
+/// Merges sorted runs, calling `each` with every row in order until it says stop.
+fn merge(runs: &[PathBuf], each: &mut dyn FnMut(Record) -> bool) -> Result<()> {
+    let io = |p: &Path, e: std::io::Error| failed(&p.display().to_string(), e.to_string());
+    let mut readers = Vec::new();
+    let mut heap = BinaryHeap::new();
+    for (i, p) in runs.iter().enumerate() {
+        let mut rd = BufReader::new(std::fs::File::open(p).map_err(|e| io(p, e))?);
+        if let Some(r) = read_record(&mut rd).map_err(|e| io(p, e))? {
+            heap.push(std::cmp::Reverse((r, i)));
+        }
+        readers.push(rd);
+    }
+    while let Some(std::cmp::Reverse((r, i))) = heap.pop() {
+        if let Some(next) = read_record(&mut readers[i]).map_err(|e| io(&runs[i], e))? {
+            heap.push(std::cmp::Reverse((next, i)));
+        }
+        if !each(r) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Rows in key order in, each key once out: of equal keys, the row with the latest
+/// modification time (then the last in sort order).
+struct Dedup<F: FnMut(Record) -> bool> {
+    held: Option<Record>,
+    send: F,
+    sent: u64,
+    doubled: u64,
+    open: bool,
+}
+
+impl<F: FnMut(Record) -> bool> Dedup<F> {
+    fn new(send: F) -> Self {
+        Dedup {
+            held: None,
+            send,
+            sent: 0,
+            doubled: 0,
+            open: true,
+        }
+    }
+
+    /// False once the receiver is gone.
+    fn push(&mut self, r: Record) -> bool {
+        match self.held.take() {
+            Some(h) if h.key == r.key => {
+                self.doubled += 1;
+                self.held = Some(if r.mtime_ms >= h.mtime_ms { r } else { h });
+            }
+            Some(h) => {
+                self.sent += 1;
+                self.open = (self.send)(h);
+                self.held = Some(r);
+            }
+            None => self.held = Some(r),
+        }
+        self.open
+    }
+
+    fn finish(mut self) -> (u64, u64) {
+        if let (Some(h), true) = (self.held.take(), self.open) {
+            self.sent += 1;
+            (self.send)(h);
+        }
+        (self.sent, self.doubled)
     }
 }
 
@@ -762,17 +892,44 @@ struct TempDir {
     path: PathBuf,
 }
 
+const TEMP_PREFIX: &str = "slate-inventory-";
+
 impl TempDir {
+    /// A new folder in `$TMPDIR`; the folders of slate processes that are gone (killed
+    /// mid-sort) are removed first.
     fn new() -> Result<TempDir> {
+        let root = std::env::temp_dir();
+        sweep_dead(&root);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let path =
-            std::env::temp_dir().join(format!("slate-inventory-{}-{nanos:x}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
+        let path = root.join(format!("{TEMP_PREFIX}{}-{nanos:x}", std::process::id()));
+        std::fs::create_dir(&path)
+            .map_err(|e| failed(&path.display().to_string(), e.to_string()))?;
         Ok(TempDir { path })
+    }
+}
+
+/// Removes the sort folders of processes that no longer run (on this host: `$TMPDIR` is
+/// local).
+fn sweep_dead(root: &Path) {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -828,69 +985,115 @@ async fn newest_manifest(side: &Side) -> Result<String> {
     let task = tokio::spawn(async move {
         super::list::list_entries(&s, tx, crate::copy::classify_store_error).await
     });
-    let mut best: Option<String> = None;
+    // each series of reports (an S3 configuration, an Azure rule) and its newest manifest
+    let mut newest: std::collections::BTreeMap<String, String> = Default::default();
     while let Some(e) = rx.recv().await {
         let e = e?;
-        let name = e.rel.rsplit('/').next().unwrap_or("");
-        // S3 keeps `manifest.json` in a folder named by time; Azure's `<rule>-manifest.json`
-        // lies in date/time folders: the greatest key is the newest either way
-        if name.ends_with("manifest.json") && best.as_deref().is_none_or(|b| e.rel.as_str() > b) {
-            best = Some(e.rel);
+        if let Some(series) = series(&e.rel) {
+            let slot = newest.entry(series).or_default();
+            if e.rel > *slot {
+                *slot = e.rel;
+            }
         }
     }
     task.await
-        .map_err(|e| bad(&side.location().raw, e.to_string()))??;
-    best.ok_or_else(|| {
-        bad(
+        .map_err(|e| failed(&side.location().raw, e.to_string()))??;
+    match newest.len() {
+        0 => Err(bad(
             &side.location().raw,
             "no manifest.json (S3) or *-manifest.json (Azure) under it",
-        )
-    })
+        )),
+        1 => Ok(newest.into_values().next().unwrap_or_default()),
+        _ => Err(bad(
+            &side.location().raw,
+            format!(
+                "it holds reports of {} configurations or rules ({}): name one of them",
+                newest.len(),
+                newest.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+/// Which series of reports a manifest's key (relative to the folder searched) belongs to,
+/// or None for another file. S3: `…/CONFIG/YYYY-MM-DDTHH-MMZ/manifest.json`, the series
+/// being what comes before the time; Azure: `…/YYYY/MM/DD/HH-MM-SS/RULE/RULE-manifest.json`,
+/// the rule. Within a series the greatest key is the newest (the times sort as text).
+fn series(rel: &str) -> Option<String> {
+    let mut parts = rel.rsplit('/');
+    let name = parts.next()?;
+    if name == "manifest.json" {
+        let _time = parts.next();
+        let rest: Vec<&str> = parts.collect();
+        Some(rest.into_iter().rev().collect::<Vec<_>>().join("/"))
+    } else {
+        name.strip_suffix("-manifest.json")
+            .map(|r| format!("rule {r}"))
+    }
 }
 
 /// The whole object (a manifest).
 async fn read_all(side: &Side, loc: &Location) -> Result<Vec<u8>> {
     match side {
-        Side::Local { .. } => {
-            std::fs::read(loc.local_path()).map_err(|e| bad(&loc.raw, e.to_string()))
-        }
+        Side::Local { .. } => tokio::fs::read(loc.local_path())
+            .await
+            .map_err(|e| bad(&loc.raw, e.to_string())),
         Side::Cloud { store, .. } => {
             let path = store_path(&loc.prefix)?;
-            let got = store
-                .get(&path)
-                .await
-                .map_err(|e| bad(&loc.raw, super::side::one_line(&e)))?;
+            let got = store.get(&path).await.map_err(|e| match e {
+                object_store::Error::NotFound { .. } => bad(&loc.raw, "not found"),
+                e => failed(&loc.raw, super::side::one_line(&e)),
+            })?;
             got.bytes()
                 .await
                 .map(|b| b.to_vec())
-                .map_err(|e| bad(&loc.raw, super::side::one_line(&e)))
+                .map_err(|e| failed(&loc.raw, super::side::one_line(&e)))
         }
     }
 }
 
-/// A data file on local disk: a local one as it is, a cloud one downloaded into `dir`.
-async fn fetch(file: &Location, dir: &Path, i: usize) -> Result<PathBuf> {
+/// A data file on local disk: a local one read where it is (false: not to be removed), a
+/// cloud one downloaded into `dir` (true), its length checked against the manifest's.
+async fn fetch(
+    file: &Location,
+    size: Option<u64>,
+    dir: &Path,
+    i: usize,
+) -> Result<(PathBuf, bool)> {
+    let short = |got: u64| {
+        failed(
+            &file.raw,
+            format!("{got} bytes where the manifest says {}", size.unwrap_or(0)),
+        )
+    };
     if file.scheme == Scheme::Local {
-        // read in place: copied so that the caller may remove what it reads
-        let to = dir.join(format!("file-{i}"));
-        std::fs::copy(file.local_path(), &to).map_err(|e| bad(&file.raw, e.to_string()))?;
-        return Ok(to);
+        let path = file.local_path();
+        let len = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| failed(&file.raw, e.to_string()))?
+            .len();
+        if size.is_some_and(|s| s != len) {
+            return Err(short(len));
+        }
+        return Ok((path, false));
     }
     let side = Side::open(file)?;
     let Side::Cloud { store, .. } = &side else {
-        unreachable!("a cloud location opens a cloud side")
+        return Err(bad(&file.raw, "not a cloud location"));
     };
     let path = store_path(&file.prefix)?;
     let got = store
         .get(&path)
         .await
-        .map_err(|e| bad(&file.raw, super::side::one_line(&e)))?;
+        .map_err(|e| failed(&file.raw, super::side::one_line(&e)))?;
     let to = dir.join(format!("file-{i}"));
-    let io = |e: std::io::Error| bad(&file.raw, e.to_string());
+    let io = |e: std::io::Error| failed(&to.display().to_string(), e.to_string());
     let mut out = tokio::io::BufWriter::new(tokio::fs::File::create(&to).await.map_err(io)?);
     let mut body = got.into_stream();
+    let mut len = 0u64;
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| bad(&file.raw, super::side::one_line(&e)))?;
+        let chunk = chunk.map_err(|e| failed(&file.raw, super::side::one_line(&e)))?;
+        len += chunk.len() as u64;
         tokio::io::AsyncWriteExt::write_all(&mut out, &chunk)
             .await
             .map_err(io)?;
@@ -898,7 +1101,10 @@ async fn fetch(file: &Location, dir: &Path, i: usize) -> Result<PathBuf> {
     tokio::io::AsyncWriteExt::flush(&mut out)
         .await
         .map_err(io)?;
-    Ok(to)
+    if size.is_some_and(|s| s != len) {
+        return Err(short(len));
+    }
+    Ok((to, true))
 }
 
 #[cfg(test)]
@@ -926,6 +1132,7 @@ mod tests {
             ("Deleted", Col::Deleted),
             ("Snapshot", Col::Snapshot),
             ("StorageClass", Col::Other),
+            ("hdi_isfolder", Col::Folder),
             ("Bucket", Col::Other),
         ];
         for (name, want) in table {
@@ -970,6 +1177,7 @@ mod tests {
         let row = |latest, deleted, snapshot| Fields {
             key: Some("k".into()),
             size: Some(1),
+            etag: Some("e".into()),
             latest,
             deleted,
             snapshot,
@@ -986,6 +1194,20 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(row(None, None, true).record().unwrap().is_none());
+        let folder = Fields {
+            folder: true,
+            ..row(None, None, false)
+        };
+        assert!(folder.record().unwrap().is_none());
+        // no ETag: no If-Match for the copy, so the row is refused
+        let no_etag = Fields {
+            etag: None,
+            ..row(None, None, false)
+        };
+        assert!(no_etag.record().unwrap_err().contains("ETag"));
+        assert_eq!(truthy("TRUE"), Ok(Some(true)));
+        assert_eq!(truthy(""), Ok(None));
+        assert!(truthy("yes").is_err());
         let no_size = Fields {
             key: Some("k".into()),
             ..Default::default()
@@ -1021,6 +1243,87 @@ mod tests {
                 "{key} {strip}"
             );
         }
+    }
+
+    #[test]
+    fn a_report_without_key_size_or_etag_columns_is_refused() {
+        let cols = |names: &[&str]| names.iter().map(|n| column(n)).collect::<Vec<_>>();
+        assert!(check_columns(&cols(&["Bucket", "Key", "Size", "ETag"])).is_ok());
+        assert!(check_columns(&cols(&["Name", "Content-Length", "Etag"])).is_ok());
+        let e = check_columns(&cols(&["Name", "Content-Length", "Last-Modified"])).unwrap_err();
+        assert!(e.contains("ETag"), "{e}");
+        let e = check_columns(&cols(&["Bucket", "Size", "ETag"])).unwrap_err();
+        assert!(e.contains("key"), "{e}");
+    }
+
+    #[test]
+    fn manifests_are_grouped_by_configuration_or_rule() {
+        let table = [
+            (
+                "src/daily/2026-12-03T01-00Z/manifest.json",
+                Some("src/daily"),
+            ),
+            (
+                "src/daily/2026-12-04T01-00Z/manifest.json",
+                Some("src/daily"),
+            ),
+            (
+                "src/weekly/2026-12-04T01-00Z/manifest.json",
+                Some("src/weekly"),
+            ),
+            ("2026/12/04/01-00-00/r1/r1-manifest.json", Some("rule r1")),
+            ("src/daily/hive/dt=2026-12-04-01-00/symlink.txt", None),
+            ("src/daily/data/part-0.csv.gz", None),
+        ];
+        for (rel, want) in table {
+            assert_eq!(series(rel).as_deref(), want, "{rel}");
+        }
+    }
+
+    #[test]
+    fn many_runs_merge_in_stages_and_doubles_keep_the_newest_row() {
+        let dir = TempDir::new().unwrap();
+        // runs of 10 rows: more runs than the merge opens at once
+        let mut s = Sorter::with_runs_of(dir.path.clone(), 10);
+        let n = 10 * (MERGE_FAN_IN * 2 + 3);
+        for i in 0..n {
+            let k = (i * 7919) % n;
+            s.push(Record {
+                key: format!("k{k:06}"),
+                size: 1,
+                etag: Some("e".into()),
+                mtime_ms: Some(5),
+            })
+            .unwrap();
+        }
+        // k000003 twice more: an older row and a newer one
+        for (t, size) in [(1, 2), (9, 3)] {
+            s.push(Record {
+                key: "k000003".into(),
+                size,
+                etag: Some("e".into()),
+                mtime_ms: Some(t),
+            })
+            .unwrap();
+        }
+        assert!(s.runs.len() > MERGE_FAN_IN);
+        let (tx, mut rx) = mpsc::channel(n + 10);
+        assert_eq!(s.drain(Kind::S3, &tx).unwrap(), n as u64);
+        drop(tx);
+        let mut got = Vec::new();
+        while let Ok(Ok(e)) = rx.try_recv() {
+            got.push(e);
+        }
+        assert_eq!(got.len(), n);
+        assert!(got.windows(2).all(|w| w[0].rel < w[1].rel));
+        let three = got.iter().find(|e| e.rel == "k000003").unwrap();
+        assert_eq!(
+            three.size, 3,
+            "the newest row of a key the report holds twice"
+        );
+        // the runs were removed as they were merged
+        let left = std::fs::read_dir(&dir.path).unwrap().count();
+        assert!(left <= MERGE_FAN_IN + 1, "{left} files left");
     }
 
     #[test]

@@ -223,16 +223,134 @@ async fn admin_answer(
             serde_json::json!({"requests": c, "queue": s.events.stats()}).to_string()
         }
         ("POST", "/change") => change(s, num("new"), num("overwrite"), num("delete"), num("seed")),
+        ("POST", "/inventory") => match q.get("dir") {
+            Some(dir) => {
+                let files = num("files").max(1);
+                let (s, dir) = (s.clone(), dir.clone());
+                match tokio::task::spawn_blocking(move || inventory(&s, &dir, files)).await {
+                    Ok(Ok(text)) => text,
+                    Ok(Err(e)) => format!("{{\"error\": {:?}}}", e.to_string()),
+                    Err(e) => format!("{{\"error\": {:?}}}", e.to_string()),
+                }
+            }
+            None => "{\"error\": \"dir= is required\"}".into(),
+        },
         _ => {
             return hyper::Response::builder()
                 .status(404)
                 .body(Full::new(Bytes::from(
-                    "GET /verify, GET /counts, POST /change\n",
+                    "GET /verify, GET /counts, POST /change, POST /inventory\n",
                 )))
                 .unwrap_or_default()
         }
     };
     hyper::Response::new(Full::new(Bytes::from(text + "\n")))
+}
+
+/// Writes an S3 Inventory report of the source's generated keys as they are now (deleted ones
+/// left out, overwritten ones as overwritten; new keys of a change set are not in it) under
+/// the folder `dir`, in S3's layout: `SRC/config/data/part-K.csv.gz` (keys dealt round-robin
+/// over `files` files, so no file is in key order with the next) and
+/// `SRC/config/TIME/manifest.json`. Answers the manifest's path as JSON.
+fn inventory(s: &Synth, dir: &str, files: u64) -> std::io::Result<String> {
+    use std::io::Write;
+    let root = std::path::Path::new(dir);
+    let base = format!("{}/config", s.src);
+    std::fs::create_dir_all(root.join(&base).join("data"))?;
+    let mut outs = Vec::new();
+    let mut names = Vec::new();
+    for k in 0..files {
+        let name = format!("{base}/data/part-{k}.csv.gz");
+        let f = std::fs::File::create(root.join(&name))?;
+        outs.push(flate2::write::GzEncoder::new(
+            std::io::BufWriter::new(f),
+            flate2::Compression::fast(),
+        ));
+        names.push(name);
+    }
+    let mut rows = 0u64;
+    for i in 0..s.spec.n {
+        let key = s.spec.key(i);
+        let Ok(e) = s.lookup(&s.src, &key) else {
+            continue;
+        };
+        let (size, etag, modified) = s.facts(&key, &e);
+        let secs = modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let out = &mut outs[(i % files) as usize];
+        writeln!(
+            out,
+            "\"{}\",\"{}\",\"\",\"true\",\"false\",\"{size}\",\"{}\",\"{etag}\",\"STANDARD\"",
+            s.src,
+            form_encode(&key),
+            iso(secs),
+        )?;
+        rows += 1;
+    }
+    let mut entries = Vec::new();
+    for (out, name) in outs.into_iter().zip(&names) {
+        out.finish()?.flush()?;
+        let size = std::fs::metadata(root.join(name))?.len();
+        entries.push(serde_json::json!({"key": name, "size": size, "MD5checksum": ""}));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let folder = root.join(&base).join("2026-12-04T00-00Z");
+    std::fs::create_dir_all(&folder)?;
+    let manifest = serde_json::json!({
+        "sourceBucket": s.src,
+        "destinationBucket": "arn:aws:s3:::synth-inventory",
+        "version": "2016-11-30",
+        "creationTimestamp": now.to_string(),
+        "fileFormat": "CSV",
+        "fileSchema": "Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag, StorageClass",
+        "files": entries,
+    });
+    let path = folder.join("manifest.json");
+    std::fs::write(&path, serde_json::to_vec(&manifest)?)?;
+    Ok(serde_json::json!({"manifest": path.display().to_string(), "rows": rows}).to_string())
+}
+
+/// A key as S3 Inventory's CSV writes it: URL-encoded as a form is.
+fn form_encode(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 8);
+    for b in key.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'*' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// `2026-03-01T12:00:00.000Z` from seconds since the epoch (UTC, proleptic Gregorian).
+fn iso(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // civil from days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
 }
 
 /// A change set in the source: `new` objects beside generated ones, `overwrite` generated

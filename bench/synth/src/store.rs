@@ -245,7 +245,7 @@ impl Synth {
     }
 
     /// What `bucket` says of `key`, or the S3 error for its absence.
-    fn lookup(&self, bucket: &str, key: &str) -> S3Result<Entry> {
+    pub fn lookup(&self, bucket: &str, key: &str) -> S3Result<Entry> {
         self.read(|b| match b.get(bucket) {
             None => Err(s3_error!(NoSuchBucket)),
             Some(b) => b.get(key).ok_or_else(|| s3_error!(NoSuchKey)),
