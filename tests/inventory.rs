@@ -273,6 +273,26 @@ async fn publish_s3(inv: &str, format: &str, rows: Vec<Vec<Row>>) -> String {
     format!("s3://slate-dst/{key}")
 }
 
+/// After the report: a new key, an overwrite (another size), a delete. Returns the source now.
+async fn change_after_the_report(
+    store: &Arc<dyn ObjectStore>,
+    p: &str,
+    want: &BTreeMap<String, Vec<u8>>,
+) -> BTreeMap<String, Vec<u8>> {
+    put(store, &format!("{p}/new-after"), b"new".to_vec()).await;
+    let over = b"after the report!".to_vec();
+    put(store, &format!("{p}/to-overwrite"), over.clone()).await;
+    store
+        .delete(&Path::from(format!("{p}/to-delete")))
+        .await
+        .expect("delete");
+    let mut now = want.clone();
+    now.insert("new-after".into(), b"new".to_vec());
+    now.insert("to-overwrite".into(), over);
+    now.remove("to-delete");
+    now
+}
+
 fn number_after(line: &str, what: &str) -> u64 {
     let at = line
         .find(what)
@@ -327,24 +347,7 @@ fn an_s3_inventory_report_drives_the_backfill_and_nothing_after_it_is_lost() {
             )
         });
         assert_eq!(listed, want.len());
-        // after the report: a new key, an overwrite (another size), a delete
-        rt().block_on(async {
-            put(&src_store, &format!("{p}/new-after"), b"new".to_vec()).await;
-            put(
-                &src_store,
-                &format!("{p}/to-overwrite"),
-                b"after the report!".to_vec(),
-            )
-            .await;
-            src_store
-                .delete(&Path::from(format!("{p}/to-delete")))
-                .await
-                .expect("delete");
-        });
-        let mut now = want.clone();
-        now.insert("new-after".into(), b"new".to_vec());
-        now.insert("to-overwrite".into(), b"after the report!".to_vec());
-        now.remove("to-delete");
+        let now = rt().block_on(change_after_the_report(&src_store, &p, &want));
 
         check(
             format,
@@ -752,23 +755,7 @@ fn an_azure_blob_inventory_report_drives_the_backfill_and_nothing_after_it_is_lo
             }
             publish_azure(&format!("inv-{p}"), format, parts).await
         });
-        rt().block_on(async {
-            put(&src_store, &format!("{p}/new-after"), b"new".to_vec()).await;
-            put(
-                &src_store,
-                &format!("{p}/to-overwrite"),
-                b"after the report!".to_vec(),
-            )
-            .await;
-            src_store
-                .delete(&Path::from(format!("{p}/to-delete")))
-                .await
-                .expect("delete");
-        });
-        let mut now = want.clone();
-        now.insert("new-after".into(), b"new".to_vec());
-        now.insert("to-overwrite".into(), b"after the report!".to_vec());
-        now.remove("to-delete");
+        let now = rt().block_on(change_after_the_report(&src_store, &p, &want));
         check(
             format,
             &format!("az://slate-src/{p}"),

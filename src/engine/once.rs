@@ -791,87 +791,72 @@ async fn sync_inventory(
     tracing::info!(pair = %label, report = %report.url, files = report.files.len(),
         age_s = age.as_secs(), "the source's objects come from an inventory report");
     let Hooks { planned, failed } = hooks;
-    let src = plan.src.location().clone();
-    let dst = plan.dst.location().clone();
-    let pair_id = pair.id;
-    match inv.gap {
-        Gap::Events => {
-            // what failed is told as any failure (a daemon retries it as a pending key)
-            let first = sync_leased(
-                db,
-                plan,
-                pair,
-                lease,
-                None,
-                opts,
-                Hooks { planned, failed },
-                start,
-                label,
-                Some(report),
-            )
-            .await?;
-            if !opts.dry_run && opts.filter.is_empty() {
-                // the events since the report carry the rest (what changed or went since
-                // the report failed its copy here, and its event brings it again; a daemon
-                // also retries each failed key as a pending key): reconciled as of now, so
-                // the report is not read again at the next start
-                let d = db.clone();
-                blocking(move || d.mark_synced(pair_id, "sync --once --inventory")).await?;
-            }
-            Ok(first)
+    let (src, dst, pair_id) = (
+        plan.src.location().clone(),
+        plan.dst.location().clone(),
+        pair.id,
+    );
+    // With `list`, an object changed or removed since the report fails its copy here (its
+    // ETag no longer matches, or it is gone) and the listing pass settles it: it is counted
+    // as left, not failed, unless that pass fails it too. With `events`, what failed is told
+    // as any failure (a daemon retries it as a pending key; its event brings it again).
+    let quiet = |key: &str, msg: &str| {
+        tracing::debug!(key, error = msg, "left to the listing pass");
+    };
+    let mut planned = planned;
+    let mut first = sync_leased(
+        db,
+        plan,
+        pair,
+        lease,
+        None,
+        opts,
+        Hooks {
+            planned: planned.as_deref_mut(),
+            failed: match inv.gap {
+                Gap::Events => failed,
+                Gap::List => Some(&quiet),
+            },
+        },
+        start,
+        label,
+        Some(report),
+    )
+    .await?;
+    if inv.gap == Gap::Events {
+        if !opts.dry_run && opts.filter.is_empty() {
+            // the events since the report carry the rest: reconciled as of now, so the
+            // report is not read again at the next start
+            let d = db.clone();
+            blocking(move || d.mark_synced(pair_id, "sync --once --inventory")).await?;
         }
-        Gap::List => {
-            // an object changed or removed since the report fails its copy (its ETag no
-            // longer matches, or it is gone): the listing pass settles it, so it is not
-            // counted as failed unless that pass fails it too
-            let quiet = |key: &str, msg: &str| {
-                tracing::debug!(key, error = msg, "left to the listing pass");
-            };
-            let mut planned = planned;
-            let first = sync_leased(
-                db,
-                plan,
-                pair,
-                lease,
-                None,
-                opts,
-                Hooks {
-                    planned: planned.as_deref_mut(),
-                    failed: Some(&quiet),
-                },
-                start,
-                label,
-                Some(report),
-            )
-            .await?;
-            let mut first = first;
-            first.left = std::mem::take(&mut first.failed);
-            first.first_error = None;
-            if opts.dry_run {
-                // nothing was copied, so the listing pass would plan the same again
-                return Ok(first);
-            }
-            let (plan, pair) = open_pair(db, &src, &dst).await?;
-            let mut second = sync_leased(
-                db,
-                plan,
-                pair,
-                lease,
-                None,
-                opts,
-                Hooks { planned, failed },
-                start,
-                label,
-                None,
-            )
-            .await?;
-            second.copied += first.copied;
-            second.copied_bytes += first.copied_bytes;
-            second.meta_updated += first.meta_updated;
-            second.first_pass = Some(Box::new(first));
-            Ok(second)
-        }
+        return Ok(first);
     }
+    first.left = std::mem::take(&mut first.failed);
+    first.first_error = None;
+    if opts.dry_run {
+        // nothing was copied, so the listing pass would plan the same again
+        return Ok(first);
+    }
+    let (plan, pair) = open_pair(db, &src, &dst).await?;
+    let mut second = sync_leased(
+        db,
+        plan,
+        pair,
+        lease,
+        None,
+        opts,
+        Hooks { planned, failed },
+        start,
+        label,
+        None,
+    )
+    .await?;
+    second.copied += first.copied;
+    second.copied_bytes += first.copied_bytes;
+    second.meta_updated += first.meta_updated;
+    second.first_pass = Some(Box::new(first));
+    Ok(second)
 }
 
 /// One partition of a partitioned reconcile ([`super::partition`]): `sync --once` of the keys

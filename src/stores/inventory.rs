@@ -63,6 +63,9 @@ pub struct Report {
     pub files: Vec<(Location, Option<u64>)>,
     /// S3 CSV: the columns (`fileSchema`); Azure CSV files name theirs in a header row.
     columns: Vec<String>,
+    /// Azure: what the rule left out (checked against the source: a report that leaves out
+    /// part of it would make that part look deleted).
+    filters: AzureFilters,
 }
 
 /// A report that cannot be used as it is (its manifest, a row, its scope): exit 2.
@@ -123,7 +126,23 @@ struct AzureFile {
 #[serde(rename_all = "camelCase")]
 struct AzureRule {
     format: Option<String>,
+    /// `objectType` in the manifests Azure writes (`objects` in older ones).
+    #[serde(alias = "objectType")]
     objects: Option<String>,
+    #[serde(default)]
+    filters: AzureFilters,
+}
+
+/// What an Azure rule left out of its report.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AzureFilters {
+    #[serde(default)]
+    blob_types: Vec<String>,
+    #[serde(default)]
+    prefix_match: Vec<String>,
+    #[serde(default)]
+    exclude_prefix: Vec<String>,
 }
 
 impl Report {
@@ -192,6 +211,7 @@ impl Report {
                 .map(|f| Ok((data_file(manifest, &f.key)?, f.size)))
                 .collect::<Result<_>>()?,
             columns,
+            filters: AzureFilters::default(),
         })
     }
 
@@ -252,6 +272,7 @@ impl Report {
                 .map(|f| Ok((data_file(manifest, &f.blob)?, f.size)))
                 .collect::<Result<_>>()?,
             columns: Vec::new(),
+            filters: rule.map(|r| r.filters.clone()).unwrap_or_default(),
         })
     }
 
@@ -274,6 +295,9 @@ impl Report {
                 ),
             ));
         }
+        if self.kind == Kind::Azure {
+            self.covers(src)?;
+        }
         if let Some(b) = &self.source_bucket {
             if *b != src.bucket {
                 return Err(bad(
@@ -284,6 +308,51 @@ impl Report {
                     ),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// An Azure rule's filters leave nothing of `src` out: a `prefixMatch` (when there is
+    /// one) holds all of `container/prefix/`, no `excludePrefix` reaches into it, and block
+    /// blobs are included.
+    fn covers(&self, src: &Location) -> Result<()> {
+        let f = &self.filters;
+        let path = if src.prefix.is_empty() {
+            format!("{}/", src.bucket)
+        } else {
+            format!("{}/{}/", src.bucket, src.prefix)
+        };
+        if !f.prefix_match.is_empty()
+            && !f.prefix_match.iter().any(|p| path.starts_with(p.as_str()))
+        {
+            return Err(bad(
+                &self.url,
+                format!(
+                    "its rule's prefixMatch {:?} does not hold all of {path}",
+                    f.prefix_match
+                ),
+            ));
+        }
+        if let Some(e) = f
+            .exclude_prefix
+            .iter()
+            .find(|e| e.starts_with(path.as_str()) || path.starts_with(e.as_str()))
+        {
+            return Err(bad(
+                &self.url,
+                format!("its rule's excludePrefix {e:?} leaves out part of {path}"),
+            ));
+        }
+        if !f.blob_types.is_empty()
+            && !f
+                .blob_types
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case("blockBlob"))
+        {
+            return Err(bad(
+                &self.url,
+                format!("its rule reports only {:?}, not block blobs", f.blob_types),
+            ));
         }
         Ok(())
     }
@@ -1254,6 +1323,47 @@ mod tests {
         assert!(e.contains("ETag"), "{e}");
         let e = check_columns(&cols(&["Bucket", "Size", "ETag"])).unwrap_err();
         assert!(e.contains("key"), "{e}");
+    }
+
+    #[test]
+    fn an_azure_rule_that_leaves_out_part_of_the_source_is_refused() {
+        let report = |prefix_match: &[&str], exclude: &[&str], types: &[&str]| Report {
+            url: "az://inv/r-manifest.json".into(),
+            kind: Kind::Azure,
+            format: Format::Csv,
+            source_bucket: None,
+            time: UNIX_EPOCH,
+            files: Vec::new(),
+            columns: Vec::new(),
+            filters: AzureFilters {
+                blob_types: types.iter().map(|t| t.to_string()).collect(),
+                prefix_match: prefix_match.iter().map(|t| t.to_string()).collect(),
+                exclude_prefix: exclude.iter().map(|t| t.to_string()).collect(),
+            },
+        };
+        let src = Location::parse("az://content/models").unwrap();
+        // prefixMatch, excludePrefix, blobTypes → Ok, or a phrase of the refusal
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], Option<&'a str>);
+        let table: &[Case] = &[
+            (&[], &[], &[], None),
+            (&["content/"], &[], &["blockBlob"], None),
+            (&["content/mod"], &[], &[], None),
+            (&["other", "content/models/"], &[], &[], None),
+            (&["content/models/a"], &[], &[], Some("prefixMatch")),
+            (&["contents/"], &[], &[], Some("prefixMatch")),
+            (&[], &["content/models/tmp"], &[], Some("excludePrefix")),
+            (&[], &["content/"], &[], Some("excludePrefix")),
+            (&[], &["content/data"], &[], None),
+            (&[], &[], &["appendBlob"], Some("block blobs")),
+        ];
+        for (pm, ex, types, want) in table {
+            let got = report(pm, ex, types).check_source(&src);
+            match (got, want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{pm:?} {ex:?}: {e}"),
+                (got, _) => panic!("{pm:?} {ex:?} {types:?}: {got:?}, want {want:?}"),
+            }
+        }
     }
 
     #[test]
