@@ -23,7 +23,8 @@
 #
 # Knobs: BENCH_SCALE_N (100000), BENCH_SCALE_SHAPE (tree), BENCH_SCALE_SIZE (1024),
 # BENCH_SCALE_RTT (40), BENCH_SCALE_CHANGES (10000), BENCH_SCALE_PHASES ("backfill changed
-# daemon"; also "inventory"), BENCH_SCALE_RCLONE ("default seed"; empty: no rclone), BENCH_DIR, SLATE_BIN, LAB_BIN,
+# daemon"; also "inventory"), BENCH_SCALE_DAEMON_FLAGS (more flags for the daemon, e.g.
+# "--transfers 1024"), BENCH_SCALE_RCLONE ("default seed"; empty: no rclone), BENCH_DIR, SLATE_BIN, LAB_BIN,
 # SYNTH_BIN.
 set -euo pipefail
 
@@ -76,7 +77,8 @@ log "synth-s3: $N objects ($SHAPE, ~$SIZE B), lab at ${RTT} ms RTT"
 SYNTH_PID=$!
 PIDS+=("$SYNTH_PID")
 "$LAB" --listen "$LAB_PORT" --upstream "127.0.0.1:$S3_PORT" --delay "${RTT}ms" >"$WORK/lab.out" 2>&1 &
-PIDS+=("$!")
+LAB_PID=$!
+PIDS+=("$LAB_PID")
 for f in synth lab; do
     for ((i = 0; ; i++)); do
         grep -qE '^(listening on|synth-s3:)' "$WORK/$f.out" 2>/dev/null && break
@@ -103,6 +105,8 @@ change() { # change SEED: a change set of $CHANGES
     local new=$((CHANGES * 2 / 5)) over=$((CHANGES * 2 / 5)) del=$((CHANGES - CHANGES * 4 / 5))
     curl -sf -XPOST "$ADMIN/change?new=$new&overwrite=$over&delete=$del&seed=$1" >/dev/null
 }
+# cpu PID: the CPU seconds (user + system) a process has used so far
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
 ROWS=()
 # timed PHASE TOOL OBJECTS CMD...: runs CMD under GNU time, appends a row.
 timed() {
@@ -183,7 +187,7 @@ if want daemon; then
     log "daemon: following the store's queue (emptied first: the changes above were told too)"
     curl -sf -XPOST -H 'X-Amz-Target: AmazonSQS.PurgeQueue' -d '{}' "$ADMIN/" >/dev/null
     "${SLATE_RUN[@]}" sync "$SRC" "$DST" --no-server-side-copy --events sqs://synth-events \
-        --delete-brake off >"$WORK/daemon.out" 2>&1 &
+        --delete-brake off ${BENCH_SCALE_DAEMON_FLAGS:-} >"$WORK/daemon.out" 2>&1 &
     DAEMON_PID=$!
     PIDS+=("$DAEMON_PID")
     for ((i = 0; ; i++)); do
@@ -192,16 +196,25 @@ if want daemon; then
         sleep 0.1
     done
     t0=$(date +%s.%N)
+    c0=("$(cpu "$DAEMON_PID")" "$(cpu "$SYNTH_PID")" "$(cpu "$LAB_PID")")
     change 3
     until [[ $(verify replica) == *'"equal":true'* ]]; do
         (($(date +%s) - ${t0%.*} < 3600)) || die "the daemon did not make the replica equal in an hour"
         sleep 0.2
     done
     t1=$(date +%s.%N)
+    c1=("$(cpu "$DAEMON_PID")" "$(cpu "$SYNTH_PID")" "$(cpu "$LAB_PID")")
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     rss=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$DAEMON_PID/status")
     rate=$(awk -v c="$CHANGES" -v w="$wall" 'BEGIN { printf "%.0f", c / w }')
     ROWS+=("| daemon | slate sync (events) | $wall s | $rate changes/s | $rss MiB | $CHANGES changes, queue to equal replica |")
+    # where the CPU went meanwhile: are the machine's cores the bound?
+    cpus=$(awk -v w="$wall" -v c="$CHANGES" -v s0="${c0[0]}" -v s1="${c1[0]}" -v y0="${c0[1]}" \
+        -v y1="${c1[1]}" -v l0="${c0[2]}" -v l1="${c1[2]}" -v n="$(nproc)" 'BEGIN {
+        s = s1 - s0; y = y1 - y0; l = l1 - l0
+        printf "slate %.1f s (%.2f ms/change), store %.1f s, lab %.1f s: %.0f%% of %d cores", s, 1000 * s / c, y, l, 100 * (s + y + l) / (w * n), n }')
+    ROWS+=("| daemon | CPU while it applied them | | | | $cpus |")
+    log "daemon CPU: $cpus"
     kill "$DAEMON_PID" 2>/dev/null || true
 fi
 
