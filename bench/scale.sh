@@ -24,7 +24,8 @@
 # Knobs: BENCH_SCALE_N (100000), BENCH_SCALE_SHAPE (tree), BENCH_SCALE_SIZE (1024),
 # BENCH_SCALE_RTT (40), BENCH_SCALE_CHANGES (10000), BENCH_SCALE_PHASES ("backfill changed
 # daemon"; also "inventory"), BENCH_SCALE_DAEMON_FLAGS (more flags for the daemon, e.g.
-# "--transfers 1024"), BENCH_SCALE_RCLONE ("default seed"; empty: no rclone), BENCH_DIR, SLATE_BIN, LAB_BIN,
+# "--transfers 1024"), BENCH_SCALE_DB (the manifest's database: a postgres:// URL of an empty
+# database measures PostgreSQL), BENCH_SCALE_RCLONE ("default seed"; empty: no rclone), BENCH_DIR, SLATE_BIN, LAB_BIN,
 # SYNTH_BIN.
 set -euo pipefail
 
@@ -91,7 +92,7 @@ LAB_URL="http://127.0.0.1:$LAB_PORT"
 SRC=s3://synth-src/data DST=s3://synth-sink/replica
 SLATE_RUN=(env -u AWS_PROFILE AWS_ENDPOINT_URL="$LAB_URL" AWS_ENDPOINT_URL_SQS="$ADMIN"
     AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
-    AWS_ALLOW_HTTP=true SLATE_DB="$WORK/slate.db" "$SLATE")
+    AWS_ALLOW_HTTP=true SLATE_DB="${BENCH_SCALE_DB:-$WORK/slate.db}" "$SLATE")
 export RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Other \
     RCLONE_CONFIG_S3_ACCESS_KEY_ID=testing RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=testing \
     RCLONE_CONFIG_S3_REGION=us-east-1 RCLONE_CONFIG_S3_FORCE_PATH_STYLE=true \
@@ -126,11 +127,21 @@ if want backfill; then
     timed backfill "slate sync --once" "$N" "${SLATE_RUN[@]}" sync --once "$SRC" "$DST" --no-server-side-copy
     v=$(verify replica) && log "verify: $v"
     [[ $v == *'"equal":true'* ]] || die "the backfill's replica is not equal: $v"
-    DB_BYTES=$(du -cb "$WORK"/slate.db* | tail -n 1 | cut -f1)
+    if [[ ${BENCH_SCALE_DB:-} == postgres* ]]; then
+        # the entries table with its indexes and TOAST, after a VACUUM of what the backfill
+        # left behind
+        psql -q "$BENCH_SCALE_DB" -c 'VACUUM ANALYZE entries' >/dev/null
+        read -r DB_BYTES KEY_BYTES < <(psql -At -F ' ' "$BENCH_SCALE_DB" -c \
+            "SELECT pg_total_relation_size('entries'), round(avg(octet_length(key))) FROM entries")
+        DB_WHAT="PostgreSQL: the entries table, indexes and TOAST included"
+    else
+        DB_BYTES=$(du -cb "$WORK"/slate.db* | tail -n 1 | cut -f1)
+        KEY_BYTES=$(python3 -c 'import sqlite3,sys; print(round(sqlite3.connect(sys.argv[1]).execute("SELECT avg(length(CAST(key AS BLOB))) FROM entries").fetchone()[0] or 0))' "$WORK/slate.db" 2>/dev/null || echo 0)
+        DB_WHAT="SQLite, WAL included"
+    fi
     # the target is stated over the key: ≤ 100 bytes per object plus the key's length
-    KEY_BYTES=$(python3 -c 'import sqlite3,sys; print(round(sqlite3.connect(sys.argv[1]).execute("SELECT avg(length(CAST(key AS BLOB))) FROM entries").fetchone()[0] or 0))' "$WORK/slate.db" 2>/dev/null || echo 0)
     PER=$((DB_BYTES / (N > 0 ? N : 1)))
-    ROWS+=("| backfill | manifest | $((DB_BYTES / 1024 / 1024)) MiB | $PER B/object = $((PER - KEY_BYTES)) + key ($KEY_BYTES B mean) | | SQLite, WAL included |")
+    ROWS+=("| backfill | manifest | $((DB_BYTES / 1024 / 1024)) MiB | $PER B/object = $((PER - KEY_BYTES)) + key ($KEY_BYTES B mean) | | $DB_WHAT |")
 fi
 
 if want inventory; then
