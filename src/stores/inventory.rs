@@ -372,12 +372,18 @@ impl Report {
             format!("{}/", src.prefix)
         };
         let mut sorter = Sorter::new(tmp.path.clone());
+        // the files lie in the manifest's bucket: one client for all of them
+        let client = match self.files.first() {
+            Some((f, _)) if f.scheme != Scheme::Local => Some(Side::open(f)?),
+            _ => None,
+        };
+        let (mut not_current, mut outside) = (0u64, 0u64);
         for (i, (file, size)) in self.files.iter().enumerate() {
             if tx.is_closed() {
                 // the walk ended (an error, a lost lease, a stop): nothing more to read
                 return Ok(0);
             }
-            let (local, temporary) = fetch(file, *size, &tmp.path, i).await?;
+            let (local, temporary) = fetch(client.as_ref(), file, *size, &tmp.path, i).await?;
             let (kind, format, columns, shown) = (
                 self.kind,
                 self.format,
@@ -385,11 +391,14 @@ impl Report {
                 file.raw.clone(),
             );
             let (strip2, container2) = (strip.clone(), container.clone());
-            sorter = tokio::task::spawn_blocking(move || -> Result<Sorter> {
+            let read;
+            (sorter, read) = tokio::task::spawn_blocking(move || -> Result<(Sorter, [u64; 2])> {
                 let mut sorter = sorter;
+                let mut outside = 0u64;
                 let mut keep = |r: Record| -> Result<()> {
-                    if let Some(rel) = r.relative(&strip2, container2.as_deref()) {
-                        sorter.push(Record { key: rel, ..r })?;
+                    match r.relative(&strip2, container2.as_deref()) {
+                        Some(rel) => sorter.push(Record { key: rel, ..r })?,
+                        None => outside += 1,
                     }
                     Ok(())
                 };
@@ -400,12 +409,16 @@ impl Report {
                 if temporary {
                     let _ = std::fs::remove_file(&local);
                 }
-                read.map_err(|why| bad(&shown, why))?;
-                Ok(sorter)
+                let not_current = read.map_err(|why| bad(&shown, why))?;
+                Ok((sorter, [not_current, outside]))
             })
             .await
             .map_err(|e| failed(&self.url, e.to_string()))??;
+            not_current += read[0];
+            outside += read[1];
         }
+        tracing::info!(report = %self.url, taken = sorter.rows(), not_current, outside,
+            "inventory report read: rows taken; rows left out as not current objects (older versions, delete markers, snapshots, directories) or outside the source");
         if sorter.rows() == 0 {
             // a report of another prefix, container or rule: an empty source would look
             // deleted to everything after it
@@ -596,7 +609,7 @@ fn read_csv(
     kind: Kind,
     schema: &[String],
     keep: &mut dyn FnMut(Record) -> Result<()>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<u64, String> {
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut buf = BufReader::new(file);
     // gzip by its magic bytes, whatever the file is called
@@ -622,6 +635,7 @@ fn read_csv(
             .collect(),
     };
     check_columns(&cols)?;
+    let mut skipped = 0u64;
     let mut rec = csv::StringRecord::new();
     loop {
         let ok = rd.read_record(&mut rec);
@@ -663,11 +677,12 @@ fn read_csv(
                 _ => {}
             }
         }
-        if let Some(r) = f.record().map_err(at)? {
-            keep(r).map_err(|e| e.to_string())?;
+        match f.record().map_err(at)? {
+            Some(r) => keep(r).map_err(|e| e.to_string())?,
+            None => skipped += 1,
         }
     }
-    Ok(())
+    Ok(skipped)
 }
 
 /// A report's Parquet file (S3's columns `key`, `size`, `last_modified_date`, `e_tag`, …;
@@ -675,7 +690,7 @@ fn read_csv(
 fn read_parquet(
     path: &Path,
     keep: &mut dyn FnMut(Record) -> Result<()>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<u64, String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::Field;
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
@@ -690,6 +705,7 @@ fn read_parquet(
         .map(|f| column(f.name()))
         .collect();
     check_columns(&names)?;
+    let mut skipped = 0u64;
     let rows = reader.get_row_iter(None).map_err(|e| e.to_string())?;
     for (i, row) in rows.enumerate() {
         let at = |why: String| format!("row {}: {why}", i + 1);
@@ -728,11 +744,12 @@ fn read_parquet(
                 _ => {}
             }
         }
-        if let Some(r) = f.record().map_err(at)? {
-            keep(r).map_err(|e| e.to_string())?;
+        match f.record().map_err(at)? {
+            Some(r) => keep(r).map_err(|e| e.to_string())?,
+            None => skipped += 1,
         }
     }
-    Ok(())
+    Ok(skipped)
 }
 
 /// Runs merged at once; more are first merged a group at a time into longer runs, so that
@@ -1124,6 +1141,7 @@ async fn read_all(side: &Side, loc: &Location) -> Result<Vec<u8>> {
 /// A data file on local disk: a local one read where it is (false: not to be removed), a
 /// cloud one downloaded into `dir` (true), its length checked against the manifest's.
 async fn fetch(
+    client: Option<&Side>,
     file: &Location,
     size: Option<u64>,
     dir: &Path,
@@ -1146,9 +1164,8 @@ async fn fetch(
         }
         return Ok((path, false));
     }
-    let side = Side::open(file)?;
-    let Side::Cloud { store, .. } = &side else {
-        return Err(bad(&file.raw, "not a cloud location"));
+    let Some(Side::Cloud { store, .. }) = client else {
+        return Err(bad(&file.raw, "not in the manifest's bucket"));
     };
     let path = store_path(&file.prefix)?;
     let got = store
