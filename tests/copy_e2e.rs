@@ -26,7 +26,7 @@ fn roundtrip(src: End, dst: End, small: usize, extra: &[&str]) -> String {
     assert_same(&d.read(), &data);
     let summary = stdout(&out);
     assert!(
-        summary.contains(&format!("copied {} objects", data.len())),
+        summary.contains(&format!("copied {0} ({0} new", data.len())),
         "summary: {summary}"
     );
     summary
@@ -302,7 +302,7 @@ fn progress_lines_when_not_a_terminal() {
         "{last}"
     );
     assert!(
-        stdout(&out).contains("copied 1 objects, 60.00 MiB"),
+        stdout(&out).contains("copied 1 (1 new, 0 changed, 60.00 MiB)"),
         "{}",
         stdout(&out)
     );
@@ -344,4 +344,212 @@ fn folder_markers_become_folders_locally() {
             b"y"
         );
     }
+}
+
+/// `copy SRC DST` once, then again: the summary line.
+fn copy_line(src: &str, dst: &str, extra: &[&str]) -> String {
+    let out = copy(src, dst, extra);
+    assert!(
+        out.status.success(),
+        "copy {src} -> {dst}: {}",
+        stderr(&out)
+    );
+    stdout(&out)
+        .lines()
+        .rfind(|l| l.starts_with("copy: "))
+        .unwrap_or_else(|| panic!("no summary: {}", stdout(&out)))
+        .to_string()
+}
+
+fn small_set(n: usize, seed: u64) -> BTreeMap<String, Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("s/{i:03}.bin"),
+                bytes(seed + i as u64, 100 + i * 13),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_copy_moves_nothing_and_a_changed_one_moves_the_changes() {
+    for (src_end, dst_end) in [
+        (End::Local, End::S3("slate-dst")),
+        (End::Az("slate-src"), End::S3("slate-dst")),
+        (End::S3("slate-src"), End::Local),
+    ] {
+        let ctx = format!("{src_end:?} -> {dst_end:?}");
+        let n = 20;
+        let mut data = small_set(n, 10);
+        let (s, d) = (
+            Place::new(src_end, "again-src"),
+            Place::new(dst_end, "again-dst"),
+        );
+        s.seed(&data);
+        let line = copy_line(&s.url(), &d.url(), &[]);
+        assert!(
+            line.contains(&format!("copied {n} ({n} new")),
+            "{ctx}: {line}"
+        );
+        let line = copy_line(&s.url(), &d.url(), &[]);
+        assert!(
+            line.contains("copied 0 (0 new, 0 changed, 0 B)")
+                && line.contains(&format!("skipped {n}")),
+            "{ctx}: {line}"
+        );
+        // five changes: two new keys, two overwritten with other sizes, one rewritten with the
+        // same size (a new modification time and other bytes)
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let mut changes = BTreeMap::new();
+        changes.insert("s/new-1.bin".to_string(), bytes(501, 10));
+        changes.insert("s/new-2.bin".to_string(), bytes(502, 20));
+        changes.insert("s/000.bin".to_string(), bytes(503, 999));
+        changes.insert("s/001.bin".to_string(), bytes(504, 998));
+        changes.insert("s/002.bin".to_string(), bytes(505, data["s/002.bin"].len()));
+        s.seed(&changes);
+        data.extend(changes);
+        let line = copy_line(&s.url(), &d.url(), &[]);
+        assert!(
+            line.contains("copied 5 (2 new, 3 changed")
+                && line.contains(&format!("skipped {}", n - 3)),
+            "{ctx}: {line}"
+        );
+        assert_same(&d.read(), &data);
+        // what only the destination holds is left
+        d.seed(&BTreeMap::from([("only-here".to_string(), b"x".to_vec())]));
+        let line = copy_line(&s.url(), &d.url(), &[]);
+        assert!(
+            line.contains("1 only at the destination (left"),
+            "{ctx}: {line}"
+        );
+        assert!(d.read().contains_key("only-here"), "{ctx}");
+    }
+}
+
+#[test]
+fn rclone_rules_without_a_manifest() {
+    // Azure → S3 as the seed's migration, with no manifest to vouch: rclone's rules decide
+    let n = 12;
+    let data = small_set(n, 30);
+    let (s, d) = (
+        Place::new(End::Az("slate-src"), "rules-src"),
+        Place::new(End::S3("slate-dst"), "rules-dst"),
+    );
+    s.seed(&data);
+    let line = copy_line(&s.url(), &d.url(), &["--no-manifest"]);
+    assert!(line.contains(&format!("copied {n} ({n} new")), "{line}");
+    // size and modification time (the one slate recorded at the destination, as rclone's)
+    let line = copy_line(&s.url(), &d.url(), &["--no-manifest"]);
+    assert!(
+        line.contains(&format!(
+            "skipped {n} ({n} equal: {n} by size and modification time)"
+        )),
+        "{line}"
+    );
+    // another client rewrites a destination object with other bytes of the same size: its
+    // time is newer than the source's, so the default rule keeps it; --checksum reads both
+    let victim = "s/004.bin";
+    d.seed(&BTreeMap::from([(
+        victim.to_string(),
+        bytes(999, data[victim].len()),
+    )]));
+    let line = copy_line(&s.url(), &d.url(), &["--no-manifest", "--dry-run"]);
+    assert!(line.contains("would copy 0"), "{line}");
+    let out = copy(
+        &s.url(),
+        &d.url(),
+        &["--no-manifest", "--checksum", "--dry-run"],
+    );
+    assert_eq!(
+        stdout(&out)
+            .lines()
+            .filter(|l| l.starts_with("copy (changed): "))
+            .collect::<Vec<_>>(),
+        vec![format!("copy (changed): {victim}")]
+    );
+    assert_ne!(d.read()[victim], data[victim], "a dry run copied");
+    let line = copy_line(&s.url(), &d.url(), &["--no-manifest", "--checksum"]);
+    assert!(line.contains("copied 1 (0 new, 1 changed"), "{line}");
+    assert_same(&d.read(), &data);
+    // --ignore-existing leaves what the destination holds, changed or not
+    s.seed(&BTreeMap::from([("s/005.bin".to_string(), bytes(77, 5))]));
+    let line = copy_line(&s.url(), &d.url(), &["--no-manifest", "--ignore-existing"]);
+    assert!(
+        line.contains("copied 0")
+            && line.contains(&format!("{n} already at the destination, not compared")),
+        "{line}"
+    );
+    assert_eq!(d.read()["s/005.bin"], data["s/005.bin"]);
+    // --ignore-times copies everything again
+    let line = copy_line(&s.url(), &d.url(), &["--no-manifest", "--ignore-times"]);
+    assert!(
+        line.contains(&format!("copied {n} (0 new, {n} changed")),
+        "{line}"
+    );
+    assert_eq!(d.read()["s/005.bin"], bytes(77, 5));
+}
+
+/// HEAD requests moto served for keys under `prefix` since the log had `from` bytes.
+fn moto_heads(prefix: &str, from: u64) -> usize {
+    let log = std::path::Path::new(
+        &std::env::var("SLATE_RUN_DIR").expect("SLATE_RUN_DIR (scripts/services.sh env)"),
+    )
+    .join("moto.log");
+    let text = std::fs::read(&log).expect("moto.log");
+    let tail = String::from_utf8_lossy(&text[(from as usize).min(text.len())..]).to_string();
+    tail.lines()
+        .filter(|l| l.contains("\"HEAD ") && l.contains(prefix))
+        .count()
+}
+
+fn moto_log_len() -> u64 {
+    let log = std::path::Path::new(&std::env::var("SLATE_RUN_DIR").expect("SLATE_RUN_DIR"))
+        .join("moto.log");
+    std::fs::metadata(log).map(|m| m.len()).unwrap_or(0)
+}
+
+#[test]
+fn a_sync_after_a_copy_asks_no_head_per_object() {
+    let n = 15;
+    let data = small_set(n, 50);
+    let s = Place::new(End::Az("slate-src"), "seeded-src");
+    s.seed(&data);
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    // the copy seeds the manifest (its --db); the sync after it finds every key vouched for
+    let d = Place::new(End::S3("slate-dst"), "seeded-dst");
+    let mut c = slate_db(&db);
+    c.args(["copy", &s.url(), &d.url()]);
+    assert!(run(c).status.success());
+    let from = moto_log_len();
+    let mut c = slate_db(&db);
+    c.args(["sync", "--once", &s.url(), &d.url()]);
+    let out = run(c);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains(&format!("{n} equal ({n} by the manifest)")),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(moto_heads(&d.prefix, from), 0, "HEADs after a seeded copy");
+    // a throwaway copy (--no-manifest) leaves the sync to compare each key: a HEAD each
+    let d2 = Place::new(End::S3("slate-dst"), "unseeded-dst");
+    let mut c = slate_db(&db);
+    c.args(["copy", &s.url(), &d2.url(), "--no-manifest"]);
+    assert!(run(c).status.success());
+    let from = moto_log_len();
+    let mut c = slate_db(&db);
+    c.args(["sync", "--once", &s.url(), &d2.url()]);
+    let out = run(c);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains(&format!("{n} by size and modification time")),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        moto_heads(&d2.prefix, from) >= n,
+        "a HEAD per key without the manifest"
+    );
 }

@@ -835,7 +835,7 @@ fn with_the_events_gap_the_pair_counts_as_reconciled_and_a_local_copy_of_a_repor
     assert!(!text.contains("new-after"), "{text}");
     // the pair counts as reconciled: the next run trusts the manifest for the destination
     // (what the events would have done is done by this listing of the source)
-    let next = sync(&db, &src, &dst, &[]);
+    let next = sync(&db, &src, &dst, &["--trust-manifest"]);
     let line = stdout(&next);
     assert!(next.status.success(), "{line}{}", stderr(&next));
     assert!(

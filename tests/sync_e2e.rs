@@ -64,8 +64,18 @@ fn lifecycle(src_end: End, dst_end: End, n: usize) {
     let out = diff(&db, &su, &du, &[]);
     assert_eq!(out.status.code(), Some(0), "{ctx}: {}", stdout(&out));
 
-    // nothing changed: no transfer, one listing (the destination is vouched for by the manifest)
+    // nothing changed: no transfer; both sides listed (the default), or the destination taken
+    // from the manifest (--trust-manifest)
     let out = sync(&db, &su, &du, &[]);
+    let text = stdout(&out);
+    assert!(
+        out.status.success()
+            && text.contains("no data transferred")
+            && text.contains(&format!("destination {n} listed"))
+            && text.contains(&format!("{n} equal ({n} by the manifest)")),
+        "{ctx}: {text}"
+    );
+    let out = sync(&db, &su, &du, &["--trust-manifest"]);
     let text = stdout(&out);
     assert!(
         out.status.success()
@@ -138,6 +148,60 @@ fn lifecycle(src_end: End, dst_end: End, n: usize) {
     );
     assert_same(&d.read(), &data);
     assert_eq!(diff(&db, &su, &du, &[]).status.code(), Some(0), "{ctx}");
+
+    // another client deletes one object of the replica and overwrites another: --trust-manifest
+    // does not see it; diff and a dry run name the same two keys; the next sync repairs both
+    let keys: Vec<String> = data.keys().cloned().collect();
+    let (lost, clobbered) = (keys[20].clone(), keys[21].clone());
+    d.remove(&[lost.as_str()]);
+    d.seed(&BTreeMap::from([(
+        clobbered.clone(),
+        b"written by another client".to_vec(),
+    )]));
+    let out = sync(&db, &su, &du, &["--trust-manifest"]);
+    assert!(out.status.success(), "{ctx}: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("no data transferred"),
+        "{ctx}: {}",
+        stdout(&out)
+    );
+    let keys_of = |out: &std::process::Output, prefixes: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = stdout(out)
+            .lines()
+            .filter_map(|l| prefixes.iter().find_map(|p| l.strip_prefix(p)))
+            .map(|k| k.trim().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut both = vec![lost.clone(), clobbered.clone()];
+    both.sort();
+    let out = diff(&db, &su, &du, &[]);
+    assert_eq!(out.status.code(), Some(1), "{ctx}: {}", stdout(&out));
+    let mut diffed: Vec<String> = stdout(&out)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(st, _)| ["only_in_source", "changed"].contains(st))
+        .map(|(_, k)| k.trim().to_string())
+        .collect();
+    diffed.sort();
+    assert_eq!(diffed, both, "{ctx}: {}", stdout(&out));
+    let out = sync(&db, &su, &du, &["--dry-run"]);
+    assert_eq!(
+        keys_of(&out, &["copy (new): ", "copy (changed): "]),
+        both,
+        "{ctx}: {}",
+        stdout(&out)
+    );
+    let out = sync(&db, &su, &du, &[]);
+    assert!(
+        out.status.success() && stdout(&out).contains("copied 2 (1 new, 1 changed"),
+        "{ctx}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_same(&d.read(), &data);
+
     let out = diff(&db, &su, &du, &["--from-manifest", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{ctx}: {}", stdout(&out));
     assert_eq!(json_summary(&out)["equal"], (n + 2) as u64, "{ctx}"); // n - 3 deleted + 5 new

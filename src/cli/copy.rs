@@ -33,6 +33,15 @@ Memory: chunk buffers are bounded by --memory-limit (1 GiB by default), whatever
 transfers, streams and chunk size. Local destinations stream chunks to disk and hold no chunk
 buffers. Listings stream, so memory does not grow with the number of objects.
 
+Skips what is equal, as `rclone copy` does: both sides are listed and walked in key order;
+a key the destination holds is left when the manifest vouches for it, when an MD5 both sides
+list matches, or by size and modification time (rclone's rule; --checksum: by content;
+--size-only; --ignore-existing: not compared; --ignore-times: copied again). A re-run of an
+interrupted copy costs two listings, not the bytes. Nothing at the destination is deleted.
+The manifest records what was copied or found equal (in --db, under the pair's lease), so a
+`slate sync` of the pair afterwards needs no HEAD for those keys; --no-manifest for a
+throwaway copy.
+
 Resume: a copy cut short (killed, interrupted) keeps what it wrote of objects of two chunks
 or more, recorded in --db; the same command run again sends only the missing chunks (a source
 that changed since starts afresh). `slate cleanup DST` aborts what is kept instead.
@@ -58,6 +67,36 @@ pub struct CopyArgs {
     /// uses, ~/.local/share/slate/slate.db; or postgres://USER@HOST:PORT/DB]
     #[arg(long, env = "SLATE_DB", hide_env_values = true)]
     pub db: Option<PathBuf>,
+    /// Print what would be copied (one line per key) and copy nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub compare: super::sync::CompareArgs,
+    /// Leave every key the destination holds as it is, without comparing (rclone's
+    /// --ignore-existing).
+    #[arg(long, conflicts_with_all = ["checksum", "size_only", "ignore_times"])]
+    pub ignore_existing: bool,
+    /// Copy every key of the source, also those equal at the destination (rclone's
+    /// --ignore-times).
+    #[arg(long, short = 'I', conflicts_with_all = ["checksum", "size_only"])]
+    pub ignore_times: bool,
+    /// Only keys matching this glob (`*`, `**`, `?`); repeatable.
+    #[arg(long)]
+    pub include: Vec<String>,
+    /// Leave out keys matching this glob; repeatable; wins over --include.
+    #[arg(long)]
+    pub exclude: Vec<String>,
+    /// Only objects modified within this age (e.g. 7d, 12h).
+    #[arg(long, value_parser = crate::core::filter::parse_age)]
+    pub max_age: Option<std::time::Duration>,
+    /// Record nothing in the manifest (a throwaway copy): a later sync of the pair compares
+    /// every key again (by size and modification time: a HEAD per key on a cloud side).
+    #[arg(long)]
+    pub no_manifest: bool,
+    /// When a reconcile of the same pair runs (a sync holds the pair's lease): wait for it
+    /// instead of stopping with exit 2.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// How the copier runs: shared by `copy` and `sync`.
@@ -223,6 +262,21 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         return Ok(());
     }
     let quiet = args.tuning.quiet;
+    let filter = super::sync::cli_filter(args.include.clone(), args.exclude.clone(), args.max_age)?;
+    // what the source names: one object goes straight to the copier; a prefix or folder is
+    // compared with the destination first, by the engine `sync` uses (and a source that does
+    // not exist stops here)
+    let single = copy::plan(&copy::source(&src, &opts), &dst)
+        .await?
+        .single
+        .is_some();
+    if !single {
+        return copy_prefix(&args, &src, &dst, opts, filter).await;
+    }
+    if args.dry_run {
+        println!("copy (one object): {src}");
+        return Ok(());
+    }
     let mut opts = opts;
     // a copy without its database still copies; it only cannot resume
     opts.resume = match super::open_db(&args.db) {
@@ -259,6 +313,122 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
             failed: summary.failed,
             total: summary.failed + summary.objects,
             first: summary.first_error.unwrap_or_default(),
+        });
+    }
+    Ok(())
+}
+
+/// A temporary manifest for a copy that records nothing, removed with it.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A copy of a prefix or folder: what the destination lacks or holds otherwise is copied,
+/// what is equal is skipped, by the reconcile engine with deletes off (one rule of equality
+/// for `copy`, `sync` and `diff`), its rows seeded into the manifest.
+async fn copy_prefix(
+    args: &CopyArgs,
+    src: &Location,
+    dst: &Location,
+    opts: CopyOptions,
+    filter: crate::core::filter::Filter,
+) -> Result<(), SlateError> {
+    use crate::engine::lease::Wait;
+    use crate::engine::once::{self, Hooks, SyncOptions};
+    use crate::engine::plan::{Action, Row, Rule};
+    let mut scratch = None;
+    let opened = (!args.no_manifest).then(|| super::open_db(&args.db));
+    let db = match opened {
+        Some(Ok(db)) => db,
+        other => {
+            if let Some(Err(e)) = other {
+                tracing::warn!("the manifest cannot be opened ({e}): this copy records nothing and cannot resume");
+            }
+            let dir = std::env::temp_dir().join(format!(
+                "slate-copy-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ));
+            std::fs::create_dir_all(&dir).map_err(|e| SlateError::BadOption {
+                option: "--no-manifest".into(),
+                why: format!("{}: {e}", dir.display()),
+            })?;
+            let s = Scratch(dir);
+            let db = super::open_db(&Some(s.0.join("copy.db")))?;
+            scratch = Some(s);
+            db
+        }
+    };
+    let rule = if args.ignore_existing {
+        Rule::IgnoreExisting
+    } else if args.ignore_times {
+        Rule::IgnoreTimes
+    } else {
+        args.compare.rule()
+    };
+    let sync = SyncOptions {
+        dry_run: args.dry_run,
+        no_delete: true,
+        max_delete: None,
+        filter,
+        full: true,
+        copy: opts,
+        wait: if args.wait { Wait::Yes } else { Wait::No },
+        purpose: "copy".into(),
+        unless_synced: false,
+        rule,
+        enqueue: false,
+        enqueue_deletes: false,
+        backup: None,
+        inventory: None,
+        copy_only: true,
+    };
+    let mut print_plan = |row: &Row, a: Action| {
+        let what = match a {
+            Action::CopyMissing => "copy (new)",
+            Action::CopyChanged => "copy (changed)",
+            Action::MetaChanged => "update metadata",
+            _ => return,
+        };
+        println!("{what}: {}", row.key);
+    };
+    let print_failed = |_key: &str, msg: &str| eprintln!("error: {msg}");
+    let finished = tokio::select! {
+        r = once::sync_once(db, src, dst, &sync, Hooks {
+            planned: if args.dry_run { Some(&mut print_plan) } else { None },
+            failed: Some(&print_failed),
+        }) => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let Some(report) = finished else {
+        copy::transfer::wait_for_aborts(Duration::from_secs(5)).await;
+        let kept = copy::resume::KEPT.load(std::sync::atomic::Ordering::Relaxed);
+        if kept > 0 && scratch.is_none() {
+            eprintln!(
+                "slate: {kept} object(s) cut short keep what they wrote: the same command \
+                 continues them, `slate cleanup {}` removes them",
+                args.dst
+            );
+        }
+        return Err(SlateError::Interrupted);
+    };
+    let report = report?;
+    drop(scratch);
+    if !args.tuning.quiet || report.failed > 0 {
+        println!("{}", report.copy_line());
+    }
+    if report.failed > 0 {
+        return Err(SlateError::Partial {
+            failed: report.failed,
+            total: report.failed + report.copied,
+            first: report.first_error.unwrap_or_default(),
         });
     }
     Ok(())

@@ -25,9 +25,11 @@ Examples:
   slate sync --once SRC DST --max-delete 1000                     # refuse to delete more (also N%)
   slate sync --once SRC DST --include 'shards/**' --exclude '*.tmp' --max-age 7d
 
---once lists the source, and the destination too until a first full reconcile of the pair has
-finished; after that the manifest vouches for the destination (--full lists it anyway). Keys
-equal by the manifest, or by size and a digest both sides expose, are not copied. What the
+--once lists both sides, so the destination ends equal to the source whatever happened to it
+(an object deleted or overwritten there by another client is repaired); the manifest spares a
+HEAD per key, not the looking. --trust-manifest takes the destination from the manifest
+instead of listing it, for a destination only slate writes. Keys equal by the manifest, by a
+digest both sides expose, or by size and modification time are not copied. What the
 source no longer has is deleted at the destination, only inside DST's prefix, and only after
 the source is asked once more and says not found. An empty source never empties a destination
 unless --max-delete says so.
@@ -118,9 +120,15 @@ pub struct SyncArgs {
     /// Only objects modified within this age (e.g. 7d, 12h).
     #[arg(long, value_parser = parse_age)]
     pub max_age: Option<std::time::Duration>,
-    /// List the destination even when the manifest can vouch for it.
-    #[arg(long)]
+    /// List the destination (the default of --once; kept for scripts written before).
+    #[arg(long, hide = true)]
     pub full: bool,
+    /// --once: take the destination's objects from the manifest instead of listing it, where
+    /// a full reconcile of the pair has run before (the default until 2026-12): for a
+    /// destination no one but slate writes. An object deleted or overwritten there by another
+    /// client stays so until a run without it (or the daemon's drift check).
+    #[arg(long, conflicts_with = "full", requires = "once")]
+    pub trust_manifest: bool,
     /// When another reconcile of the same pair runs (one holds the pair's lease): wait for
     /// it to finish instead of stopping with exit 2.
     #[arg(long)]
@@ -221,7 +229,8 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         no_delete: args.no_delete,
         max_delete: args.max_delete,
         filter,
-        full: args.full,
+        // the daemon's start-up reconcile trusts the manifest as before (its drift checks list)
+        full: args.full || (args.once && !args.trust_manifest),
         copy,
         wait: if args.wait { Wait::Yes } else { Wait::No },
         unless_synced: false,
@@ -244,6 +253,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         } else {
             "daemon".into()
         },
+        copy_only: false,
     };
     match (&args.src, &args.dst) {
         (Some(s), _) if base.inventory.is_some() && Location::parse(s)?.scheme == Scheme::Local => {
@@ -329,7 +339,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
 
 /// The filter of `--include`, `--exclude` and `--max-age`; a bad glob is a bad option that
 /// names its flag and the pattern.
-pub(super) fn cli_filter(
+pub(crate) fn cli_filter(
     include: Vec<String>,
     exclude: Vec<String>,
     max_age: Option<std::time::Duration>,

@@ -112,6 +112,10 @@ pub struct SyncOptions {
     /// `--inventory`: the source's objects are read from an inventory report instead of a
     /// listing (see [`Inventory`]).
     pub inventory: Option<Inventory>,
+    /// `slate copy`: nothing is deleted, and the manifest's rows of what was copied or found
+    /// equal are written (so a later sync needs no HEAD for them), but the pair is not marked
+    /// reconciled: what only the destination holds is for a sync to judge.
+    pub copy_only: bool,
 }
 
 /// A reconcile from an inventory report (`--inventory URL`): a first pass takes the source's
@@ -171,6 +175,8 @@ pub struct Counts {
     pub bytes_to_copy: u64,
     /// Destination extras kept because of `--no-delete`.
     pub kept: u64,
+    /// In both, not compared (`copy --ignore-existing`).
+    pub skipped: u64,
     /// Bytes per category (source sizes, destination sizes for destination-only keys).
     pub bytes_only_in_source: u64,
     pub bytes_only_in_destination: u64,
@@ -208,6 +214,7 @@ impl Counts {
             Action::CopyChanged => self.changed += 1,
             Action::Delete => self.only_in_destination += 1,
             Action::KeepExtra => self.kept += 1,
+            Action::Skipped => self.skipped += 1,
         }
         let src = row.src.as_ref().map(|s| s.size).unwrap_or(0);
         let dst = row.dst.as_ref().map(|s| s.size).unwrap_or(0);
@@ -256,6 +263,8 @@ pub struct SyncReport {
     pub listed_dst: Option<u64>,
     pub copied: u64,
     pub copied_bytes: u64,
+    /// Of `copied`: copied by the store itself (CopyObject, Put Blob From URL, rewrite).
+    pub server_side: u64,
     pub deleted: u64,
     /// Keys whose metadata alone was brought up to date (no bytes moved).
     pub meta_updated: u64,
@@ -282,6 +291,69 @@ impl SyncReport {
         self.failed += 1;
         tell(hook, key, &msg);
         self.first_error.get_or_insert(msg);
+    }
+
+    /// The summary of a `slate copy` of a prefix: what it copied and what it skipped.
+    pub fn copy_line(&self) -> String {
+        let c = &self.counts;
+        let secs = self.elapsed.as_secs_f64();
+        let (n, bytes) = if self.dry_run {
+            (c.only_in_source + c.changed, c.bytes_to_copy)
+        } else {
+            (self.copied, self.copied_bytes)
+        };
+        let mut s = format!(
+            "copy: source {} listed, destination {} listed; {} {n} ({} new, {} changed, {}) in {secs:.2} s ({:.1} MB/s), skipped {}",
+            self.listed_src,
+            self.listed_dst.map(|n| n.to_string()).unwrap_or_else(|| "not".into()),
+            if self.dry_run { "would copy" } else { "copied" },
+            c.only_in_source,
+            c.changed,
+            progress::human_bytes(bytes),
+            bytes as f64 / 1e6 / secs.max(1e-6),
+            c.equal + c.skipped,
+        );
+        let mut why = Vec::new();
+        if c.equal > 0 {
+            why.push(format!("{} equal: {}", c.equal, c.equal_by()));
+        }
+        if c.skipped > 0 {
+            why.push(format!(
+                "{} already at the destination, not compared (--ignore-existing)",
+                c.skipped
+            ));
+        }
+        if !why.is_empty() {
+            s.push_str(&format!(" ({})", why.join("; ")));
+        }
+        if c.metadata_changed > 0 {
+            s.push_str(&format!(
+                ", {} {} (metadata only, no bytes moved)",
+                if self.dry_run {
+                    c.metadata_changed
+                } else {
+                    self.meta_updated
+                },
+                if self.dry_run {
+                    "would update"
+                } else {
+                    "updated"
+                },
+            ));
+        }
+        if self.server_side > 0 {
+            s.push_str(&format!(", {} server-side", self.server_side));
+        }
+        if c.kept > 0 {
+            s.push_str(&format!(
+                ", {} only at the destination (left; `slate sync` deletes them)",
+                c.kept
+            ));
+        }
+        if self.failed > 0 {
+            s.push_str(&format!(", {} FAILED", self.failed));
+        }
+        s
     }
 
     pub fn line(&self) -> String {
@@ -979,7 +1051,7 @@ async fn sync_held(
 ) -> Result<SyncReport> {
     let (db, spill) = (run.db, run.spill);
     // a report deletes nothing: a key it lacks may have been written after it
-    let deletes = !opts.no_delete && run.report.is_none();
+    let deletes = !opts.no_delete && !opts.copy_only && run.report.is_none();
     let dry = opts.dry_run;
     let failed = hooks.failed;
     let mut planned = hooks.planned;
@@ -1138,7 +1210,7 @@ async fn sync_held(
                 blocking(move || d.forget_side(id, side, &keys)).await?;
             }
         }
-        if run.part.is_none() && run.report.is_none() {
+        if run.part.is_none() && run.report.is_none() && !opts.copy_only {
             let (d, id) = (db.clone(), c.pair.id);
             blocking(move || d.mark_synced(id, "sync --once")).await?;
         }
@@ -1355,6 +1427,7 @@ async fn act_on_keys(
                     Ok((out, two)) => {
                         report.copied += 1;
                         report.copied_bytes += out.bytes;
+                        report.server_side += out.server_side as u64;
                         engine.ctx.counters.objects_done.fetch_add(1, Relaxed);
                         recs.extend(two);
                     }

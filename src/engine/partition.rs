@@ -513,6 +513,7 @@ mod tests {
             enqueue_deletes: false,
             backup: None,
             inventory: None,
+            copy_only: false,
         }
     }
 

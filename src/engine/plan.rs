@@ -58,6 +58,9 @@ pub enum Action {
     /// The same bytes and metadata with a newer last-modified: equal; the source's row is
     /// recorded again so that the next run need not look.
     EqualTouched = 13,
+    /// In both, not compared: the destination's is kept (`Rule::IgnoreExisting`). Never
+    /// recorded as equal.
+    Skipped = 14,
 }
 
 /// How keys that the manifest cannot vouch for are compared, as rclone's three modes.
@@ -71,6 +74,12 @@ pub enum Rule {
     Checksum,
     /// Size alone (`--size-only`).
     SizeOnly,
+    /// A key the destination holds is left as it is, whatever it holds (`copy
+    /// --ignore-existing`, as rclone's): not compared, not recorded as equal.
+    IgnoreExisting,
+    /// Every key of the source is copied, also where the destination holds the same
+    /// (`copy --ignore-times`, as rclone's).
+    IgnoreTimes,
 }
 
 impl Rule {
@@ -79,6 +88,8 @@ impl Rule {
             Rule::ModTime => "size and modification time",
             Rule::Checksum => "checksum",
             Rule::SizeOnly => "size only",
+            Rule::IgnoreExisting => "ignore existing",
+            Rule::IgnoreTimes => "ignore times",
         }
     }
 }
@@ -129,6 +140,7 @@ impl Action {
             CheckMeta,
             MetaChanged,
             EqualTouched,
+            Skipped,
         ]
         .into_iter()
         .find(|a| *a as u8 == v)
@@ -147,6 +159,7 @@ impl Action {
                 | Action::EqualModTime
                 | Action::EqualContent
                 | Action::EqualTouched
+                | Action::Skipped
         )
     }
 
@@ -221,6 +234,8 @@ pub fn plan(row: &Row, deletes: bool, rule: Rule) -> Action {
         (Some(_), None) => Action::CopyMissing,
         (None, Some(_)) if deletes => Action::Delete,
         (None, Some(_)) => Action::KeepExtra,
+        (Some(_), Some(_)) if rule == Rule::IgnoreExisting => Action::Skipped,
+        (Some(_), Some(_)) if rule == Rule::IgnoreTimes => Action::CopyChanged,
         (Some(s), Some(d)) => {
             if s.size != d.size {
                 return Action::CopyChanged;
@@ -245,8 +260,9 @@ pub fn plan(row: &Row, deletes: bool, rule: Rule) -> Action {
                 (Some(_), Some(_)) => Action::CopyChanged,
                 _ => match rule {
                     Rule::SizeOnly => Action::EqualSizeOnly,
-                    Rule::ModTime => Action::CheckTimes,
                     Rule::Checksum => Action::CheckContent,
+                    // decided above; here for the match's sake
+                    Rule::ModTime | Rule::IgnoreExisting | Rule::IgnoreTimes => Action::CheckTimes,
                 },
             }
         }
@@ -526,7 +542,31 @@ mod tests {
             for rule in [Rule::ModTime, Rule::Checksum] {
                 assert_eq!(plan(&row, deletes, rule), other(rule), "{name} ({rule:?})");
             }
+            // rclone's --ignore-existing and --ignore-times differ wherever both sides hold
+            // the key, whatever the manifest says; elsewhere they plan as the others
+            let both = row.src.is_some() && row.dst.is_some();
+            let (existing, times) = match want {
+                _ if both => (Skipped, CopyChanged),
+                a => (a, a),
+            };
+            assert_eq!(
+                plan(&row, deletes, Rule::IgnoreExisting),
+                existing,
+                "{name} (ignore existing)"
+            );
+            assert_eq!(
+                plan(&row, deletes, Rule::IgnoreTimes),
+                times,
+                "{name} (ignore times)"
+            );
         }
+    }
+
+    #[test]
+    fn skipped_is_neither_copied_nor_recorded_as_equal() {
+        assert!(Skipped.is_equal() && !Skipped.is_copy() && !Skipped.is_undecided());
+        assert_eq!(Skipped.equal_by(), None);
+        assert_eq!(Action::from_u8(Skipped as u8), Some(Skipped));
     }
 
     #[test]

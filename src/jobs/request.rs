@@ -261,6 +261,7 @@ impl JobRequest {
                 enqueue_deletes: false,
                 backup: None,
                 inventory: None,
+                copy_only: false,
                 purpose: format!("job ({})", self.kind.name()),
             },
             copy,

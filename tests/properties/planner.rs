@@ -224,6 +224,7 @@ pub(crate) fn check_plan(k: &KeyWorld) -> Result<(), TestCaseError> {
             | Action::CheckMeta
             | Action::MetaChanged
             | Action::EqualTouched
+            | Action::Skipped
             | Action::KeepExtra => dst,
         };
         if action == Action::EqualSizeOnly {
