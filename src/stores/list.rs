@@ -192,6 +192,10 @@ pub async fn list_spread(
 /// Prefixes listed at once when the source fans out into "folders".
 const LIST_FANOUT: usize = 8;
 
+/// Folders listed at once below each first-level folder (as many as a listing's requests in
+/// flight: a tree of small folders is bound by round trips, one per folder).
+const SUBFOLDER_FANOUT: usize = 16;
+
 /// Threads walking a local folder's top-level folders at once.
 const LOCAL_WALKERS: usize = 4;
 
@@ -414,8 +418,9 @@ impl Level {
     /// whole tree for a recursive listing then only read the folder asked for, and a flat
     /// prefix of millions of keys is never held in memory); deeper down, listings are flat
     /// (one request per 1,000 keys however many small folders there are). The folders of the
-    /// first level are listed up to [`LIST_FANOUT`] at once, each a little ahead of the one
-    /// being sent; each level's or folder's sequence of pages is cut into spans ([`Spread`]).
+    /// first level are listed up to [`LIST_FANOUT`] at once and those below each of them up to
+    /// [`SUBFOLDER_FANOUT`], each a little ahead of the one being sent; each level's or
+    /// folder's sequence of pages is cut into spans ([`Spread`]).
     fn list(
         &self,
         prefix: Option<object_store::path::Path>,
@@ -725,7 +730,7 @@ impl Level {
     }
 
     /// Sends one page's items in order, listing its folders (ahead, in parallel, at the
-    /// first level): how many, and false when the range has ended or the receiver is gone.
+    /// first two levels): how many, and false when the range has ended or the receiver is gone.
     async fn send_items(
         &self,
         items: Vec<Item>,
@@ -748,7 +753,15 @@ impl Level {
             })
             .collect();
         let mut next = 0usize;
-        let fanout = if depth == 0 { LIST_FANOUT } else { 1 };
+        // the first level's folders, and the folders below each of them (a tree of many small
+        // folders: one at a time, each a round trip of its own, listed 256 keys a round trip
+        // where a flat prefix lists 1,000 per request in spans), are listed ahead in parallel;
+        // the requests in flight stay bounded by `Spread::requests`
+        let fanout = match depth {
+            0 => LIST_FANOUT,
+            1 => SUBFOLDER_FANOUT,
+            _ => 1,
+        };
         for item in items {
             match item {
                 Item::Object(meta) => {
