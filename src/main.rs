@@ -8,7 +8,23 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
-    let cli = slate::cli::Cli::parse();
+    let cli = match slate::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // an rclone flag slate lacks: name it as rclone's and say what to use
+            if e.kind() == clap::error::ErrorKind::UnknownArgument {
+                if let Some(clap::error::ContextValue::String(flag)) =
+                    e.get(clap::error::ContextKind::InvalidArg)
+                {
+                    if let Some(line) = slate::cli::rclone::refusal(flag) {
+                        eprintln!("slate: {line}");
+                        std::process::exit(2);
+                    }
+                }
+            }
+            e.exit()
+        }
+    };
     slate::copy::tune_allocator();
     slate::copy::raise_open_files();
     // The daemon reports its health once a minute at info; one-shot commands keep quiet.

@@ -553,3 +553,56 @@ fn a_sync_after_a_copy_asks_no_head_per_object() {
         "a HEAD per key without the manifest"
     );
 }
+
+#[test]
+fn copy_filters_as_rclone_spells_them() {
+    let s = Place::new(End::Local, "filters-src");
+    let data: BTreeMap<String, Vec<u8>> = [
+        ("a.bin", 10),
+        ("b.bin", 2000),
+        ("c.tmp", 500),
+        ("d/e.bin", 300),
+    ]
+    .into_iter()
+    .map(|(k, n)| (k.to_string(), bytes(n as u64, n)))
+    .collect();
+    s.seed(&data);
+    let d = Place::new(End::S3("slate-dst"), "filters-dst");
+    let line = copy_line(
+        &s.url(),
+        &d.url(),
+        &[
+            "--min-size",
+            "100",
+            "--max-size",
+            "1k",
+            "--exclude",
+            "*.tmp",
+        ],
+    );
+    assert!(line.contains("copied 1 (1 new"), "{line}");
+    assert_eq!(d.read().keys().collect::<Vec<_>>(), vec!["d/e.bin"]);
+    let dir = tempfile::tempdir().expect("tmp");
+    let list = dir.path().join("files.txt");
+    std::fs::write(&list, "# the one wanted\na.bin\n").expect("list");
+    let line = copy_line(
+        &s.url(),
+        &d.url(),
+        &["--files-from", &list.display().to_string()],
+    );
+    assert!(line.contains("copied 1 (1 new"), "{line}");
+    assert_eq!(
+        d.read().keys().collect::<Vec<_>>(),
+        vec!["a.bin", "d/e.bin"]
+    );
+    // an rclone flag slate lacks: one line naming it and what to use, exit 2
+    let out = copy(&s.url(), &d.url(), &["--checkers", "64"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.lines().count() == 1
+            && err.contains("--checkers is rclone's flag")
+            && err.contains("--transfers"),
+        "{err}"
+    );
+}

@@ -80,15 +80,8 @@ pub struct CopyArgs {
     /// --ignore-times).
     #[arg(long, short = 'I', conflicts_with_all = ["checksum", "size_only"])]
     pub ignore_times: bool,
-    /// Only keys matching this glob (`*`, `**`, `?`); repeatable.
-    #[arg(long)]
-    pub include: Vec<String>,
-    /// Leave out keys matching this glob; repeatable; wins over --include.
-    #[arg(long)]
-    pub exclude: Vec<String>,
-    /// Only objects modified within this age (e.g. 7d, 12h).
-    #[arg(long, value_parser = crate::core::filter::parse_age)]
-    pub max_age: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub filters: super::filters::FilterArgs,
     /// Record nothing in the manifest (a throwaway copy): a later sync of the pair compares
     /// every key again (by size and modification time: a HEAD per key on a cloud side).
     #[arg(long)]
@@ -97,6 +90,9 @@ pub struct CopyArgs {
     /// instead of stopping with exit 2.
     #[arg(long)]
     pub wait: bool,
+    /// Accepted for rclone's command lines: a copy deletes nothing, so no limit applies.
+    #[arg(long, value_name = "N", hide = true)]
+    pub max_delete: Option<String>,
 }
 
 /// How the copier runs: shared by `copy` and `sync`.
@@ -131,6 +127,14 @@ pub struct TuningArgs {
     /// No progress and no summary; errors only.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Show progress (rclone's -P): slate does by default, a bar on a terminal, else lines
+    /// every 10 s.
+    #[arg(short = 'P', long, conflicts_with = "quiet")]
+    pub progress: bool,
+    /// Accepted for rclone's command lines, no effect: slate lists in parallel spans and holds
+    /// no listing in memory, with or without it.
+    #[arg(long)]
+    pub fast_list: bool,
     /// Progress as plain lines every N seconds (default: a bar on a terminal, lines every 10 s otherwise).
     #[arg(long, value_name = "SECONDS")]
     pub progress_lines: Option<u64>,
@@ -174,6 +178,9 @@ fn size_arg(s: &str) -> Result<u64, String> {
 /// Copier options from flags, then the config file, then the defaults.
 pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
     let d = CopyOptions::default();
+    if args.fast_list {
+        tracing::info!("--fast-list has no effect: slate lists in parallel spans, holding no listing in memory");
+    }
     CopyOptions {
         // given (flag or config): fixed; not given: adaptive
         transfers: args.transfers.or(cfg.copy.transfers),
@@ -262,7 +269,7 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         return Ok(());
     }
     let quiet = args.tuning.quiet;
-    let filter = super::sync::cli_filter(args.include.clone(), args.exclude.clone(), args.max_age)?;
+    let filter = args.filters.build()?;
     // what the source names: one object goes straight to the copier; a prefix or folder is
     // compared with the destination first, by the engine `sync` uses (and a source that does
     // not exist stops here)

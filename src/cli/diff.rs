@@ -34,12 +34,8 @@ pub struct DiffArgs {
     /// How many differences the human output shows.
     #[arg(long, default_value_t = 20)]
     pub show: usize,
-    /// Only keys matching this glob; repeatable.
-    #[arg(long)]
-    pub include: Vec<String>,
-    /// Leave out keys matching this glob; repeatable.
-    #[arg(long)]
-    pub exclude: Vec<String>,
+    #[command(flatten)]
+    pub filters: super::filters::FilterArgs,
     /// The manifest database: a SQLite file, or PostgreSQL as
     /// postgres://USER@HOST:PORT/DB (password from the URL, PGPASSWORD or ~/.pgpass)
     /// [default: ~/.local/share/slate/slate.db]
@@ -89,7 +85,7 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
     let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?
         .with_copy_links(args.copy_links);
     let dst = Location::parse(args.dst.as_deref().ok_or_else(|| missing("DST"))?)?;
-    let filter = super::sync::cli_filter(args.include.clone(), args.exclude.clone(), None)?;
+    let filter = args.filters.build()?;
 
     let json = args.json;
     let show = args.show;

@@ -6,8 +6,10 @@ pub mod copy;
 pub mod db;
 pub mod deadletters;
 pub mod diff;
+pub mod filters;
 pub mod jobs;
 pub mod pairs;
+pub mod rclone;
 pub mod serve;
 pub mod sync;
 

@@ -8,7 +8,7 @@ use super::copy::{options, TuningArgs};
 use super::{open_db, shutdown_signal, start_server};
 use crate::config::Config;
 use crate::core::error::SlateError;
-use crate::core::filter::{parse_age, Filter};
+use crate::core::filter::parse_age;
 use crate::core::location::{Location, Scheme};
 use crate::core::meta::Placement;
 use crate::engine::daemon::{run_all, DaemonOptions, PairRun};
@@ -77,8 +77,12 @@ pub struct SyncArgs {
     #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u64).range(3..=3600))]
     pub claim_secs: u64,
     /// Print the plan (one line per copy or delete) and change nothing.
-    #[arg(long)]
+    #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Accepted for rclone's command lines: slate deletes only after every copy of the run
+    /// has landed, always.
+    #[arg(long)]
+    pub delete_after: bool,
     /// Abort before changing anything if more deletes than this are planned: a count or N%.
     #[arg(long, value_parser = MaxDelete::parse)]
     pub max_delete: Option<MaxDelete>,
@@ -111,15 +115,8 @@ pub struct SyncArgs {
     /// (the pair's queue received events since before the report: no listing follows)
     #[arg(long, value_name = "list|events", default_value = "list", value_parser = Gap::parse, requires = "inventory")]
     pub inventory_gap: Gap,
-    /// Only keys matching this glob (`*`, `**`, `?`); repeatable.
-    #[arg(long)]
-    pub include: Vec<String>,
-    /// Leave out keys matching this glob; repeatable; wins over --include.
-    #[arg(long)]
-    pub exclude: Vec<String>,
-    /// Only objects modified within this age (e.g. 7d, 12h).
-    #[arg(long, value_parser = parse_age)]
-    pub max_age: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub filters: super::filters::FilterArgs,
     /// List the destination (the default of --once; kept for scripts written before).
     #[arg(long, hide = true)]
     pub full: bool,
@@ -223,7 +220,7 @@ fn brake_policy(
 
 fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
     let copy = options(&args.tuning, cfg);
-    let filter = cli_filter(args.include.clone(), args.exclude.clone(), args.max_age)?;
+    let filter = args.filters.build()?;
     let base = SyncOptions {
         dry_run: args.dry_run,
         no_delete: args.no_delete,
@@ -285,16 +282,11 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
             .map(|(i, p)| {
                 let mut opts = base.clone();
                 if !p.include.is_empty() || !p.exclude.is_empty() {
-                    let both = |flags: &[String], pair: &[String]| [flags, pair].concat();
-                    opts.filter = Filter::new(
-                        both(&args.include, &p.include),
-                        both(&args.exclude, &p.exclude),
-                        args.max_age,
-                    )
-                    .map_err(|e| SlateError::BadOption {
-                        option: format!("--{} with pairs[{i}].{}", e.list, e.list),
-                        why: e.to_string(),
-                    })?;
+                    opts.filter = args.filters.build_with(
+                        &p.include,
+                        &p.exclude,
+                        &format!(" with pairs[{i}]"),
+                    )?;
                 }
                 opts.no_delete |= p.delete == Some(false);
                 opts.copy.copy_links |= p.copy_links == Some(true);
@@ -335,19 +327,6 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
             why: "give both SRC and DST, or --config FILE with [[pairs]]".into(),
         }),
     }
-}
-
-/// The filter of `--include`, `--exclude` and `--max-age`; a bad glob is a bad option that
-/// names its flag and the pattern.
-pub(crate) fn cli_filter(
-    include: Vec<String>,
-    exclude: Vec<String>,
-    max_age: Option<std::time::Duration>,
-) -> Result<Filter, SlateError> {
-    Filter::new(include, exclude, max_age).map_err(|e| SlateError::BadOption {
-        option: format!("--{}", e.list),
-        why: e.to_string(),
-    })
 }
 
 async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {

@@ -1,4 +1,5 @@
-//! `--include`, `--exclude` and `--max-age`: which keys a reconcile looks at. Keys a filter
+//! `--include`, `--exclude`, `--files-from`, `--min-size`/`--max-size` and
+//! `--min-age`/`--max-age`: which keys a reconcile looks at. Keys a filter
 //! leaves out are neither copied nor deleted, on either side (as with rclone's filters).
 //!
 //! Globs match the key relative to the pair's prefix: `*` any run of characters but `/`, `**`
@@ -31,16 +32,22 @@ pub fn parse_age(s: &str) -> Result<Duration, String> {
     let n: u64 = n
         .parse()
         .map_err(|_| format!("'{s}' is not an age (e.g. 7d, 12h)"))?;
+    if unit == "ms" {
+        return Ok(Duration::from_millis(n));
+    }
     let secs = match unit {
         "s" => 1,
         "m" => 60,
         "h" => 3600,
         "d" | "" => 86_400,
         "w" => 7 * 86_400,
+        // rclone's month and year
+        "M" => 30 * 86_400,
+        "y" => 365 * 86_400,
         other => {
             return Err(format!(
-                "unknown unit '{other}' in '{s}' (use s, m, h, d, w)"
-            ))
+            "unknown unit '{other}' in '{s}' (use ms, s, m, h, d, w, M, y; a bare number is days)"
+        ))
         }
     };
     Ok(Duration::from_secs(n.saturating_mul(secs)))
@@ -225,6 +232,13 @@ pub struct Filter {
     include: Globs,
     exclude: Globs,
     pub max_age: Option<Duration>,
+    /// `--min-age`: only objects older than this.
+    pub min_age: Option<Duration>,
+    /// `--min-size` / `--max-size` in bytes, both inclusive (as rclone's).
+    pub min_size: Option<u64>,
+    pub max_size: Option<u64>,
+    /// `--files-from`: only these keys (exact, relative to the pair's prefix).
+    pub files: Option<std::sync::Arc<std::collections::HashSet<String>>>,
 }
 
 impl std::fmt::Debug for Filter {
@@ -233,6 +247,10 @@ impl std::fmt::Debug for Filter {
             .field("include", &self.include.texts)
             .field("exclude", &self.exclude.texts)
             .field("max_age", &self.max_age)
+            .field("min_age", &self.min_age)
+            .field("min_size", &self.min_size)
+            .field("max_size", &self.max_size)
+            .field("files", &self.files.as_ref().map(|f| f.len()))
             .finish()
     }
 }
@@ -249,6 +267,7 @@ impl Filter {
             include: Globs::new("include", include)?,
             exclude: Globs::new("exclude", exclude)?,
             max_age,
+            ..Default::default()
         })
     }
 
@@ -267,19 +286,36 @@ impl Filter {
         if self.exclude.matches(key) {
             return false;
         }
+        if let Some(files) = &self.files {
+            if !files.contains(key) {
+                return false;
+            }
+        }
         self.include.is_empty() || self.include.matches(key)
     }
 
-    /// Whether an object modified at `mtime` is young enough (no mtime: yes).
+    /// Whether an object modified at `mtime` is young enough and old enough (no mtime: yes).
     pub fn age(&self, mtime: Option<SystemTime>, now: SystemTime) -> bool {
-        match (self.max_age, mtime) {
-            (Some(max), Some(t)) => now.duration_since(t).map(|age| age <= max).unwrap_or(true),
-            _ => true,
-        }
+        let Some(t) = mtime else { return true };
+        // a time in the future is of age 0
+        let age = now.duration_since(t).unwrap_or_default();
+        self.max_age.is_none_or(|max| age <= max) && self.min_age.is_none_or(|min| age >= min)
+    }
+
+    /// Whether an object of `size` bytes is within `--min-size`/`--max-size` (unknown: yes).
+    pub fn size(&self, size: Option<u64>) -> bool {
+        let Some(n) = size else { return true };
+        self.min_size.is_none_or(|min| n >= min) && self.max_size.is_none_or(|max| n <= max)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.include.is_empty() && self.exclude.is_empty() && self.max_age.is_none()
+        self.include.is_empty()
+            && self.exclude.is_empty()
+            && self.max_age.is_none()
+            && self.min_age.is_none()
+            && self.min_size.is_none()
+            && self.max_size.is_none()
+            && self.files.is_none()
     }
 
     /// The same key globs without the age: what a destination's listing is filtered by (a
@@ -287,6 +323,9 @@ impl Filter {
     pub fn keys_only(&self) -> Filter {
         Filter {
             max_age: None,
+            min_age: None,
+            min_size: None,
+            max_size: None,
             ..self.clone()
         }
     }
@@ -398,6 +437,13 @@ mod tests {
         assert!(f.age(Some(now - Duration::from_secs(86_400)), now));
         assert!(!f.age(Some(now - Duration::from_secs(8 * 86_400)), now));
         assert!(f.age(None, now));
+        let f = Filter {
+            min_age: Some(Duration::from_secs(3600)),
+            ..Default::default()
+        };
+        assert!(!f.age(Some(now - Duration::from_secs(60)), now));
+        assert!(f.age(Some(now - Duration::from_secs(7200)), now));
+        assert!(!f.is_empty());
     }
 
     #[test]
@@ -447,11 +493,37 @@ mod tests {
     }
 
     #[test]
+    fn sizes_and_listed_files() {
+        let f = Filter {
+            min_size: Some(10),
+            max_size: Some(100),
+            files: Some(std::sync::Arc::new(["a/b".to_string()].into())),
+            ..Default::default()
+        };
+        for (n, want) in [
+            (Some(9), false),
+            (Some(10), true),
+            (Some(100), true),
+            (Some(101), false),
+            (None, true),
+        ] {
+            assert_eq!(f.size(n), want, "{n:?}");
+        }
+        assert!(f.key("a/b") && !f.key("a/c") && !f.key("a"));
+        assert!(!f.is_empty());
+        assert!(f.keys_only().min_size.is_none() && f.keys_only().files.is_some());
+    }
+
+    #[test]
     fn ages() {
         assert_eq!(parse_age("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert_eq!(parse_age("12h"), Ok(Duration::from_secs(12 * 3600)));
         assert_eq!(parse_age("2w"), Ok(Duration::from_secs(14 * 86_400)));
-        assert!(parse_age("7y").is_err());
+        // rclone's units besides: ms, M (30 days), y (365 days)
+        assert_eq!(parse_age("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_age("2M"), Ok(Duration::from_secs(60 * 86_400)));
+        assert_eq!(parse_age("1y"), Ok(Duration::from_secs(365 * 86_400)));
+        assert!(parse_age("7q").is_err());
         assert!(parse_age("d").is_err());
     }
 }

@@ -473,7 +473,7 @@ impl Engine {
             None => (None, None),
         };
         if let Some(e) = &now {
-            if !self.filter.age(e.mtime, SystemTime::now()) {
+            if !self.filter.age(e.mtime, SystemTime::now()) || !self.filter.size(Some(e.size)) {
                 return Ok(Applied::Filtered);
             }
         }

@@ -264,6 +264,17 @@ impl Walk {
             if !self.filter.age(t, self.now) {
                 continue;
             }
+            // the size is the same bytes on either side: the source's, else the destination's
+            // (rclone filters each side by its own)
+            let size = row
+                .src
+                .as_ref()
+                .or(row.m_src.as_ref())
+                .or(row.dst.as_ref())
+                .map(|s| s.size);
+            if !self.filter.size(size) {
+                continue;
+            }
             return Ok(Some(row));
         }
     }
