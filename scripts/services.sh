@@ -2,8 +2,9 @@
 # Local cloud emulators for slate's integration tests, all on 127.0.0.1.
 #
 #   scripts/services.sh install        install the emulators (idempotent, cached)
-#   scripts/services.sh start          install, start whatever is not already running,
-#                                      wait until each answers, create the test buckets
+#   scripts/services.sh start [NAME..] install, start whatever is not already running (all, or
+#                                      the named ones), wait until each answers, create the
+#                                      test buckets in the stores started
 #   scripts/services.sh stop [NAME..]  stop the services `start` started (all, or the named
 #                                      ones), by the PIDs recorded in the run dir
 #   scripts/services.sh env            print `export` lines for the tests:
@@ -526,10 +527,11 @@ create_pubsub_topic() {
 create_test_buckets() {
     # AWS_CA_BUNDLE (set on these machines) only concerns https; drop it so that botocore never
     # tries to load it for our plain-http endpoint.
+    # only in the stores this start was asked for
     env -u AWS_CA_BUNDLE \
-        S3_ENDPOINT="http://127.0.0.1:$MOTO_PORT" \
-        AZ_CONN="DefaultEndpointsProtocol=http;AccountName=$AZURITE_ACCOUNT;AccountKey=$AZURITE_KEY;BlobEndpoint=http://127.0.0.1:$AZURITE_BLOB_PORT/$AZURITE_ACCOUNT;" \
-        GCS_ENDPOINT="http://127.0.0.1:$FAKEGCS_PORT" \
+        S3_ENDPOINT="$(wanted moto && echo "http://127.0.0.1:$MOTO_PORT")" \
+        AZ_CONN="$(wanted azurite-blob && echo "DefaultEndpointsProtocol=http;AccountName=$AZURITE_ACCOUNT;AccountKey=$AZURITE_KEY;BlobEndpoint=http://127.0.0.1:$AZURITE_BLOB_PORT/$AZURITE_ACCOUNT;")" \
+        GCS_ENDPOINT="$(wanted fake-gcs && echo "http://127.0.0.1:$FAKEGCS_PORT")" \
         GCS_PROJECT="$PUBSUB_PROJECT" \
         "$VENV/bin/python" - "${TEST_BUCKETS[@]}" <<'EOF'
 import json, os, sys, urllib.error, urllib.request
@@ -540,25 +542,31 @@ from azure.storage.blob import BlobServiceClient
 
 buckets = sys.argv[1:]
 
-s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"], region_name="us-east-1",
-                  aws_access_key_id="testing", aws_secret_access_key="testing")
-for b in buckets:
+made = []
+s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"] or "http://127.0.0.1:9",
+                  region_name="us-east-1", aws_access_key_id="testing",
+                  aws_secret_access_key="testing")
+for b in (buckets if os.environ["S3_ENDPOINT"] else []):
     try:
         s3.create_bucket(Bucket=b)
     except (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
         pass
     s3.head_bucket(Bucket=b)
+if os.environ["S3_ENDPOINT"]:
+    made.append("S3")
 
-blob = BlobServiceClient.from_connection_string(os.environ["AZ_CONN"])
-for c in buckets:
+for c in (buckets if os.environ["AZ_CONN"] else []):
+    blob = BlobServiceClient.from_connection_string(os.environ["AZ_CONN"])
     try:
         blob.create_container(c)
     except ResourceExistsError:
         pass
     blob.get_container_client(c).get_container_properties()
+if os.environ["AZ_CONN"]:
+    made.append("Azure")
 
 gcs = os.environ["GCS_ENDPOINT"]
-for b in buckets:
+for b in (buckets if gcs else []):
     req = urllib.request.Request(
         f"{gcs}/storage/v1/b?project={os.environ['GCS_PROJECT']}",
         data=json.dumps({"name": b}).encode(), method="POST",
@@ -569,8 +577,11 @@ for b in buckets:
         if e.code != 409:
             raise
     urllib.request.urlopen(f"{gcs}/storage/v1/b/{b}", timeout=10).read()
+if gcs:
+    made.append("GCS")
 
-print(f"[services] test buckets ready in S3, Azure and GCS: {' '.join(buckets)}", file=sys.stderr)
+if made:
+    print(f"[services] test buckets ready in {', '.join(made)}: {' '.join(buckets)}", file=sys.stderr)
 EOF
 }
 
@@ -703,25 +714,38 @@ pg_stop_fast() {
     fi
 }
 
+# wanted NAME: whether `start` was asked for NAME (no names: every service)
+wanted() { ((${#START_NAMES[@]} == 0)) || [[ " ${START_NAMES[*]} " == *" $1 "* ]]; }
+
 cmd_start() {
+    START_NAMES=("$@")
+    local n
+    for n in "${START_NAMES[@]}"; do
+        [[ " ${ALL_SERVICES[*]} " == *" $n "* ]] || die "no service '$n' (services: ${ALL_SERVICES[*]})"
+    done
+    # gcs-shim writes through fake-gcs, which publishes to pubsub: the named ones bring theirs
+    if wanted gcs-shim; then wanted fake-gcs || START_NAMES+=(fake-gcs); fi
+    if wanted fake-gcs && ((${#START_NAMES[@]})); then wanted pubsub || START_NAMES+=(pubsub); fi
     cmd_install
     mkdir -p "$RUN_DIR"
 
-    start_service moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT"
+    wanted moto && start_service moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT"
 
     local azurite_bin=$AZURITE_DIR/node_modules/.bin
-    start_service azurite-blob "$azurite_bin/azurite-blob" \
+    wanted azurite-blob && start_service azurite-blob "$azurite_bin/azurite-blob" \
         --blobHost 127.0.0.1 --blobPort "$AZURITE_BLOB_PORT" \
         --inMemoryPersistence --extentMemoryLimit 6144 --skipApiVersionCheck --loose \
         --disableTelemetry --silent
-    start_service azurite-queue "$azurite_bin/azurite-queue" \
+    wanted azurite-queue && start_service azurite-queue "$azurite_bin/azurite-queue" \
         --queueHost 127.0.0.1 --queuePort "$AZURITE_QUEUE_PORT" \
         --inMemoryPersistence --skipApiVersionCheck --loose --disableTelemetry --silent
 
     # Pub/Sub first: fake-gcs-server publishes its notifications to the topic, which must exist
     # before fake-gcs starts (otherwise events are only logged and lost).
     local events=()
-    if [[ -x $PUBSUB_EMULATOR ]] || probe_pubsub; then
+    if ! wanted pubsub; then
+        :
+    elif [[ -x $PUBSUB_EMULATOR ]] || probe_pubsub; then
         start_service pubsub "$PUBSUB_EMULATOR" --host=127.0.0.1 --port="$PUBSUB_PORT"
         create_pubsub_topic
         # shellcheck disable=SC2054  # finalize,delete is one argument
@@ -731,24 +755,30 @@ cmd_start() {
         warn_loud "Pub/Sub emulator missing ($PUBSUB_EMULATOR): starting fake-gcs-server without notifications"
     fi
 
-    start_service fake-gcs env PUBSUB_EMULATOR_HOST="127.0.0.1:$PUBSUB_PORT" "$(fakegcs_binary)" \
+    wanted fake-gcs && start_service fake-gcs env PUBSUB_EMULATOR_HOST="127.0.0.1:$PUBSUB_PORT" "$(fakegcs_binary)" \
         -scheme http -host 127.0.0.1 -port "$FAKEGCS_PORT" -backend memory \
         -public-host "127.0.0.1:$FAKEGCS_PORT" -external-url "http://127.0.0.1:$FAKEGCS_PORT" \
         ${events[@]+"${events[@]}"}
 
-    start_service gcs-shim "$VENV/bin/python" "$SCRIPT_DIR/gcs_xml_shim.py" \
+    wanted gcs-shim && start_service gcs-shim "$VENV/bin/python" "$SCRIPT_DIR/gcs_xml_shim.py" \
         --port "$GCS_SHIM_PORT" --upstream "http://127.0.0.1:$FAKEGCS_PORT"
 
     # s3s-fs: a bucket is a folder of its data dir
     local b
-    for b in "${TEST_BUCKETS[@]}"; do mkdir -p "$RUN_DIR/s3s-data/$b"; done
-    start_service s3s-fs env -u RUST_LOG "$S3S_BIN" --host 127.0.0.1 --port "$S3S_PORT" \
+    if wanted s3s-fs; then
+        for b in "${TEST_BUCKETS[@]}"; do mkdir -p "$RUN_DIR/s3s-data/$b"; done
+    fi
+    wanted s3s-fs && start_service s3s-fs env -u RUST_LOG "$S3S_BIN" --host 127.0.0.1 --port "$S3S_PORT" \
         --access-key testing --secret-key testing "$RUN_DIR/s3s-data"
 
-    start_postgres
+    if wanted postgres; then start_postgres; fi
 
     create_test_buckets || start_failed "creating the test buckets failed"
-    say "all services up (logs and PIDs in $RUN_DIR)"
+    if ((${#START_NAMES[@]})); then
+        say "up: ${START_NAMES[*]} (logs and PIDs in $RUN_DIR)"
+    else
+        say "all services up (logs and PIDs in $RUN_DIR)"
+    fi
 }
 
 cmd_stop() {
@@ -826,7 +856,7 @@ usage() {
 
 case ${1:-} in
     install) cmd_install ;;
-    start) cmd_start ;;
+    start) shift; cmd_start "$@" ;;
     stop) shift; cmd_stop "$@" ;;
     env) cmd_env ;;
     status) cmd_status ;;

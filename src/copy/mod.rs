@@ -136,7 +136,8 @@ impl CopyOptions {
     }
 
     /// The most objects in flight: `--transfers` when asked for; else the adaptive ceiling,
-    /// min(1024, one per MiB of `--memory-limit`, half the open files this process may have).
+    /// min(1024, one per MiB of `--memory-limit`, a quarter of the open files this process may
+    /// have).
     pub fn ceiling(&self) -> usize {
         self.transfers.unwrap_or_else(|| {
             let by_memory = (self.memory_limit >> 20).max(1) as usize;
