@@ -436,8 +436,20 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         for (name, h) in names.iter().zip(handles) {
             use std::sync::atomic::Ordering::Relaxed;
             let stats = &h.stats;
+            let (bc, bd, dr) = (
+                stats.backfill_copied.load(Relaxed),
+                stats.backfill_deleted.load(Relaxed),
+                stats.drift_repaired.load(Relaxed),
+            );
+            let mut before = String::new();
+            if bc + bd > 0 {
+                before.push_str(&format!("backfill copied {bc}, deleted {bd}; "));
+            }
+            if dr > 0 {
+                before.push_str(&format!("drift checks repaired {dr} (applied below); "));
+            }
             eprintln!(
-                "slate: {name}: stopped; {} keys applied ({} copied, {} deleted, {} unchanged, {} stale events skipped), {} failed",
+                "slate: {name}: stopped; {before}{} keys applied ({} copied, {} deleted, {} unchanged, {} stale events skipped), {} failed",
                 stats.applied.load(Relaxed),
                 stats.copied.load(Relaxed),
                 stats.deleted.load(Relaxed),

@@ -747,6 +747,8 @@ async fn run_pair(
             }
         };
         stats.bytes_copied.fetch_add(report.copied_bytes, Relaxed);
+        stats.backfill_copied.fetch_add(report.copied, Relaxed);
+        stats.backfill_deleted.fetch_add(report.deleted, Relaxed);
         if report.failed > 0 {
             let keys = failed_keys.lock().map(|v| v.clone()).unwrap_or_default();
             tracing::warn!(pair = %handle.label, failed = report.failed, first = ?report.first_error,

@@ -406,6 +406,33 @@ impl Engine {
     }
 
     /// Deletes `key` at the destination; false when it was not there.
+    /// Whether the destination holds `key`, for a store whose DELETE cannot tell (S3: 204
+    /// either way); true without asking elsewhere (their DELETE says "not found").
+    async fn dst_exists(&self, key: &str) -> Result<bool> {
+        let Side::Cloud { store, .. } = &self.ctx.dst else {
+            return Ok(true);
+        };
+        if self.dst_loc.scheme != crate::core::location::Scheme::S3 {
+            return Ok(true);
+        }
+        let full = self.dst_loc.key_for(key);
+        let path = store_path(&full)?;
+        let head = self
+            .ctx
+            .retry(End::Dst)
+            .outside()
+            .request(&full, |_| true, |_| store.head(&path))
+            .await;
+        match head {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(SlateError::Object {
+                key: key.to_string(),
+                detail: format!("looking at the destination: {}", one_line(&e)),
+            }),
+        }
+    }
+
     pub async fn delete_at_destination(&self, key: &str) -> Result<bool> {
         let backed_up = match &self.backup {
             // kept first; a backup that fails stops the delete (the key is retried)
@@ -497,7 +524,14 @@ impl Engine {
                     Some(Ok(id)) => Some(id),
                     None => None,
                 };
-                let existed = self.delete_at_destination(key).await?;
+                // S3 answers a DELETE of a missing key as of one deleted: a key slate holds no
+                // row of (a delete delivered again, after the first forgot it) is looked at
+                // first, so that it counts as already gone and costs no DELETE
+                let existed = if m_dst.is_none() && !self.dst_exists(key).await? {
+                    false
+                } else {
+                    self.delete_at_destination(key).await?
+                };
                 if let (Some(bid), false, None) = (admitted, existed, &m_dst) {
                     // nothing was there: the delete costs the window nothing
                     let db = self.db.clone();

@@ -25,6 +25,9 @@ pub struct DaemonStats {
     pub drift_found: AtomicU64,
     /// Objects drift checks copied or deleted.
     pub drift_repaired: AtomicU64,
+    /// Objects the backfill (or start-up reconcile) copied and deleted.
+    pub backfill_copied: AtomicU64,
+    pub backfill_deleted: AtomicU64,
     /// Bytes written to the destination: by applied keys, the backfill and drift checks.
     pub bytes_copied: AtomicU64,
     /// When a key was last reconciled without error.
