@@ -12,7 +12,8 @@
 #             store writes of itself into $BENCH_DIR (not timed: the cloud's work), into another
 #             sink prefix with its own manifest: the pass from the report, then the listing pass
 #   changed   a change set of BENCH_SCALE_CHANGES (40% new, 40% overwritten, 20% deleted), then
-#             `slate sync --once`, the same idle (trusting the manifest, then --full), `slate diff` (listings in spans, then with SLATE_LIST_SPANS=0:
+#             `slate sync --once`, the same idle (both listed, then --trust-manifest), `slate diff`
+#             (listings in spans, then with SLATE_LIST_SPANS=0:
 #             one run of pages per listing, as before spans), `slate diff --from-manifest`; rclone `sync`
 #             (defaults, and the seed's flags) on the same state, each after its own change set
 #   daemon    `slate sync` following the store's own SQS queue: a change set of the same size,
@@ -162,10 +163,10 @@ if want changed; then
     timed changed "slate sync --once" "$CHANGES" "${SLATE_RUN[@]}" sync --once "$SRC" "$DST" --no-server-side-copy
     SLATE_CHANGED=$LAST_WALL
     [[ $(verify replica) == *'"equal":true'* ]] || die "not equal after sync --once"
-    # nothing changed since: what a nightly run costs when the night was quiet, trusting the
-    # manifest for the destination, then listing it too (--full)
+    # nothing changed since: what a nightly run costs when the night was quiet, both sides
+    # listed (the default), then trusting the manifest for the destination
     timed changed "slate sync --once, idle" "$N" "${SLATE_RUN[@]}" sync --once "$SRC" "$DST" --no-server-side-copy
-    timed changed "slate sync --once --full, idle" "$N" "${SLATE_RUN[@]}" sync --once --full "$SRC" "$DST" --no-server-side-copy
+    timed changed "slate sync --once --trust-manifest, idle" "$N" "${SLATE_RUN[@]}" sync --once --trust-manifest "$SRC" "$DST" --no-server-side-copy
     timed changed "slate diff" "$N" "${SLATE_RUN[@]}" diff "$SRC" "$DST"
     DIFF_SPANS=$LAST_WALL
     # the same listings as one run of pages each (as slate listed before spans)
