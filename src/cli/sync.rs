@@ -146,8 +146,10 @@ pub struct SyncArgs {
 /// decides first; a cloud side's recorded time costs one HEAD per key of equal size).
 #[derive(Debug, Args, Clone, Default)]
 pub struct CompareArgs {
-    /// Compare content instead of modification times: an MD5 both sides list, else both
-    /// objects are read and hashed.
+    /// Compare content instead of modification times, for keys the manifest does not vouch
+    /// for: an MD5 both sides list, else both objects are read and hashed. A key whose both
+    /// sides still have the size and ETag slate recorded when it copied it is equal by the
+    /// manifest and is not read (the summary counts it "by the manifest").
     #[arg(long, short = 'c', conflicts_with = "size_only")]
     pub checksum: bool,
     /// Compare sizes only (what slate did before it compared modification times).
