@@ -33,7 +33,8 @@ Memory: chunk buffers are bounded by --memory-limit (1 GiB by default), whatever
 transfers, streams and chunk size. Local destinations stream chunks to disk and hold no chunk
 buffers. Listings stream, so memory does not grow with the number of objects.
 
-Skips what is equal, as `rclone copy` does: both sides are listed and walked in key order;
+A prefix or folder skips what is equal, as `rclone copy` does: both sides are listed and
+walked in key order;
 a key the destination holds is left when the manifest vouches for it, when an MD5 both sides
 list matches, or by size and modification time (rclone's rule; --checksum: by content;
 --size-only; --ignore-existing: not compared; --ignore-times: copied again). A re-run of an
@@ -219,6 +220,7 @@ pub fn options(args: &TuningArgs, cfg: &Config) -> CopyOptions {
             })
             .map(|s| std::sync::Arc::new(BwLimit::new(s))),
         resume: None,
+        record_uploads: true,
         server_side_copy: !args.no_server_side_copy && cfg.copy.server_side_copy.unwrap_or(true),
     }
 }
@@ -280,6 +282,23 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
     if !single {
         return copy_prefix(&args, &src, &dst, opts, filter).await;
     }
+    // what compares keys or filters them has nothing to do with one object named: refused,
+    // not ignored
+    let prefix_only = [
+        ("--ignore-existing", args.ignore_existing),
+        ("--ignore-times", args.ignore_times),
+        ("--checksum", args.compare.checksum),
+        ("--size-only", args.compare.size_only),
+        ("--no-manifest", args.no_manifest),
+        ("--wait", args.wait),
+        ("a filter (--include, --min-size, …)", !filter.is_empty()),
+    ];
+    if let Some((flag, _)) = prefix_only.iter().find(|(_, set)| *set) {
+        return Err(SlateError::BadOption {
+            option: flag.to_string(),
+            why: format!("{src} names one object, which is copied as it is: {flag} applies to a prefix or folder"),
+        });
+    }
     if args.dry_run {
         println!("copy (one object): {src}");
         return Ok(());
@@ -325,6 +344,31 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
     Ok(())
 }
 
+/// Removes the temporary manifests of copies whose process is gone (killed before theirs
+/// was removed).
+fn sweep_scratch() {
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) = name
+            .strip_prefix("slate-copy-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // signal 0 asks only whether the process exists
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// A temporary manifest for a copy that records nothing, removed with it.
 struct Scratch(PathBuf);
 
@@ -348,13 +392,24 @@ async fn copy_prefix(
     use crate::engine::once::{self, Hooks, SyncOptions};
     use crate::engine::plan::{Action, Row, Rule};
     let mut scratch = None;
-    let opened = (!args.no_manifest).then(|| super::open_db(&args.db));
-    let db = match opened {
-        Some(Ok(db)) => db,
-        other => {
-            if let Some(Err(e)) = other {
-                tracing::warn!("the manifest cannot be opened ({e}): this copy records nothing and cannot resume");
+    let mut opts = opts;
+    let opened = super::open_db(&args.db);
+    let db = match (args.no_manifest, opened) {
+        (false, Ok(db)) => db,
+        (no_manifest, opened) => {
+            match opened {
+                // uploads cut short are recorded in the real database all the same, so that
+                // the same command continues them and `slate cleanup` finds them
+                Ok(db) => opts.resume = Some(copy::resume::UploadsDb(db)),
+                Err(e) => {
+                    if !no_manifest {
+                        tracing::warn!("the manifest cannot be opened ({e}): this copy records nothing and cannot resume");
+                    }
+                    // nowhere to record them: uploads cut short are aborted
+                    opts.record_uploads = false;
+                }
             }
+            sweep_scratch();
             let dir = std::env::temp_dir().join(format!(
                 "slate-copy-{}-{}",
                 std::process::id(),
@@ -417,7 +472,7 @@ async fn copy_prefix(
     let Some(report) = finished else {
         copy::transfer::wait_for_aborts(Duration::from_secs(5)).await;
         let kept = copy::resume::KEPT.load(std::sync::atomic::Ordering::Relaxed);
-        if kept > 0 && scratch.is_none() {
+        if kept > 0 {
             eprintln!(
                 "slate: {kept} object(s) cut short keep what they wrote: the same command \
                  continues them, `slate cleanup {}` removes them",

@@ -64,8 +64,9 @@ fn lines_of(option: &str, path: &Path) -> Result<Vec<(usize, String)>, SlateErro
 }
 
 /// An rclone filter file as slate's two lists, when its order means the same: every `-`
-/// rule before every `+` rule, and after the `+` rules only an exclude of everything (what
-/// makes rclone's includes exclusive, and slate's are).
+/// rule before every `+` rule, and the `+` rules closed by an exclude of everything (`- **`):
+/// rclone adds none to a filter file, so without it a `+` rule excludes nothing, where
+/// slate's includes are exclusive.
 pub(crate) fn parse_filter_file(
     path: &Path,
     lines: &[(usize, String)],
@@ -104,6 +105,15 @@ pub(crate) fn parse_filter_file(
             "-" => exclude.push(glob),
             _ => include.push(glob),
         }
+    }
+    if !include.is_empty() && !closed {
+        let last = lines.last().map(|(n, _)| *n).unwrap_or(0);
+        return Err(bad(
+            last,
+            "the `+` rules are not followed by `- **`: in rclone's order they then exclude nothing, \
+             and slate's includes are exclusive; end the file with `- **` (or use --include)"
+                .into(),
+        ));
     }
     Ok((include, exclude))
 }
@@ -182,7 +192,7 @@ mod tests {
         let p = Path::new("f.txt");
         let ok = [
             ("- *.tmp\n- cache/**", (vec![], vec!["*.tmp", "cache/**"])),
-            ("+ shards/**", (vec!["shards/**"], vec![])),
+            ("+ shards/**\n- **", (vec!["shards/**"], vec![])),
             (
                 "- *.tmp\n+ shards/**\n+ *.bin\n- **",
                 (vec!["shards/**", "*.bin"], vec!["*.tmp"]),
@@ -204,6 +214,8 @@ mod tests {
             ("+ a/**\n- **\n+ b/**", "line 3"),
             ("a/**", "line 1"),
             ("- a\n!", "line 2"),
+            // rclone adds no `- **` to a filter file: a lone `+` rule excludes nothing there
+            ("- x\n+ shards/**", "line 2"),
         ];
         for (text, line) in refused {
             let e = parse_filter_file(p, &lines(text))

@@ -223,6 +223,14 @@ fn brake_policy(
 fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
     let copy = options(&args.tuning, cfg);
     let filter = args.filters.build()?;
+    if filter.min_age.is_some() && !args.once {
+        // an event's object is new by nature: the daemon would leave out every change until
+        // a drift check
+        return Err(SlateError::BadOption {
+            option: "--min-age".into(),
+            why: "applies to --once (the daemon follows changes as they happen: every new object is younger than any minimum age)".into(),
+        });
+    }
     let base = SyncOptions {
         dry_run: args.dry_run,
         no_delete: args.no_delete,

@@ -74,6 +74,10 @@ pub struct CopyOptions {
     /// Where uploads under way are recorded, so that a copy cut short continues from its last
     /// chunk (`copy::resume`); None: every copy starts from the beginning.
     pub resume: Option<resume::UploadsDb>,
+    /// False: a reconcile leaves `resume` as it is instead of recording uploads in its own
+    /// database (a copy over a temporary database, whose records would go with it: its
+    /// uploads cut short are aborted instead).
+    pub record_uploads: bool,
     /// Let the store copy what it can (one bucket of any store; two buckets of one S3
     /// endpoint: CopyObject) (default); false (`--no-server-side-copy`) moves every byte
     /// through slate: for an S3-compatible whose CopyObject is missing or slower than a GET
@@ -97,6 +101,7 @@ impl Default for CopyOptions {
             metadata: true,
             bwlimit: None,
             resume: None,
+            record_uploads: true,
             server_side_copy: true,
         }
     }

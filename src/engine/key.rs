@@ -517,6 +517,12 @@ impl Engine {
         let mut retry_moved = 5;
         loop {
             let Some(e) = now else {
+                // a size filter keeps what it leaves out at the destination, as a listing's
+                // walk does (the size recorded of the source, else of the destination)
+                let size = m_src.as_ref().or(m_dst.as_ref()).map(|s| s.size);
+                if !self.filter.size(size) {
+                    return Ok(Applied::Filtered);
+                }
                 // the daemon's brake on mass deletes: counted in the shared state, held when
                 // the pair's window is full
                 let admitted = match self.admit_delete(released).await? {

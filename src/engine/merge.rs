@@ -264,8 +264,9 @@ impl Walk {
             if !self.filter.age(t, self.now) {
                 continue;
             }
-            // the size is the same bytes on either side: the source's, else the destination's
-            // (rclone filters each side by its own)
+            // the source's size (now, else as recorded), else the destination's: a key is in or
+            // out of a size filter as a whole (rclone filters each side by its own size, so a
+            // destination copy of another size can fall out where slate keeps comparing it)
             let size = row
                 .src
                 .as_ref()

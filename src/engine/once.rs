@@ -1160,9 +1160,11 @@ async fn sync_held(
     counters.bytes_listed.store(counts.bytes_to_copy, Relaxed);
     counters.listing_done.store(true, Relaxed);
     let mut copy_opts = opts.copy.clone();
-    copy_opts
-        .resume
-        .get_or_insert_with(|| copy::resume::UploadsDb(db.clone()));
+    if copy_opts.record_uploads {
+        copy_opts
+            .resume
+            .get_or_insert_with(|| copy::resume::UploadsDb(db.clone()));
+    }
     let ctx = Arc::new(Ctx::new(&c.plan, copy_opts, counters.clone())?);
     let engine = Engine::new(
         db.clone(),

@@ -251,7 +251,8 @@ impl JobRequest {
                 no_delete,
                 max_delete,
                 filter,
-                full: false,
+                // as `sync --once`: both sides listed, the manifest sparing HEADs
+                full: true,
                 copy: copy.clone(),
                 // a job waits for another reconcile of its pair to finish
                 wait: Wait::Yes,

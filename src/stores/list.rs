@@ -166,6 +166,7 @@ pub async fn list_spread(
                 shared: Arc::new(Shared {
                     requests: Arc::new(Semaphore::new(spread.requests.clamp(1, MAX_SPANS))),
                     spans: Arc::new(Semaphore::new(spread.spans.min(MAX_SPANS))),
+                    ahead: Arc::new(Semaphore::new(SUBFOLDERS_AHEAD)),
                     offsets: AtomicBool::new(true),
                     spread,
                 }),
@@ -195,6 +196,11 @@ const LIST_FANOUT: usize = 8;
 /// Folders listed at once below each first-level folder (as many as a listing's requests in
 /// flight: a tree of small folders is bound by round trips, one per folder).
 const SUBFOLDER_FANOUT: usize = 16;
+
+/// Folders below the first level listed ahead at once across a whole listing, beyond the one
+/// each first-level folder is sending: a bound on memory for a wide tree (each may buffer
+/// [`AHEAD`] entries and its spans' pages).
+const SUBFOLDERS_AHEAD: usize = 32;
 
 /// Threads walking a local folder's top-level folders at once.
 const LOCAL_WALKERS: usize = 4;
@@ -312,6 +318,10 @@ struct Shared {
     requests: Arc<Semaphore>,
     /// A permit per span cut and not yet sent on.
     spans: Arc<Semaphore>,
+    /// A permit per folder below the first level listed ahead of the one being sent, across
+    /// the whole listing: what bounds the entries buffered ahead (a folder's channel and its
+    /// spans') whatever the width of the tree.
+    ahead: Arc<Semaphore>,
     /// False once the store is found to ignore `start-after`.
     offsets: AtomicBool,
 }
@@ -789,9 +799,22 @@ impl Level {
                         continue;
                     }
                     while ahead.len() < fanout && next < folders.len() {
+                        // below the first level, one folder at a time is always listed; more
+                        // only while the listing's permits for folders ahead last
+                        let permit = if depth >= 1 && !ahead.is_empty() {
+                            match self.shared.ahead.clone().try_acquire_owned() {
+                                Ok(p) => Some(p),
+                                Err(_) => break,
+                            }
+                        } else {
+                            None
+                        };
                         let (ftx, frx) = mpsc::channel(AHEAD);
-                        let task =
-                            tokio::spawn(self.list(Some(folders[next].clone()), depth + 1, ftx));
+                        let listing = self.list(Some(folders[next].clone()), depth + 1, ftx);
+                        let task = tokio::spawn(async move {
+                            let _permit = permit;
+                            listing.await
+                        });
                         ahead.push_back((frx, task));
                         next += 1;
                     }
