@@ -317,18 +317,7 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         _ = tokio::signal::ctrl_c() => None,
     };
     let Some(summary) = finished else {
-        // The copy future is dropped: its temp files are removed; give the uploads it cut short
-        // a moment to abort, so no orphaned parts stay billed at the store.
-        copy::transfer::wait_for_aborts(Duration::from_secs(5)).await;
-        let kept = copy::resume::KEPT.load(std::sync::atomic::Ordering::Relaxed);
-        if kept > 0 {
-            eprintln!(
-                "slate: {kept} object(s) cut short keep what they wrote: the same command \
-                 continues them, `slate cleanup {}` removes them",
-                args.dst
-            );
-        }
-        return Err(SlateError::Interrupted);
+        return Err(interrupted(&args.dst).await);
     };
     let summary = summary?;
     if !quiet || summary.failed > 0 {
@@ -342,6 +331,21 @@ async fn run_inner(args: CopyArgs) -> Result<(), SlateError> {
         });
     }
     Ok(())
+}
+
+/// A copy interrupted (Ctrl-C): its future was dropped, so its temp files are gone; the
+/// uploads it cut short get a moment to abort (no orphaned parts stay billed at the store), and
+/// what is kept to be continued is said.
+async fn interrupted(dst: &str) -> SlateError {
+    copy::transfer::wait_for_aborts(Duration::from_secs(5)).await;
+    let kept = copy::resume::KEPT.load(std::sync::atomic::Ordering::Relaxed);
+    if kept > 0 {
+        eprintln!(
+            "slate: {kept} object(s) cut short keep what they wrote: the same command \
+             continues them, `slate cleanup {dst}` removes them"
+        );
+    }
+    SlateError::Interrupted
 }
 
 /// Removes the temporary manifests of copies whose process is gone (killed before theirs
@@ -470,16 +474,7 @@ async fn copy_prefix(
         _ = tokio::signal::ctrl_c() => None,
     };
     let Some(report) = finished else {
-        copy::transfer::wait_for_aborts(Duration::from_secs(5)).await;
-        let kept = copy::resume::KEPT.load(std::sync::atomic::Ordering::Relaxed);
-        if kept > 0 {
-            eprintln!(
-                "slate: {kept} object(s) cut short keep what they wrote: the same command \
-                 continues them, `slate cleanup {}` removes them",
-                args.dst
-            );
-        }
-        return Err(SlateError::Interrupted);
+        return Err(interrupted(&args.dst).await);
     };
     let report = report?;
     drop(scratch);

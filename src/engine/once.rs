@@ -326,21 +326,7 @@ impl SyncReport {
         if !why.is_empty() {
             s.push_str(&format!(" ({})", why.join("; ")));
         }
-        if c.metadata_changed > 0 {
-            s.push_str(&format!(
-                ", {} {} (metadata only, no bytes moved)",
-                if self.dry_run {
-                    c.metadata_changed
-                } else {
-                    self.meta_updated
-                },
-                if self.dry_run {
-                    "would update"
-                } else {
-                    "updated"
-                },
-            ));
-        }
+        s.push_str(&self.meta_part(self.meta_updated));
         if self.server_side > 0 {
             s.push_str(&format!(", {} server-side", self.server_side));
         }
@@ -354,6 +340,23 @@ impl SyncReport {
             s.push_str(&format!(", {} FAILED", self.failed));
         }
         s
+    }
+
+    /// `, N updated (metadata only, no bytes moved)` when metadata alone changed; `updated`:
+    /// what this pass updated.
+    fn meta_part(&self, updated: u64) -> String {
+        let c = &self.counts;
+        if c.metadata_changed == 0 {
+            return String::new();
+        }
+        if self.dry_run {
+            format!(
+                ", {} would update (metadata only, no bytes moved)",
+                c.metadata_changed
+            )
+        } else {
+            format!(", {updated} updated (metadata only, no bytes moved)")
+        }
     }
 
     pub fn line(&self) -> String {
@@ -391,21 +394,7 @@ impl SyncReport {
         if c.equal > 0 {
             s.push_str(&format!(" ({})", c.equal_by()));
         }
-        if c.metadata_changed > 0 {
-            s.push_str(&format!(
-                ", {} {} (metadata only, no bytes moved)",
-                if self.dry_run {
-                    c.metadata_changed
-                } else {
-                    meta_updated
-                },
-                if self.dry_run {
-                    "would update"
-                } else {
-                    "updated"
-                },
-            ));
-        }
+        s.push_str(&self.meta_part(meta_updated));
         if c.kept > 0 {
             s.push_str(&format!(
                 ", {} extra kept ({})",
@@ -1427,6 +1416,7 @@ async fn act_on_keys(
             while let Some((key, r)) = results.next().await {
                 match r {
                     Ok((out, two)) => {
+                        tracing::debug!(key = %key, bytes = out.bytes, "copied");
                         report.copied += 1;
                         report.copied_bytes += out.bytes;
                         report.server_side += out.server_side as u64;
