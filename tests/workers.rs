@@ -152,7 +152,19 @@ fn azqueue_source() -> Source {
         move |key: &str, kind: &str, size: usize, q: &slate::events::azqueue::AzQueueSource| {
             let n = seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let ev = blob_event("slate-src", key, kind, size, n, false);
-            qrt.block_on(q.send(&b64(&ev))).expect("send");
+            // Azurite closes idle keep-alive connections: a send on one it closed fails before
+            // anything is stored, and is sent again (the test's own client, not slate's)
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            loop {
+                match qrt.block_on(q.send(&b64(&ev))) {
+                    Ok(_) => break,
+                    Err(e) if std::time::Instant::now() < deadline => {
+                        eprintln!("send again after: {e}");
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
         };
     let send = std::sync::Arc::new(send);
     let (p1, p2, p3) = (prefix.clone(), prefix.clone(), prefix.clone());
