@@ -26,6 +26,12 @@ pub struct Config {
     /// The pairs `slate sync --config` keeps equal, all in one process.
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
+    /// rclone remotes defined here (`[remotes.NAME]`, rclone's option names): locations
+    /// `NAME:path` of every command, each with its own credentials; they win over a remote of
+    /// the same name in rclone's config file.
+    #[serde(default)]
+    pub remotes:
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, toml::Value>>,
 }
 
 /// Settings of the daemon.
@@ -127,6 +133,15 @@ impl Config {
             path: origin.to_string(),
             why: one_line(&why),
         };
+        for (name, sec) in self.remote_sections() {
+            let ty = sec
+                .get("type")
+                .ok_or_else(|| bad(format!("remotes.{name}: no type")))?;
+            if ty != "alias" {
+                crate::core::remote::translate(&name, ty, &sec, origin.to_string())
+                    .map_err(|why| bad(format!("remotes.{name}: {why}")))?;
+            }
+        }
         for (i, p) in self.pairs.iter().enumerate() {
             let which = format!(
                 "pairs[{i}]{}",
@@ -239,6 +254,28 @@ pub fn default_path() -> Option<PathBuf> {
 }
 
 impl Config {
+    /// The `[remotes.NAME]` tables as rclone's options (booleans and numbers as text).
+    pub fn remote_sections(
+        &self,
+    ) -> std::collections::BTreeMap<String, crate::core::remote::Section> {
+        self.remotes
+            .iter()
+            .map(|(name, opts)| {
+                let sec = opts
+                    .iter()
+                    .map(|(k, v)| {
+                        let text = match v {
+                            toml::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        (k.clone(), text)
+                    })
+                    .collect();
+                (name.clone(), sec)
+            })
+            .collect()
+    }
+
     /// Parses config text; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config> {
         toml::from_str(text).map_err(|e| {
@@ -269,6 +306,8 @@ impl Config {
         })?;
         let origin = path.display().to_string();
         let c = Config::parse(&text, &origin)?;
+        // the pairs may name the remotes defined beside them
+        crate::core::remote::set_config_remotes(&origin, c.remote_sections());
         c.validate(&origin)?;
         Ok(c)
     }

@@ -13,10 +13,6 @@ use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestCo
 use object_store::path::Path;
 use object_store::{Attribute, AttributeValue, Attributes, ClientOptions, ObjectStore, PutOptions};
 
-/// Azurite's well-known development account key (public, in Microsoft's docs).
-const AZURITE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
-
 fn http() -> HttpClient {
     ReqwestConnector::default()
         .connect(&ClientOptions::new().with_allow_http(true))

@@ -25,9 +25,6 @@ use common::*;
 /// is no secret and AWS's own trace logs print it).
 const MOTO_SECRET: &str = "testing";
 const MOTO_KEY_ID: &str = "AKIAEMULATOR0KEYID01";
-/// Azurite's well-known account key (Azure's documentation publishes it).
-const AZURITE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 const AWS_KEY_ID: &str = "AKIASLATEFAKE7Q2X9ZC";
 const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiSLATEsecret9Zq";

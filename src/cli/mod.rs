@@ -30,6 +30,11 @@ pub struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
+    /// rclone's config file, whose remotes name locations as `REMOTE:path` (default:
+    /// RCLONE_CONFIG, else ~/.config/rclone/rclone.conf).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub rclone_config: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -66,6 +71,9 @@ pub enum Command {
 pub async fn run(cli: Cli) -> i32 {
     // the library prints nothing itself: the command line shows its progress on stderr
     crate::copy::progress::set_printer(|line| eprintln!("{line}"));
+    if let Some(p) = cli.rclone_config.clone() {
+        crate::core::remote::set_config_path(p);
+    }
     match cli.command {
         Command::Copy(args) => copy::run(args).await,
         Command::Sync(args) => sync::run(*args).await,

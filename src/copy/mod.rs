@@ -155,17 +155,36 @@ impl CopyOptions {
 
     /// The placement in the spelling `dst`'s store takes; an exit-2 error naming the value
     /// (and the flag) when that store has no such class or ACL.
+    ///
+    /// An rclone remote's `storage_class`/`access_tier` and `acl`/`object_acl` apply where
+    /// the flags and the config name none.
     pub fn placement_for(&self, dst: &Location) -> Result<Placement> {
-        self.placement
-            .for_store(dst.scheme)
-            .map_err(|why| SlateError::BadOption {
-                option: if why.starts_with("ACL") {
-                    "--acl".into()
-                } else {
-                    "--storage-class".into()
-                },
-                why,
-            })
+        let remote = |what: &str| {
+            dst.remote
+                .as_ref()
+                .map(|r| format!("{what} of remote '{}'", r.name))
+        };
+        let (class_from, class) = match &self.placement.storage_class {
+            Some(c) => (None, Some(c.clone())),
+            None => (remote("storage class"), dst.remote_storage_class()),
+        };
+        let (acl_from, acl) = match &self.placement.acl {
+            Some(a) => (None, Some(a.clone())),
+            None => (remote("acl"), dst.remote_acl()),
+        };
+        Placement {
+            storage_class: class,
+            acl,
+        }
+        .for_store(dst.scheme)
+        .map_err(|why| {
+            let option = if why.starts_with("ACL") {
+                acl_from.unwrap_or_else(|| "--acl".into())
+            } else {
+                class_from.unwrap_or_else(|| "--storage-class".into())
+            };
+            SlateError::BadOption { option, why }
+        })
     }
 
     /// The memory the chunk buffers can take at most, for `--help` and the summary.

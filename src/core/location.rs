@@ -3,8 +3,10 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::core::error::SlateError;
+use crate::core::remote::{self, Remote, Resolved};
 
 /// The kind of store behind a location.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,6 +46,9 @@ pub struct Location {
     /// of skipping them. Its listings, probes and reads all obey it (`stores::local`'s rule);
     /// not part of the location's name (a pair is the same pair with or without it).
     pub copy_links: bool,
+    /// The rclone remote the location was named through (`NAME:path`): its own credentials,
+    /// endpoint, account and placement defaults. `None`: the environment's, as for a URL.
+    pub remote: Option<Arc<Remote>>,
 }
 
 impl Location {
@@ -78,44 +83,155 @@ impl Location {
                     )))
                 }
             };
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(bad("missing bucket or container name".into()));
-            }
-            if let Some(c) = bucket
-                .chars()
-                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-            {
-                return Err(bad(format!(
-                    "invalid character {c:?} in bucket name '{bucket}'"
-                )));
-            }
-            let prefix = prefix.trim_matches('/');
-            if prefix.split('/').any(|s| s == "." || s == "..") {
-                return Err(bad("'.' and '..' are not allowed in a key prefix".into()));
-            }
-            if prefix.contains("//") {
-                return Err(bad("empty path segment ('//') in key prefix".into()));
-            }
-            return Ok(Location {
-                scheme,
-                bucket: bucket.to_string(),
-                prefix: prefix.to_string(),
-                is_dir_hint,
-                raw: raw.to_string(),
-                copy_links: false,
-            });
+            return Self::cloud(scheme, rest, is_dir_hint, raw, None);
         }
-        if raw.contains(':') && !raw.starts_with('.') && !raw.starts_with('/') {
-            // `s3:bucket` or `remote:path` (rclone style) is almost always a typo here.
-            let head = raw.split(':').next().unwrap_or(raw);
-            if !head.contains('/') {
-                return Err(bad(format!(
-                    "'{head}:' is not a scheme slate knows; write s3://, az://, gs:// or ./{raw} for a local path"
-                )));
+        if let Some(rest) = raw.strip_prefix(':') {
+            let backend = rest.split([':', ',']).next().unwrap_or("");
+            return Err(bad(format!(
+                "':{backend}' is an rclone on-the-fly remote, which slate does not serve: name \
+                 the remote in rclone.conf, or write s3://, az://, gs://"
+            )));
+        }
+        if let Some((head, path)) = raw.split_once(':') {
+            if !head.contains('/') && !raw.starts_with('.') && remote::is_remote_name(head) {
+                return Self::through_remote(head, path, raw, 0);
             }
         }
         Ok(Self::local(Path::new(raw), is_dir_hint, raw))
+    }
+
+    /// A cloud location of `scheme` from `rest` (`bucket/prefix`), checked.
+    fn cloud(
+        scheme: Scheme,
+        rest: &str,
+        is_dir_hint: bool,
+        raw: &str,
+        remote: Option<Arc<Remote>>,
+    ) -> Result<Self, SlateError> {
+        let bad = |why: String| SlateError::BadUrl {
+            url: raw.to_string(),
+            why,
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(bad("missing bucket or container name".into()));
+        }
+        if let Some(c) = bucket
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
+            return Err(bad(format!(
+                "invalid character {c:?} in bucket name '{bucket}'"
+            )));
+        }
+        let prefix = prefix.trim_matches('/');
+        if prefix.split('/').any(|s| s == "." || s == "..") {
+            return Err(bad("'.' and '..' are not allowed in a key prefix".into()));
+        }
+        if prefix.contains("//") {
+            return Err(bad("empty path segment ('//') in key prefix".into()));
+        }
+        Ok(Location {
+            scheme,
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            is_dir_hint,
+            raw: raw.to_string(),
+            copy_links: false,
+            remote,
+        })
+    }
+
+    /// `NAME:path` through the rclone remote `NAME` (an alias: the location it names).
+    fn through_remote(name: &str, path: &str, raw: &str, depth: u8) -> Result<Self, SlateError> {
+        let bad = |why: String| SlateError::BadUrl {
+            url: raw.to_string(),
+            why,
+        };
+        let config = remote::Config::load().map_err(bad)?;
+        let resolved = config.resolve(name, path).map_err(bad)?;
+        let is_dir_hint = raw.ends_with('/');
+        match resolved {
+            None => {
+                let known = config.names();
+                let remotes = match (&config.path, known.is_empty()) {
+                    (Some(p), false) => {
+                        format!(
+                            "a remote of {} (remotes: {})",
+                            p.display(),
+                            known.join(", ")
+                        )
+                    }
+                    (Some(p), true) => format!("a remote ({} defines none)", p.display()),
+                    (None, false) => format!("a remote (remotes: {})", known.join(", ")),
+                    (None, true) => "a remote (no rclone config file: --rclone-config, \
+                                     RCLONE_CONFIG, ~/.config/rclone/rclone.conf)"
+                        .to_string(),
+                };
+                if matches!(
+                    name.to_ascii_lowercase().as_str(),
+                    "s3" | "s3a" | "az" | "azure" | "gs" | "gcs" | "file"
+                ) {
+                    return Err(bad(format!(
+                        "'{name}:' is neither a scheme (did you mean {name}://{}?) nor {remotes}",
+                        path.trim_start_matches('/')
+                    )));
+                }
+                Err(bad(format!(
+                    "'{name}:' is neither a scheme slate knows (s3://, az://, gs://, file://) nor \
+                     {remotes}; write ./{raw} for a local path"
+                )))
+            }
+            Some(Resolved::Alias(target)) => {
+                if depth >= 8 {
+                    return Err(bad(format!("alias '{name}' leads to aliases 8 deep")));
+                }
+                let mut loc = match target.split_once(':') {
+                    Some((h, p)) if !h.contains('/') && remote::is_remote_name(h) => {
+                        Self::through_remote(h, p, &target, depth + 1)?
+                    }
+                    _ => Location::parse(&target)?,
+                };
+                loc.raw = raw.to_string();
+                loc.is_dir_hint |= is_dir_hint;
+                Ok(loc)
+            }
+            Some(Resolved::Store(r, path)) => {
+                let r = Arc::new(r);
+                if r.scheme == Scheme::Local {
+                    let mut loc = Self::local(Path::new(&path), is_dir_hint, raw);
+                    loc.copy_links = r.copy_links;
+                    loc.remote = Some(r);
+                    return Ok(loc);
+                }
+                Self::cloud(
+                    r.scheme,
+                    path.trim_start_matches('/'),
+                    is_dir_hint,
+                    raw,
+                    Some(r),
+                )
+            }
+        }
+    }
+
+    /// The placement a remote gives what is written to it (`storage_class`/`access_tier`,
+    /// `acl`/`object_acl`): defaults that the flags and the config override.
+    pub fn remote_storage_class(&self) -> Option<String> {
+        self.remote.as_ref().and_then(|r| r.storage_class.clone())
+    }
+
+    /// See [`Location::remote_storage_class`].
+    pub fn remote_acl(&self) -> Option<String> {
+        self.remote.as_ref().and_then(|r| r.acl.clone())
+    }
+
+    /// The endpoint, account and credentials that reach this location's store: two
+    /// locations with the same bucket name behind different ones are different stores.
+    fn reached_by(&self) -> Option<(&str, String)> {
+        self.remote
+            .as_ref()
+            .map(|r| (r.name.as_str(), r.endpoint_id()))
     }
 
     fn local(path: &Path, is_dir_hint: bool, raw: &str) -> Self {
@@ -134,6 +250,7 @@ impl Location {
             is_dir_hint,
             raw: raw.to_string(),
             copy_links: false,
+            remote: None,
         }
     }
 
@@ -160,7 +277,16 @@ impl Location {
 
     /// True when both locations are served by one store client (server-side copy possible).
     pub fn same_store(&self, other: &Location) -> bool {
-        self.scheme == other.scheme && self.scheme != Scheme::Local && self.bucket == other.bucket
+        self.scheme == other.scheme
+            && self.scheme != Scheme::Local
+            && self.bucket == other.bucket
+            && self.same_endpoint(other)
+    }
+
+    /// True when both are reached through the same endpoint, account and credentials (both
+    /// through the environment, or through one remote): one client may act on both.
+    pub fn same_endpoint(&self, other: &Location) -> bool {
+        self.scheme == other.scheme && self.reached_by() == other.reached_by()
     }
 
     /// The last path segment of the prefix (used when copying one object into a folder).
@@ -193,6 +319,16 @@ fn normalize(p: &Path) -> String {
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.scheme {
+            // a remote names the store (its endpoint, account and credentials): the pair it
+            // belongs to is another than the same bucket reached through the environment
+            s if s != Scheme::Local && self.remote.is_some() => {
+                let name = self.remote.as_ref().map(|r| r.name.as_str()).unwrap_or("");
+                if self.prefix.is_empty() {
+                    write!(f, "{name}:{}", self.bucket)
+                } else {
+                    write!(f, "{name}:{}/{}", self.bucket, self.prefix)
+                }
+            }
             Scheme::Local => write!(f, "{}", self.prefix),
             s if self.prefix.is_empty() => write!(f, "{}://{}", s.short(), self.bucket),
             s => write!(f, "{}://{}/{}", s.short(), self.bucket, self.prefix),
@@ -270,7 +406,9 @@ mod tests {
             ("s3:///key", "missing bucket"),
             ("gs://b/../etc", "'..'"),
             ("s3://bad bucket/x", "invalid character"),
-            ("s3:bucket/x", "not a scheme"),
+            ("s3:bucket/x", "did you mean s3://bucket/x?"),
+            ("backup:bucket/x", "neither a scheme slate knows"),
+            (":s3,provider=AWS:bucket", "on-the-fly remote"),
             ("file://relative", "absolute path"),
             ("", "empty"),
         ];
@@ -293,5 +431,38 @@ mod tests {
         assert!(!Location::parse("s3://b/a")
             .unwrap()
             .same_store(&Location::parse("s3://c/a").unwrap()));
+    }
+
+    #[test]
+    fn two_remotes_with_one_bucket_name_on_two_endpoints_are_two_stores() {
+        let conf = remote::Config::parse(
+            "[a]\ntype = s3\nendpoint = http://127.0.0.1:5000\n\
+             [b]\ntype = s3\nendpoint = http://127.0.0.1:9000\n\
+             [a2]\ntype = s3\nendpoint = http://127.0.0.1:5000\naccess_key_id = k\n",
+        )
+        .unwrap();
+        let loc = |name: &str, path: &str| match conf.resolve(name, path).unwrap() {
+            Some(Resolved::Store(r, p)) => Location::cloud(
+                r.scheme,
+                &p,
+                false,
+                &format!("{name}:{path}"),
+                Some(Arc::new(r)),
+            )
+            .unwrap(),
+            other => panic!("{other:?}"),
+        };
+        let (a, b, a2) = (loc("a", "bkt/x"), loc("b", "bkt/y"), loc("a2", "bkt/z"));
+        let env = Location::parse("s3://bkt/w").unwrap();
+        assert!(a.same_store(&loc("a", "bkt/q")));
+        assert!(!a.same_store(&b), "two endpoints");
+        assert!(!a.same_store(&a2), "one endpoint, two sets of credentials");
+        assert!(!a.same_store(&env), "a remote and the environment");
+        // the name of a pair's end says which store
+        assert_eq!(
+            (a.to_string(), b.to_string()),
+            ("a:bkt/x".into(), "b:bkt/y".into())
+        );
+        assert_eq!(loc("a", "bkt").to_string(), "a:bkt");
     }
 }

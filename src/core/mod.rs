@@ -11,4 +11,5 @@ pub mod meta;
 pub mod metrics;
 pub mod object;
 pub mod range;
+pub mod remote;
 pub mod units;

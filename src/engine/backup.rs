@@ -48,7 +48,7 @@ impl Backup {
         };
         let same_store = match dst.scheme {
             Scheme::Local => backup.scheme == Scheme::Local,
-            _ => backup.scheme == dst.scheme && backup.bucket == dst.bucket,
+            _ => backup.same_store(dst),
         };
         if !same_store {
             return Err(bad(format!(

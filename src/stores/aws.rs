@@ -24,18 +24,26 @@ use super::{env, env_true};
 
 /// The one credential chain (see the module documentation).
 pub fn chain() -> SharedCredentialsProvider {
+    chain_for(None)
+}
+
+/// [`chain`] with the shared files' profile `profile` (an rclone remote's `profile`) instead
+/// of `AWS_PROFILE`'s.
+pub fn chain_for(profile: Option<&str>) -> SharedCredentialsProvider {
     // the region of STS calls (assumed roles, web identity): without one they cannot be made
     let conf = ProviderConfig::default().with_region(Some(Region::new(region())));
     let mut chain = CredentialsProviderChain::first_try(
         "Environment",
         EnvironmentVariableCredentialsProvider::new(),
     )
-    .or_else(
-        "Profile",
-        ProfileFileCredentialsProvider::builder()
-            .configure(&conf)
-            .build(),
-    )
+    .or_else("Profile", {
+        let b = ProfileFileCredentialsProvider::builder().configure(&conf);
+        match profile {
+            Some(p) => b.profile_name(p),
+            None => b,
+        }
+        .build()
+    })
     .or_else(
         "WebIdentityToken",
         WebIdentityTokenCredentialsProvider::builder()
@@ -151,8 +159,13 @@ pub struct SdkCredentials {
 
 impl SdkCredentials {
     pub fn new() -> SdkCredentials {
+        SdkCredentials::for_profile(None)
+    }
+
+    /// The chain with the shared files' `profile` (else `AWS_PROFILE`'s).
+    pub fn for_profile(profile: Option<String>) -> SdkCredentials {
         SdkCredentials {
-            chain: chain(),
+            chain: chain_for(profile.as_deref()),
             cached: Mutex::new(None),
         }
     }

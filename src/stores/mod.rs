@@ -23,18 +23,20 @@ pub mod s3copy;
 pub mod s3tags;
 pub mod side;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::list::PaginatedListStore;
 use object_store::multipart::MultipartStore;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use crate::core::error::{Result, SlateError};
 use crate::core::location::{Location, Scheme};
+use crate::core::remote::Remote;
 #[cfg(feature = "faults")]
 use faults::{FaultConfig, FaultyStore};
 
@@ -107,6 +109,66 @@ fn env(name: &str) -> Option<String> {
 
 fn env_true(name: &str) -> bool {
     env(name).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
+/// The settings of one location, by the names of the environment variables slate reads:
+/// its rclone remote's first; then, for a plain URL or a remote with `env_auth = true`, the
+/// process environment. A remote without `env_auth` is all it says (as in rclone).
+pub(crate) struct Vars<'a>(Option<&'a Remote>);
+
+impl<'a> Vars<'a> {
+    pub(crate) fn of(loc: &'a Location) -> Vars<'a> {
+        Vars(loc.remote.as_deref())
+    }
+
+    /// Whether the process environment fills what the location does not say.
+    pub(crate) fn uses_env(&self) -> bool {
+        self.0.is_none_or(|r| r.env_auth)
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<String> {
+        if let Some(v) = self.0.and_then(|r| r.var(name)) {
+            return Some(v.to_string());
+        }
+        if self.uses_env() {
+            env(name)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn is_true(&self, name: &str) -> bool {
+        self.get(name)
+            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+    }
+
+    /// Every setting whose name starts with `prefix`: what object_store's `from_env` reads,
+    /// from this location's settings.
+    fn with_prefix(&self, prefix: &str) -> Vec<(String, String)> {
+        let mut out: BTreeMap<String, String> = BTreeMap::new();
+        if self.uses_env() {
+            for (k, v) in std::env::vars() {
+                if k.starts_with(prefix) {
+                    out.insert(k, v);
+                }
+            }
+        }
+        if let Some(r) = self.0 {
+            for (k, v) in r.vars_with_prefix(prefix) {
+                out.insert(k.to_string(), v.to_string());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// The name of the place the settings come from, for messages.
+    fn source(&self) -> String {
+        match self.0 {
+            Some(r) if r.origin.is_empty() => format!("remote '{}'", r.name),
+            Some(r) => format!("remote '{}' of {}", r.name, r.origin),
+            None => "the environment".into(),
+        }
+    }
 }
 
 fn missing(loc: &Location, hint: &str) -> SlateError {
@@ -221,12 +283,21 @@ pub struct S3Settings {
     pub endpoint: Option<String>,
     pub allow_http: bool,
     pub virtual_hosted: bool,
+    /// Requests go unsigned (`AWS_SKIP_SIGNATURE`, or a remote without keys or env_auth).
+    pub anonymous: bool,
+    /// Server-side encryption headers of what is written (a remote's
+    /// `server_side_encryption`, `sse_kms_key_id`): object_store sends them on its writes,
+    /// slate's own CopyObject calls send them too.
+    pub sse: Vec<(&'static str, String)>,
 }
 
-/// Reads the S3 settings for `loc` from the environment.
+/// Reads the S3 settings for `loc`: its remote's, else the environment's.
 pub fn s3_settings(loc: &Location) -> Result<S3Settings> {
-    let static_keys = env("AWS_ACCESS_KEY_ID").is_some() && env("AWS_SECRET_ACCESS_KEY").is_some();
-    let anonymous = env_true("AWS_SKIP_SIGNATURE");
+    let vars = Vars::of(loc);
+    let static_keys =
+        vars.get("AWS_ACCESS_KEY_ID").is_some() && vars.get("AWS_SECRET_ACCESS_KEY").is_some();
+    // a remote without keys and without env_auth reads anonymously, as rclone does
+    let anonymous = vars.is_true("AWS_SKIP_SIGNATURE") || (!static_keys && !vars.uses_env());
     if !static_keys && !anonymous && !aws::has_source() {
         return Err(missing(
             loc,
@@ -235,16 +306,37 @@ pub fn s3_settings(loc: &Location) -> Result<S3Settings> {
              set SLATE_USE_INSTANCE_METADATA=true",
         ));
     }
-    let region = aws::region();
-    let endpoint = env("AWS_ENDPOINT_URL_S3")
-        .or_else(|| env("AWS_ENDPOINT_URL"))
-        .or_else(|| env("AWS_ENDPOINT"))
+    let region = vars
+        .get("AWS_REGION")
+        .or_else(|| vars.get("AWS_DEFAULT_REGION"))
+        .unwrap_or_else(|| {
+            if vars.uses_env() {
+                aws::region()
+            } else {
+                "us-east-1".into()
+            }
+        });
+    let endpoint = vars
+        .get("AWS_ENDPOINT_URL_S3")
+        .or_else(|| vars.get("AWS_ENDPOINT_URL"))
+        .or_else(|| vars.get("AWS_ENDPOINT"))
         .map(|e| e.trim_end_matches('/').to_string());
-    let allow_http = env_true("AWS_ALLOW_HTTP")
+    let allow_http = vars.is_true("AWS_ALLOW_HTTP")
         || endpoint
             .as_deref()
             .is_some_and(|e| e.starts_with("http://"));
-    let mut builder = AmazonS3Builder::from_env()
+    let mut builder = if loc.remote.is_none() {
+        AmazonS3Builder::from_env()
+    } else {
+        let mut b = AmazonS3Builder::new();
+        for (k, v) in vars.with_prefix("AWS_") {
+            if let Ok(key) = k.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+                b = b.with_config(key, v);
+            }
+        }
+        b
+    };
+    builder = builder
         .with_bucket_name(&loc.bucket)
         .with_region(&region)
         .with_client_options(client_options(allow_http))
@@ -252,16 +344,37 @@ pub fn s3_settings(loc: &Location) -> Result<S3Settings> {
     if let Some(ep) = &endpoint {
         builder = builder.with_endpoint(ep);
     }
-    if !static_keys && !anonymous {
-        // explicit variables win; else the AWS CLI's chain (shared files, SSO, roles)
-        builder = builder.with_credentials(Arc::new(aws::SdkCredentials::new()));
+    if anonymous {
+        builder = builder.with_skip_signature(true);
+    } else if !static_keys {
+        // explicit keys win; else the AWS CLI's chain (shared files, SSO, roles)
+        builder = builder.with_credentials(Arc::new(aws::SdkCredentials::for_profile(
+            loc.remote
+                .as_ref()
+                .and_then(|r| r.var("AWS_PROFILE"))
+                .map(str::to_string),
+        )));
     }
     Ok(S3Settings {
         builder,
         region,
         endpoint,
         allow_http,
-        virtual_hosted: env_true("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"),
+        virtual_hosted: vars.is_true("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"),
+        anonymous,
+        sse: [
+            (
+                "x-amz-server-side-encryption",
+                vars.get("AWS_SERVER_SIDE_ENCRYPTION"),
+            ),
+            (
+                "x-amz-server-side-encryption-aws-kms-key-id",
+                vars.get("AWS_SSE_KMS_KEY_ID"),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(h, v)| v.map(|v| (h, v)))
+        .collect(),
     })
 }
 
@@ -408,20 +521,32 @@ fn first_word(s: &str) -> String {
 /// The Azure builder for `loc` from the environment (credentials checked), and whether it
 /// may speak plain HTTP. Shared by the store client and slate's own signed Blob calls.
 pub fn azure_builder(loc: &Location) -> Result<(MicrosoftAzureBuilder, bool)> {
-    let mut b = MicrosoftAzureBuilder::from_env().with_container_name(&loc.bucket);
-    let mut has_auth = env("AZURE_STORAGE_ACCOUNT_KEY").is_some()
-        || env("AZURE_STORAGE_ACCESS_KEY").is_some()
-        || env("AZURE_STORAGE_SAS_KEY").is_some()
-        || env("AZURE_STORAGE_SAS_TOKEN").is_some()
-        || env("AZURE_STORAGE_TOKEN").is_some()
-        || (env("AZURE_CLIENT_ID").is_some() && env("AZURE_CLIENT_SECRET").is_some())
-        || env("AZURE_FEDERATED_TOKEN_FILE").is_some()
-        || env_true("AZURE_USE_AZURE_CLI")
-        || env_true("AZURE_SKIP_SIGNATURE")
-        || env_true("SLATE_USE_INSTANCE_METADATA");
-    let mut emulator = env_true("AZURE_STORAGE_USE_EMULATOR");
-    let mut allow_http = env_true("AZURE_ALLOW_HTTP") || emulator;
-    if let Some(cs) = env("AZURE_STORAGE_CONNECTION_STRING") {
+    let vars = Vars::of(loc);
+    let mut b = if loc.remote.is_none() {
+        MicrosoftAzureBuilder::from_env()
+    } else {
+        let mut b = MicrosoftAzureBuilder::new();
+        for (k, v) in vars.with_prefix("AZURE_") {
+            if let Ok(key) = k.to_ascii_lowercase().parse::<AzureConfigKey>() {
+                b = b.with_config(key, v);
+            }
+        }
+        b
+    }
+    .with_container_name(&loc.bucket);
+    let mut has_auth = vars.get("AZURE_STORAGE_ACCOUNT_KEY").is_some()
+        || vars.get("AZURE_STORAGE_ACCESS_KEY").is_some()
+        || vars.get("AZURE_STORAGE_SAS_KEY").is_some()
+        || vars.get("AZURE_STORAGE_SAS_TOKEN").is_some()
+        || vars.get("AZURE_STORAGE_TOKEN").is_some()
+        || (vars.get("AZURE_CLIENT_ID").is_some() && vars.get("AZURE_CLIENT_SECRET").is_some())
+        || vars.get("AZURE_FEDERATED_TOKEN_FILE").is_some()
+        || vars.is_true("AZURE_USE_AZURE_CLI")
+        || vars.is_true("AZURE_SKIP_SIGNATURE")
+        || vars.is_true("SLATE_USE_INSTANCE_METADATA");
+    let mut emulator = vars.is_true("AZURE_STORAGE_USE_EMULATOR");
+    let mut allow_http = vars.is_true("AZURE_ALLOW_HTTP") || emulator;
+    if let Some(cs) = vars.get("AZURE_STORAGE_CONNECTION_STRING") {
         let cs = ConnectionString::parse(&cs).map_err(|why| SlateError::Store {
             url: loc.to_string(),
             detail: format!("AZURE_STORAGE_CONNECTION_STRING: {why}"),
@@ -447,7 +572,7 @@ pub fn azure_builder(loc: &Location) -> Result<(MicrosoftAzureBuilder, bool)> {
             b = b.with_endpoint(ep);
         }
     }
-    if let Some(url) = env("AZURE_STORAGE_SAS_URL") {
+    if let Some(url) = vars.get("AZURE_STORAGE_SAS_URL") {
         // a container (or account) SAS URL, as the portal and `az storage container
         // generate-sas` give it: the endpoint, the account and the token in one
         let sas = SasUrl::parse(&url, "blob").map_err(|why| SlateError::Store {
@@ -472,7 +597,20 @@ pub fn azure_builder(loc: &Location) -> Result<(MicrosoftAzureBuilder, bool)> {
             .with_config(AzureConfigKey::SasKey, sas.token.clone());
         has_auth = true;
     }
+    if let Some(ep) = vars.get("AZURE_STORAGE_ENDPOINT") {
+        allow_http |= ep.starts_with("http://");
+    }
     if !(has_auth || emulator) {
+        if !vars.uses_env() {
+            return Err(missing(
+                loc,
+                &format!(
+                    "{} names no credentials: give it key, sas_url, tenant with client_id and \
+                     client_secret, use_msi, use_az or use_emulator, or env_auth = true",
+                    vars.source()
+                ),
+            ));
+        }
         return Err(missing(
             loc,
             "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with \
@@ -506,25 +644,41 @@ fn build_gcs(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
 /// speak plain HTTP, and the base URL of its API (`https://storage.googleapis.com`, or the
 /// emulator's). Shared by the store client and slate's own JSON API calls.
 pub fn gcs_builder(loc: &Location) -> Result<(GoogleCloudStorageBuilder, bool, String)> {
-    let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(&loc.bucket);
-    let mut base = env("GOOGLE_BASE_URL")
+    let vars = Vars::of(loc);
+    let mut b = if loc.remote.is_none() {
+        GoogleCloudStorageBuilder::from_env()
+    } else {
+        let mut b = GoogleCloudStorageBuilder::new();
+        for (k, v) in vars.with_prefix("GOOGLE_") {
+            if let Ok(key) = k.to_ascii_lowercase().parse::<GoogleConfigKey>() {
+                b = b.with_config(key, v);
+            }
+        }
+        b
+    }
+    .with_bucket_name(&loc.bucket);
+    let mut base = vars
+        .get("GOOGLE_BASE_URL")
         .map(|u| u.trim_end_matches('/').to_string())
         .unwrap_or_else(|| "https://storage.googleapis.com".into());
-    let mut allow_http = env("GOOGLE_BASE_URL").is_some_and(|u| u.starts_with("http://"));
+    let mut allow_http = vars
+        .get("GOOGLE_BASE_URL")
+        .is_some_and(|u| u.starts_with("http://"));
     let adc_file = std::env::var_os("HOME")
         .map(|h| {
             std::path::Path::new(&h).join(".config/gcloud/application_default_credentials.json")
         })
-        .is_some_and(|p| p.exists());
-    let mut has_auth = env("GOOGLE_SERVICE_ACCOUNT").is_some()
-        || env("GOOGLE_SERVICE_ACCOUNT_PATH").is_some()
-        || env("GOOGLE_SERVICE_ACCOUNT_KEY").is_some()
-        || env("GOOGLE_APPLICATION_CREDENTIALS").is_some()
-        || env("GOOGLE_BEARER_TOKEN").is_some()
-        || env_true("GOOGLE_SKIP_SIGNATURE")
-        || env_true("SLATE_USE_INSTANCE_METADATA")
+        .is_some_and(|p| p.exists())
+        && vars.uses_env();
+    let mut has_auth = vars.get("GOOGLE_SERVICE_ACCOUNT").is_some()
+        || vars.get("GOOGLE_SERVICE_ACCOUNT_PATH").is_some()
+        || vars.get("GOOGLE_SERVICE_ACCOUNT_KEY").is_some()
+        || vars.get("GOOGLE_APPLICATION_CREDENTIALS").is_some()
+        || vars.get("GOOGLE_BEARER_TOKEN").is_some()
+        || vars.is_true("GOOGLE_SKIP_SIGNATURE")
+        || vars.is_true("SLATE_USE_INSTANCE_METADATA")
         || adc_file;
-    if let Some(host) = env("STORAGE_EMULATOR_HOST") {
+    if let Some(host) = vars.get("STORAGE_EMULATOR_HOST") {
         // The variable Google's own client libraries honour: an emulator, no credentials.
         let url = if host.contains("://") {
             host
@@ -537,6 +691,16 @@ pub fn gcs_builder(loc: &Location) -> Result<(GoogleCloudStorageBuilder, bool, S
             .with_base_url(url.trim_end_matches('/'))
             .with_bearer_token("emulator");
         has_auth = true;
+    }
+    if !has_auth && !vars.uses_env() {
+        return Err(missing(
+            loc,
+            &format!(
+                "{} names no credentials: give it service_account_file, \
+                 service_account_credentials or anonymous = true, or env_auth = true",
+                vars.source()
+            ),
+        ));
     }
     if !has_auth {
         return Err(missing(

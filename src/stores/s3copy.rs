@@ -72,7 +72,8 @@ impl S3CrossBucket {
         dst: &Location,
         placement: &Placement,
     ) -> Result<Option<S3CrossBucket>> {
-        if src.scheme != Scheme::S3 || dst.scheme != Scheme::S3 {
+        if src.scheme != Scheme::S3 || dst.scheme != Scheme::S3 || !src.same_endpoint(dst) {
+            // two endpoints, or two sets of credentials: CopyObject cannot reach across
             return Ok(None);
         }
         let mut extra = Vec::new();
@@ -86,6 +87,7 @@ impl S3CrossBucket {
         if st.virtual_hosted {
             return Ok(None);
         }
+        extra.extend(st.sse.iter().cloned());
         let base = st
             .endpoint
             .clone()

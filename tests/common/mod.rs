@@ -343,6 +343,16 @@ pub struct Place {
 }
 
 impl Place {
+    /// A cloud place at an existing `prefix` (one another tool named).
+    pub fn at(end: End, prefix: &str) -> Place {
+        Place {
+            end,
+            prefix: prefix.to_string(),
+            root: PathBuf::new(),
+            _dir: None,
+        }
+    }
+
     pub fn new(end: End, name: &str) -> Place {
         let prefix = unique(name);
         match end {
@@ -957,4 +967,43 @@ impl Drop for Subscription {
             .delete(Self::url(&self.0))
             .send();
     }
+}
+
+/// Azurite's well-known account key (public, in Microsoft's docs).
+pub const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+pub fn sign(to_sign: &str) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &b64.decode(AZURITE_KEY).unwrap());
+    let sig = b64.encode(ring::hmac::sign(&key, to_sign.as_bytes()).as_ref());
+    url::form_urlencoded::byte_serialize(sig.as_bytes()).collect()
+}
+
+const SV: &str = "2021-12-02";
+const EXPIRY: &str = "2030-01-01T00:00:00Z";
+
+/// A service SAS URL for one container, as `az storage container generate-sas --as-url` makes.
+pub fn container_sas_url(container: &str, perms: &str) -> String {
+    let to_sign = format!(
+        "{perms}\n\n{EXPIRY}\n/blob/devstoreaccount1/{container}\n\n\n\n{SV}\nc\n\n\n\n\n\n\n"
+    );
+    format!(
+        "{}/devstoreaccount1/{container}?sv={SV}&se={}&sr=c&sp={perms}&sig={}",
+        azurite_url(),
+        EXPIRY.replace(':', "%3A"),
+        sign(&to_sign)
+    )
+}
+
+/// A service SAS URL for one queue.
+pub fn queue_sas_url(queue: &str, perms: &str) -> String {
+    let to_sign = format!("{perms}\n\n{EXPIRY}\n/queue/devstoreaccount1/{queue}\n\n\n\n{SV}");
+    format!(
+        "{}/devstoreaccount1/{queue}?sv={SV}&se={}&sp={perms}&sig={}",
+        azurite_queue_url(),
+        EXPIRY.replace(':', "%3A"),
+        sign(&to_sign)
+    )
 }
