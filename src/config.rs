@@ -133,6 +133,8 @@ impl Config {
             path: origin.to_string(),
             why: one_line(&why),
         };
+        // the pairs may name the remotes defined beside them
+        crate::core::remote::set_config_remotes(origin, self.remote_sections());
         for (name, sec) in self.remote_sections() {
             let ty = sec
                 .get("type")
@@ -306,8 +308,6 @@ impl Config {
         })?;
         let origin = path.display().to_string();
         let c = Config::parse(&text, &origin)?;
-        // the pairs may name the remotes defined beside them
-        crate::core::remote::set_config_remotes(&origin, c.remote_sections());
         c.validate(&origin)?;
         Ok(c)
     }

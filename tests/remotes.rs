@@ -334,3 +334,46 @@ fn pairs_of_slate_config_name_remotes_defined_in_it() {
         "{err}"
     );
 }
+
+#[test]
+fn a_gcs_remote_reaches_its_endpoint_with_its_class_and_acl_and_asks_no_metadata_server() {
+    // anonymous = true with an endpoint: object_store alone would ask the metadata server
+    // (169.254.169.254) for a token on each write
+    let home = tempfile::tempdir().unwrap();
+    let conf = home.path().join("gcs.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[g]\ntype = google cloud storage\nendpoint = {}\nanonymous = true\n\
+             object_acl = publicRead\nstorage_class = NEARLINE\nproject_number = 12345\n",
+            gcs_write_endpoint()
+        ),
+    )
+    .unwrap();
+    let src = Place::new(End::Local, "rc-gcs-src");
+    let data: BTreeMap<String, Vec<u8>> = (0..3)
+        .map(|i| (format!("g/f{i}"), bytes(20 + i, 900)))
+        .collect();
+    src.seed(&data);
+    let prefix = unique("rc-gcs");
+    let out = run({
+        let mut c = bare(home.path());
+        c.env("RCLONE_CONFIG", &conf)
+            .args(["copy", &src.url(), &format!("g:slate-dst/{prefix}")]);
+        c
+    });
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{all}");
+    assert!(!all.contains("169.254"), "{all}");
+    assert_same(&Place::at(End::Gs("slate-dst"), &prefix).read(), &data);
+    let url = format!(
+        "{}/storage/v1/b/slate-dst/o/{}?projection=full",
+        gcs_endpoint(),
+        url::form_urlencoded::byte_serialize(format!("{prefix}/g/f0").as_bytes())
+            .collect::<String>()
+    );
+    let v: serde_json::Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+    assert_eq!(v["storageClass"], "NEARLINE", "{v}");
+    let acl = v["acl"].to_string();
+    assert!(acl.contains("allUsers") && acl.contains("READER"), "{acl}");
+}

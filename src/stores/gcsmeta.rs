@@ -23,6 +23,9 @@ pub struct GcsPatch {
     objects_url: String,
     /// `https://storage.googleapis.com/BUCKET`: the XML API, where multipart uploads live.
     xml_url: String,
+    /// Requests go unsigned (`GOOGLE_SKIP_SIGNATURE`, a remote's `anonymous = true`), as
+    /// object_store's own then go: no token is asked for.
+    anonymous: bool,
 }
 
 /// The JSON API's field of each property.
@@ -37,6 +40,9 @@ const FIELDS: [(&str, Attribute); 5] = [
 impl GcsPatch {
     pub fn for_location(loc: &Location) -> Result<GcsPatch> {
         let (b, allow_http, base) = gcs_builder(loc)?;
+        let anonymous = b
+            .get_config_value(&object_store::gcp::GoogleConfigKey::SkipSignature)
+            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"));
         let err = |e: String| SlateError::Store {
             url: loc.to_string(),
             detail: e,
@@ -54,6 +60,7 @@ impl GcsPatch {
             http,
             objects_url: format!("{base}/storage/v1/b/{bucket}/o"),
             xml_url: format!("{base}/{bucket}"),
+            anonymous,
         })
     }
 
@@ -159,20 +166,23 @@ impl GcsPatch {
         url: &str,
         body: Vec<u8>,
     ) -> std::result::Result<(http::StatusCode, String), ChunkError> {
-        let cred = self
-            .gcs
-            .credentials()
-            .get_credential()
-            .await
-            .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
-        let mut auth = http::HeaderValue::from_str(&format!("Bearer {}", cred.bearer))
-            .map_err(|_| ChunkError::Fatal("the GCS token is no header value".into()))?;
-        auth.set_sensitive(true);
-        let req: Request<HttpRequestBody> = Request::builder()
+        let mut req = Request::builder()
             .method(method)
             .uri(url)
-            .header("authorization", auth)
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        if !self.anonymous {
+            let cred = self
+                .gcs
+                .credentials()
+                .get_credential()
+                .await
+                .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
+            let mut auth = http::HeaderValue::from_str(&format!("Bearer {}", cred.bearer))
+                .map_err(|_| ChunkError::Fatal("the GCS token is no header value".into()))?;
+            auth.set_sensitive(true);
+            req = req.header("authorization", auth);
+        }
+        let req: Request<HttpRequestBody> = req
             .body(HttpRequestBody::from(body))
             .map_err(|e| ChunkError::Fatal(e.to_string()))?;
         let resp = self
