@@ -622,3 +622,53 @@ fn copy_filters_as_rclone_spells_them() {
         "{err}"
     );
 }
+
+#[test]
+fn objects_in_archive_tiers_are_skipped_with_one_line_each_not_failed() {
+    // two objects S3 must restore before anyone reads them, one readable
+    let src = Place::new(End::S3("slate-src"), "archived");
+    for (k, class) in [
+        ("a/cold.bin", Some("GLACIER")),
+        ("a/deep.bin", Some("DEEP_ARCHIVE")),
+        ("a/warm.bin", None),
+    ] {
+        let mut h = vec![];
+        if let Some(c) = class {
+            h.push(("x-amz-storage-class", c));
+        }
+        let (status, _, body) = s3_signed(
+            "PUT",
+            &format!("/slate-src/{}/{k}", src.prefix),
+            &h,
+            "payload",
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let dst = Place::new(End::Local, "archived-to");
+    for args in [vec!["copy"], vec!["sync", "--once"]] {
+        let out = run({
+            let mut c = slate();
+            c.args(&args).args([src.url(), dst.url()]);
+            c
+        });
+        let err = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains("2 in archive tiers") && !err.contains("FAILED"),
+            "{args:?}: {err}"
+        );
+        for k in ["cold.bin", "deep.bin"] {
+            let lines: Vec<&str> = err
+                .lines()
+                .filter(|l| l.contains(&format!("a/{k}")))
+                .collect();
+            assert_eq!(lines.len(), 1, "{args:?}: one line for {k}: {err}");
+            assert!(
+                lines[0].contains("archive tier") && lines[0].contains("restore"),
+                "{}",
+                lines[0]
+            );
+        }
+    }
+    assert_eq!(dst.read().keys().collect::<Vec<_>>(), vec!["a/warm.bin"]);
+}

@@ -1341,3 +1341,54 @@ fn a_delete_of_a_key_the_s3_replica_never_had_counts_as_already_gone() {
         &[("kept.bin".to_string(), b"k".to_vec())].into(),
     );
 }
+
+#[test]
+fn an_object_in_an_archive_tier_is_dead_lettered_with_why_not_retried_for_ever() {
+    let (bucket, queue) = sqs_bucket("arch");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let replica = dir.path().join("replica");
+    let su = format!("s3://{bucket}/data");
+    let events = format!("sqs://{queue}");
+    let mut daemon = start_with(
+        &db,
+        &su,
+        &replica.display().to_string(),
+        Some(&events),
+        &log,
+    );
+    for (k, class) in [("cold.bin", Some("GLACIER")), ("warm.bin", None)] {
+        let h: Vec<(&str, &str)> = class
+            .map(|c| ("x-amz-storage-class", c))
+            .into_iter()
+            .collect();
+        let (st, _, body) = s3_signed("PUT", &format!("/{bucket}/data/{k}"), &h, "payload");
+        assert_eq!(st, 200, "{body}");
+    }
+    wait_for(
+        "the warm object replicated and the cold one dead-lettered",
+        60,
+        || replica.join("warm.bin").exists() && read_log(&log).contains("dead-lettered"),
+    );
+    let out = run({
+        let mut c = slate_db(&db);
+        c.arg("deadletters");
+        c
+    });
+    let text = stdout(&out);
+    assert!(
+        text.contains("cold.bin") && text.contains("archive tier") && text.contains("restore"),
+        "{text}"
+    );
+    // once, not again and again
+    let tries = read_log(&log)
+        .matches("reconcile failed; will retry")
+        .count();
+    assert_eq!(tries, 0, "{}", log_tail(&read_log(&log)));
+    assert!(!replica.join("cold.bin").exists());
+    assert!(
+        daemon.try_wait().ok().flatten().is_none(),
+        "the daemon goes on"
+    );
+    let _ = daemon.stop(libc::SIGTERM);
+}

@@ -97,11 +97,14 @@ impl SlateError {
 
     /// True for an error of one key that no retry can mend: the key itself cannot be written
     /// or addressed there (the daemon dead-letters such a key instead of retrying it).
+    ///
+    /// A source object in an archive tier is one too: no retry reads it until someone
+    /// restores it (then `slate deadletters retry` applies it).
     pub fn is_permanent_for_key(&self) -> bool {
         matches!(
             self,
             SlateError::UnsafeKey { .. } | SlateError::Unaddressable { .. }
-        )
+        ) || crate::engine::once::archived_tier(&self.to_string()).is_some()
     }
 }
 

@@ -1106,12 +1106,20 @@ async fn apply_pending(
             // no retry can mend the key itself (it cannot be addressed or written there):
             // kept as a dead letter with the reason
             stats.failed.fetch_add(1, Relaxed);
-            tracing::warn!(key = %key, error = %e, "key dead-lettered: no retry can apply it");
+            let why = match crate::engine::once::archived_tier(&e.to_string()) {
+                Some(tier) => {
+                    format!(
+                        "{key}: in {tier}: restore it, then `slate deadletters retry` applies it"
+                    )
+                }
+                None => one_line(&e),
+            };
+            tracing::warn!(key = %key, why = %why, "key dead-lettered: no retry can apply it");
             Ok(Some(inbox::Settle::Dead {
                 key,
                 events,
                 started_at,
-                why: one_line(&e),
+                why,
             }))
         }
         Err(e) => {

@@ -283,11 +283,46 @@ pub struct SyncReport {
     /// Objects the pass from a report could not copy, left to the listing pass that follows
     /// (changed or removed since the report, or failing).
     pub left: u64,
+    /// Source objects in an archive tier (S3 Glacier Flexible Retrieval / Deep Archive,
+    /// Azure Archive) that cannot be read until restored: skipped with one line each, not
+    /// failures; the next run tries them again.
+    pub archived: u64,
+}
+
+/// The archive tier ("the archive tier GLACIER", or "an archive tier" when the answer was cut
+/// before its class) a failed read names, when the store refused it because the object must be
+/// restored first: S3's `InvalidObjectState` (with its `<StorageClass>`), Azure's
+/// `BlobArchived`.
+pub fn archived_tier(msg: &str) -> Option<String> {
+    if msg.contains("InvalidObjectState") {
+        let class = msg
+            .split("<StorageClass>")
+            .nth(1)
+            .and_then(|r| r.split('<').next())
+            .filter(|c| {
+                !c.is_empty() && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            })
+            .map(|c| format!("the archive tier {c}"))
+            .unwrap_or_else(|| "an archive tier".into());
+        return Some(class);
+    }
+    if msg.contains("BlobArchived") || msg.contains("not permitted on an archived blob") {
+        return Some("the archive tier Archive".into());
+    }
+    None
 }
 
 impl SyncReport {
     /// Counts an object that failed, tells the caller's hook, and keeps the first error.
     fn fail(&mut self, hook: Option<&FailedHook>, key: &str, msg: String) {
+        if let Some(tier) = archived_tier(&msg) {
+            self.archived += 1;
+            tracing::warn!(
+                key = %key,
+                "in {tier}: skipped (restore it to copy it; the next run tries again)"
+            );
+            return;
+        }
         self.failed += 1;
         tell(hook, key, &msg);
         self.first_error.get_or_insert(msg);
@@ -303,10 +338,11 @@ impl SyncReport {
             (self.copied, self.copied_bytes)
         };
         let mut s = format!(
-            "copy: source {} listed, destination {} listed; {} {n} ({} new, {} changed, {}) in {secs:.2} s ({:.1} MB/s), skipped {}",
+            "copy: source {} listed, destination {} listed; {} {n}{} ({} new, {} changed, {}) in {secs:.2} s ({:.1} MB/s), skipped {}",
             self.listed_src,
             self.listed_dst.map(|n| n.to_string()).unwrap_or_else(|| "not".into()),
             if self.dry_run { "would copy" } else { "copied" },
+            self.of_planned(n),
             c.only_in_source,
             c.changed,
             progress::human_bytes(bytes),
@@ -336,10 +372,29 @@ impl SyncReport {
                 c.kept
             ));
         }
+        s.push_str(&self.archived_part());
         if self.failed > 0 {
             s.push_str(&format!(", {} FAILED", self.failed));
         }
         s
+    }
+
+    /// ` of N` when fewer were copied than the plan named (the rest failed or were skipped
+    /// as archived): the counts in parentheses are the plan's.
+    fn of_planned(&self, copied: u64) -> String {
+        let planned = self.counts.only_in_source + self.counts.changed;
+        if self.dry_run || copied >= planned {
+            String::new()
+        } else {
+            format!(" of {planned}")
+        }
+    }
+
+    fn archived_part(&self) -> String {
+        match self.archived {
+            0 => String::new(),
+            n => format!(", {n} in archive tiers (skipped: restore them to copy them)"),
+        }
     }
 
     /// `, N updated (metadata only, no bytes moved)` when metadata alone changed; `updated`:
@@ -382,8 +437,9 @@ impl SyncReport {
             None => format!("{} listed", self.listed_src),
         };
         s.push_str(&format!(
-            "sync: source {src}, destination {dst}; {verb} {} ({} new, {} changed, {}), {} {}, {} equal",
+            "sync: source {src}, destination {dst}; {verb} {}{} ({} new, {} changed, {}), {} {}, {} equal",
             if self.dry_run { c.only_in_source + c.changed } else { copied },
+            if self.first_pass.is_some() { String::new() } else { self.of_planned(copied) },
             c.only_in_source,
             c.changed,
             progress::human_bytes(if self.dry_run { c.bytes_to_copy } else { copied_bytes }),
@@ -434,6 +490,7 @@ impl SyncReport {
                 self.left
             ));
         }
+        s.push_str(&self.archived_part());
         if self.failed > 0 {
             s.push_str(&format!(", {} FAILED", self.failed));
         }
@@ -1516,5 +1573,27 @@ mod tests {
         assert!(!MaxDelete::Count(3).allows(4, 10));
         assert!(MaxDelete::Percent(10.0).allows(10, 100));
         assert!(!MaxDelete::Percent(10.0).allows(11, 100));
+    }
+
+    #[test]
+    fn archived_tiers_are_told_from_other_refusals() {
+        let s3 = "403 Forbidden: <Error><Code>InvalidObjectState</Code><Message>The operation is \
+                  not valid for the object's storage class</Message><StorageClass>DEEP_ARCHIVE</StorageClass>";
+        assert_eq!(
+            archived_tier(s3).as_deref(),
+            Some("the archive tier DEEP_ARCHIVE")
+        );
+        let cut = "403 Forbidden: <Error><Code>InvalidObjectState</Code><Message>The opera…";
+        assert_eq!(archived_tier(cut).as_deref(), Some("an archive tier"));
+        let az = "409 Conflict: <Error><Code>BlobArchived</Code><Message>This operation is not \
+                  permitted on an archived blob.</Message></Error>";
+        assert_eq!(
+            archived_tier(az).as_deref(),
+            Some("the archive tier Archive")
+        );
+        assert_eq!(
+            archived_tier("403 Forbidden: <Code>AccessDenied</Code>"),
+            None
+        );
     }
 }
