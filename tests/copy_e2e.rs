@@ -672,3 +672,58 @@ fn objects_in_archive_tiers_are_skipped_with_one_line_each_not_failed() {
     }
     assert_eq!(dst.read().keys().collect::<Vec<_>>(), vec!["a/warm.bin"]);
 }
+
+/// LIST requests moto served for `bucket` with `prefix` in the query since `from`.
+fn moto_lists(bucket: &str, prefix: &str, from: u64) -> usize {
+    let log = std::path::Path::new(&std::env::var("SLATE_RUN_DIR").expect("SLATE_RUN_DIR"))
+        .join("moto.log");
+    let text = std::fs::read(&log).expect("moto.log");
+    let tail = String::from_utf8_lossy(&text[(from as usize).min(text.len())..]).to_string();
+    tail.lines()
+        .filter(|l| l.contains(&format!("\"GET /{bucket}?")) && l.contains(prefix))
+        .count()
+}
+
+#[test]
+fn sync_once_estimate_counts_what_a_sync_would_do_and_changes_nothing() {
+    let src = Place::new(End::Local, "est-src");
+    src.seed(&small_set(12, 70));
+    let dst = Place::new(End::S3("slate-dst"), "est-dst");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let estimate = |db: &std::path::Path| {
+        let from = moto_log_len();
+        let out = run({
+            let mut c = slate_db(db);
+            c.args(["sync", "--once", &src.url(), &dst.url(), "--estimate"]);
+            c
+        });
+        assert!(out.status.success(), "{}", stderr(&out));
+        (stdout(&out), moto_lists("slate-dst", &dst.prefix, from))
+    };
+    let (text, lists) = estimate(&db);
+    assert!(text.contains("copy:      12 objects"), "{text}");
+    assert!(text.contains("delete:    0 objects"), "{text}");
+    // the requests it says it made are the ones the store served
+    assert!(lists >= 1, "{text}");
+    assert!(
+        text.contains(&format!("requests made: LIST {lists}, HEAD 0,")),
+        "moto served {lists} listings: {text}"
+    );
+    assert!(dst.read().is_empty(), "an estimate changes nothing");
+    // after a sync, two gone and one changed at the source
+    let out = run({
+        let mut c = slate_db(&db);
+        c.args(["sync", "--once", &src.url(), &dst.url(), "-q"]);
+        c
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    let keys: Vec<String> = small_set(12, 70).into_keys().collect();
+    std::fs::remove_file(src.root.join(&keys[0])).unwrap();
+    std::fs::remove_file(src.root.join(&keys[1])).unwrap();
+    std::fs::write(src.root.join(&keys[2]), b"changed, and of another size").unwrap();
+    let (text, _) = estimate(&db);
+    assert!(text.contains("copy:      1 objects, 28 B"), "{text}");
+    assert!(text.contains("delete:    2 objects"), "{text}");
+    assert_eq!(dst.read().len(), 12, "an estimate changes nothing");
+}

@@ -1392,3 +1392,53 @@ fn an_object_in_an_archive_tier_is_dead_lettered_with_why_not_retried_for_ever()
     );
     let _ = daemon.stop(libc::SIGTERM);
 }
+
+#[test]
+fn the_daemon_tells_its_store_requests_per_hour() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let src = Place::new(End::Local, "rph-src");
+    src.seed(&[("a.bin".to_string(), bytes(1, 300))].into_iter().collect());
+    let dst = Place::new(End::S3("slate-dst"), "rph-dst");
+    let mut c = slate_db(&db);
+    c.args([
+        "sync",
+        &src.url(),
+        &dst.url(),
+        "--drift-check-secs",
+        "0",
+        "--quiet",
+    ])
+    .env("SLATE_TEST_HEALTH_SECS", "1")
+    .env("RUST_LOG", "slate=info,warn")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(&log).expect("log"));
+    let daemon = spawn_daemon(c, &log, 1);
+    std::fs::write(src.root.join("b.bin"), bytes(2, 400)).unwrap();
+    // a line whose PUTs count the backfill's and the event's uploads (scaled to an hour)
+    let put_rate = |text: &str| -> Option<u64> {
+        text.lines()
+            .filter(|l| l.contains("store requests per hour"))
+            .filter_map(|l| {
+                l.split("put=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .max()
+    };
+    wait_for("a requests-per-hour line counting the uploads", 30, || {
+        put_rate(&read_log(&log)).is_some_and(|p| p > 0)
+    });
+    let text = read_log(&log);
+    assert!(
+        text.lines().any(|l| l.contains("store requests per hour")
+            && l.contains("list=")
+            && l.contains("head=")),
+        "{}",
+        log_tail(&text)
+    );
+    let _ = daemon.stop(libc::SIGTERM);
+}

@@ -79,6 +79,11 @@ pub struct SyncArgs {
     /// Print the plan (one line per copy or delete) and change nothing.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// --once: what the reconcile would cost, and change nothing: the listings and compares
+    /// are made (their requests counted), the copies and deletes of the plan counted and
+    /// priced with the config's [pricing] (list prices by default).
+    #[arg(long, requires = "once", conflicts_with = "dry_run")]
+    pub estimate: bool,
     /// Accepted for rclone's command lines: slate deletes only after every copy of the run
     /// has landed, always.
     #[arg(long)]
@@ -232,7 +237,7 @@ fn jobs(args: &SyncArgs, cfg: &Config) -> Result<Vec<Job>, SlateError> {
         });
     }
     let base = SyncOptions {
-        dry_run: args.dry_run,
+        dry_run: args.dry_run || args.estimate,
         no_delete: args.no_delete,
         max_delete: args.max_delete,
         filter,
@@ -484,6 +489,12 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
     };
     let print_failed = |_key: &str, msg: &str| eprintln!("error: {msg}");
     let mut code = 0;
+    if args.estimate {
+        for job in &jobs {
+            estimate(&manifest, job, &cfg.pricing, &print_failed).await?;
+        }
+        return Ok(0);
+    }
     for job in jobs {
         let finished = tokio::select! {
             r = once::sync_once(manifest.clone(), &job.src, &job.dst, &job.opts, Hooks {
@@ -511,6 +522,122 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         }
     }
     Ok(code)
+}
+
+/// `sync --once --estimate`: the dry run's listings and compares, made and counted, and the
+/// plan's copies and deletes counted as the copier would make them, priced.
+async fn estimate(
+    manifest: &std::sync::Arc<crate::state::manifest::Manifest>,
+    job: &Job,
+    prices: &crate::copy::estimate::Prices,
+    print_failed: &crate::engine::once::FailedHook,
+) -> Result<(), SlateError> {
+    use crate::copy::estimate::Estimate;
+    use crate::engine::plan::Action;
+    use crate::stores::requests::{Class, Counts};
+    let (src, dst) = (job.src.scheme, job.dst.scheme);
+    let server_side = job.opts.copy.server_side_copy && job.src.same_store(&job.dst);
+    let chunk = job
+        .opts
+        .copy
+        .chunk_size
+        .unwrap_or(crate::copy::tune::DEFAULT_CHUNK);
+    // (the plan, deletes, metadata updates): the hook outlives this frame's borrows
+    let tally_state = std::sync::Arc::new(std::sync::Mutex::new((Estimate::default(), 0u64, 0u64)));
+    let t = tally_state.clone();
+    let mut tally = move |row: &crate::engine::plan::Row, a: Action| {
+        let Ok(mut t) = t.lock() else { return };
+        match a {
+            Action::CopyMissing | Action::CopyChanged => {
+                let size = row.src.as_ref().map_or(0, |s| s.size);
+                t.0.add(size, chunk, server_side, src, dst);
+            }
+            Action::Delete => t.1 += 1,
+            Action::MetaChanged => t.2 += 1,
+            _ => {}
+        }
+    };
+    let before = Counts::now();
+    let report = once::sync_once(
+        manifest.clone(),
+        &job.src,
+        &job.dst,
+        &job.opts,
+        Hooks {
+            planned: Some(&mut tally),
+            failed: Some(print_failed),
+        },
+    )
+    .await?;
+    let made = Counts::now().since(&before);
+    let (plan, deletes, meta) = tally_state.lock().map(|t| t.clone()).unwrap_or_default();
+    let price = |m: &std::collections::BTreeMap<String, f64>, s: crate::core::location::Scheme| {
+        m.get(s.short()).copied().unwrap_or(0.0) / 1000.0
+    };
+    // what the listings and compares cost: lists are write-class, HEADs and GETs read-class
+    let stores: Vec<crate::core::location::Scheme> = if src == dst {
+        vec![src]
+    } else {
+        vec![src, dst]
+    };
+    let look_cost: f64 = stores
+        .iter()
+        .map(|s| {
+            made.of_store(*s, Class::List) as f64 * price(&prices.write_per_1000, *s)
+                + (made.of_store(*s, Class::Head) + made.of_store(*s, Class::Get)) as f64
+                    * price(&prices.read_per_1000, *s)
+        })
+        .sum();
+    let (egress, copy_requests) = plan.cost(prices, src, dst, server_side);
+    let meta_requests = meta
+        * if dst == crate::core::location::Scheme::Azure {
+            3
+        } else {
+            1
+        };
+    let meta_cost = meta_requests as f64 * price(&prices.write_per_1000, dst);
+    println!("estimate for {} -> {} (nothing changed)", job.src, job.dst);
+    println!(
+        "  compare:   source {} listed, destination {}; requests made: {}",
+        report.listed_src,
+        report
+            .listed_dst
+            .map_or("from the manifest".to_string(), |n| format!("{n} listed")),
+        made.line()
+    );
+    println!(
+        "  copy:      {} objects, {} ({} read, {} write requests){}",
+        plan.objects,
+        crate::copy::progress::human_bytes(plan.bytes),
+        plan.read_requests,
+        plan.write_requests,
+        if server_side { ", server-side" } else { "" }
+    );
+    if meta > 0 {
+        println!("  metadata:  {meta} objects updated in place ({meta_requests} requests)");
+    }
+    println!(
+        "  delete:    {deletes} objects ({deletes} requests{})",
+        if job.opts.no_delete {
+            "; --no-delete keeps them"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  cost:      ${:.4} compare + ${:.4} egress ({}->{}) + ${:.4} copy requests + ${:.4} metadata = ${:.4}",
+        look_cost,
+        egress,
+        src.short(),
+        dst.short(),
+        copy_requests,
+        meta_cost,
+        look_cost + egress + copy_requests + meta_cost
+    );
+    println!(
+        "  (deletes are free on S3, Azure and GCS; a second run lists again and makes these compare requests again)"
+    );
+    Ok(())
 }
 
 /// Prints on stderr when a pair starts to follow its events, and at once when one fails

@@ -123,6 +123,43 @@ pub fn register(registry: &mut Registry) {
         m.prefix_backoffs.clone(),
     );
     registry.register_collector(Box::new(TransferLimits));
+    registry.register_collector(Box::new(RequestCounts));
+}
+
+/// `slate_store_requests_total{store,class}` and `slate_queue_receives_total`, from
+/// `stores::requests`' counters.
+#[derive(Debug)]
+struct RequestCounts;
+
+impl Collector for RequestCounts {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        use crate::stores::requests::{Class, Counts, STORES};
+        use prometheus_client::metrics::counter::ConstCounter;
+        let c = Counts::now();
+        {
+            let mut family = encoder.encode_descriptor(
+                "slate_store_requests",
+                "Requests made to object stores, by store and class (LIST, HEAD, GET, PUT, DELETE)",
+                None,
+                MetricType::Counter,
+            )?;
+            for store in STORES {
+                for class in Class::ALL {
+                    let labels = [("store", store.short()), ("class", class.name())];
+                    ConstCounter::new(c.of_store(store, class))
+                        .encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let family = encoder.encode_descriptor(
+            "slate_queue_receives",
+            "Receive calls to event queues (SQS, Azure Storage Queue, Pub/Sub pull)",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(c.receives).encode(family)?;
+        Ok(())
+    }
 }
 
 /// Counts a throttle that slowed down one prefix of `store`'s `side` (`stores::pace`).

@@ -155,6 +155,56 @@ fn prune_dead_letters_hourly(db: Arc<Manifest>, mut stop: tokio::sync::watch::Re
     });
 }
 
+/// How often the health lines are told: a minute (`SLATE_TEST_HEALTH_SECS`, a test hook, makes
+/// it shorter).
+fn health_every() -> Duration {
+    std::env::var("SLATE_TEST_HEALTH_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(Duration::from_secs(60), Duration::from_secs)
+}
+
+/// The process's store requests and queue receives, told once a minute as a rate per hour
+/// over the last hour (or since the start, when shorter, scaled to an hour): what following
+/// the pairs costs while it runs. The totals are on `/metrics`.
+fn report_requests_per_hour(mut stop: tokio::sync::watch::Receiver<bool>, every: Duration) {
+    use crate::stores::requests::{Class, Counts};
+    tokio::spawn(async move {
+        let mut window: std::collections::VecDeque<(std::time::Instant, Counts)> =
+            std::collections::VecDeque::new();
+        window.push_back((std::time::Instant::now(), Counts::now()));
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let now = (std::time::Instant::now(), Counts::now());
+            while window.len() > 1 && now.0.duration_since(window[0].0) > Duration::from_secs(3600)
+            {
+                window.pop_front();
+            }
+            let Some((t0, c0)) = window.front().copied() else {
+                continue;
+            };
+            let secs = now.0.duration_since(t0).as_secs_f64().max(1.0);
+            let d = now.1.since(&c0);
+            let per_hour = |n: u64| (n as f64 * 3600.0 / secs).round() as u64;
+            tracing::info!(
+                window_s = secs.round() as u64,
+                list = per_hour(d.of(Class::List)),
+                head = per_hour(d.of(Class::Head)),
+                get = per_hour(d.of(Class::Get)),
+                put = per_hour(d.of(Class::Put)),
+                delete = per_hour(d.of(Class::Delete)),
+                queue_receives = per_hour(d.receives),
+                "store requests per hour"
+            );
+            window.push_back(now);
+        }
+    });
+}
+
 /// SQS receives in flight per queue, at least and at most: one returns at most 10 messages,
 /// so intake per queue is about 10 × this per two round trips (a receive, then the delete of
 /// what it stored). More start while receives come back full (see [`Widening`]): 3,500
@@ -295,6 +345,7 @@ pub async fn run_all(
     .await?;
     renew_claims(db.clone(), stop.clone());
     prune_dead_letters_hourly(db.clone(), stop.clone());
+    report_requests_per_hour(stop.clone(), health_every());
     let mut queues: BTreeMap<EventSource, Arc<Fanout>> = BTreeMap::new();
     let mut handles = Vec::new();
     for p in &pairs {
@@ -916,7 +967,7 @@ async fn run_pair(
                 _ = &mut shutdown => break Ok(()),
             }
         }
-        if last_health.elapsed() >= Duration::from_secs(60) {
+        if last_health.elapsed() >= health_every() {
             last_health = Instant::now();
             health_line(&db, handle).await?;
         }

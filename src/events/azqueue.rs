@@ -430,6 +430,7 @@ impl AzQueueSource {
 
     /// Receives up to 32 messages (none when the queue is empty).
     pub async fn receive(&self) -> Result<Vec<QueueMessage>> {
+        crate::stores::requests::count_receive();
         let n = BATCH.to_string();
         let vis = VISIBILITY_SECS.to_string();
         let body = self

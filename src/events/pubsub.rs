@@ -273,6 +273,7 @@ impl Source for PubSubSource {
     /// One pull: whatever is there (up to [`BATCH`]), so that a burst is stored in one
     /// transaction. Empty after a long poll that saw nothing, or after the idle pause.
     async fn next_batch(&mut self) -> Result<Vec<Message<String>>> {
+        crate::stores::requests::count_receive();
         let body = serde_json::json!({
             "maxMessages": BATCH,
             "returnImmediately": self.emulator,

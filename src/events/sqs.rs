@@ -101,6 +101,7 @@ impl Source for SqsSource {
 
     /// One long poll (up to 10 messages, the most SQS returns at once).
     async fn next_batch(&mut self) -> Result<Vec<Message<String>>> {
+        crate::stores::requests::count_receive();
         let out = self
             .client
             .receive_message()

@@ -6,7 +6,7 @@
 
 use http::Request;
 use object_store::azure::{AzureAuthorizer, AzureConfigKey, MicrosoftAzure};
-use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::client::{HttpClient, HttpConnector, HttpRequestBody};
 use object_store::multipart::PartId;
 use std::collections::BTreeMap;
 
@@ -105,9 +105,10 @@ impl AzureBlob {
             .with_client_options(http_options(allow_http))
             .build()
             .map_err(|e| err(e.to_string()))?;
-        let http = ReqwestConnector::default()
-            .connect(&http_options(allow_http))
-            .map_err(|e| err(e.to_string()))?;
+        let http =
+            crate::stores::requests::CountingConnector::new(crate::core::location::Scheme::Azure)
+                .connect(&http_options(allow_http))
+                .map_err(|e| err(e.to_string()))?;
         Ok(AzureBlob {
             azure,
             http,

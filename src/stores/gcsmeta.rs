@@ -3,7 +3,7 @@
 //! copied again. Authorised with object_store's own GCS credential chain.
 
 use http::Request;
-use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::client::{HttpClient, HttpConnector, HttpRequestBody};
 use object_store::gcp::GoogleCloudStorage;
 use object_store::{Attribute, Attributes};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
@@ -51,9 +51,10 @@ impl GcsPatch {
             .with_client_options(http_options(allow_http))
             .build()
             .map_err(|e| err(e.to_string()))?;
-        let http = ReqwestConnector::default()
-            .connect(&http_options(allow_http))
-            .map_err(|e| err(e.to_string()))?;
+        let http =
+            crate::stores::requests::CountingConnector::new(crate::core::location::Scheme::Gcs)
+                .connect(&http_options(allow_http))
+                .map_err(|e| err(e.to_string()))?;
         let bucket = utf8_percent_encode(&loc.bucket, NON_ALPHANUMERIC);
         Ok(GcsPatch {
             gcs,

@@ -18,6 +18,7 @@ pub mod limit;
 pub mod list;
 pub mod local;
 pub mod pace;
+pub mod requests;
 pub mod retry;
 pub mod s3copy;
 pub mod s3tags;
@@ -388,7 +389,10 @@ fn build_s3(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
     let s3 = st
         .builder
         // keeps S3's `x-amz-tagging-count` for slate (stores/s3tags.rs)
-        .with_http_connector(s3tags::TagCountingConnector)
+        .with_http_connector(requests::CountingConnector {
+            store: Scheme::S3,
+            tags: true,
+        })
         .with_client_options(client_options(st.allow_http).with_default_headers(headers.clone()))
         .build()
         .map_err(|e| store_err(loc, e))?;
@@ -623,6 +627,7 @@ pub fn azure_builder(loc: &Location) -> Result<(MicrosoftAzureBuilder, bool)> {
 fn build_azure(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
     let (b, allow_http) = azure_builder(loc)?;
     let azure = b
+        .with_http_connector(requests::CountingConnector::new(Scheme::Azure))
         .with_client_options(client_options(allow_http).with_default_headers(headers.clone()))
         .with_retry(retry_config())
         .build()
@@ -633,6 +638,7 @@ fn build_azure(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
 fn build_gcs(loc: &Location, headers: &http::HeaderMap) -> Result<Stores> {
     let (b, allow_http, _) = gcs_builder(loc)?;
     let gcs = b
+        .with_http_connector(requests::CountingConnector::new(Scheme::Gcs))
         .with_client_options(client_options(allow_http).with_default_headers(headers.clone()))
         .with_retry(retry_config())
         .build()

@@ -5,7 +5,7 @@
 
 use http::Request;
 use object_store::aws::{AmazonS3, AwsAuthorizer};
-use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::client::{HttpClient, HttpConnector, HttpRequestBody};
 use object_store::{Attribute, Attributes};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
@@ -96,12 +96,13 @@ impl S3CrossBucket {
             url: dst.to_string(),
             detail: e.to_string(),
         })?;
-        let http = ReqwestConnector::default()
-            .connect(&http_options(st.allow_http))
-            .map_err(|e| SlateError::Store {
-                url: dst.to_string(),
-                detail: e.to_string(),
-            })?;
+        let http =
+            crate::stores::requests::CountingConnector::new(crate::core::location::Scheme::S3)
+                .connect(&http_options(st.allow_http))
+                .map_err(|e| SlateError::Store {
+                    url: dst.to_string(),
+                    detail: e.to_string(),
+                })?;
         Ok(Some(S3CrossBucket {
             s3,
             http,
