@@ -111,6 +111,12 @@ pub fn print(m: &Manifest) -> Result<(), SlateError> {
             p.src,
             p.dst
         );
+        if let Some((at, why)) = &p.last_failure {
+            println!(
+                "     LAST RUN FAILED {}: {why} (a running daemon retries it; its log has more)",
+                when(Some(*at))
+            );
+        }
         if brake.engaged {
             println!(
                 "     DELETE BRAKE ENGAGED: {} delete(s) held ({}); release with \

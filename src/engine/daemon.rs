@@ -490,6 +490,10 @@ async fn supervise(
         let delay = backoff.delay(failures + 1).max(Duration::from_millis(500));
         handle.stats.restarts.fetch_add(1, Relaxed);
         let error = one_line(&e);
+        let (d, pair_id, note) = (db.clone(), handle.pair_id, error.clone());
+        if let Err(e) = blocking(move || d.note_failure(pair_id, &note)).await {
+            tracing::warn!(pair = %handle.label, error = %e, "could not record the failure");
+        }
         handle.set_state(PairState::Failed {
             error,
             retry_at_ms: crate::core::metrics::unix_ms() + delay.as_millis() as u64,
@@ -822,6 +826,10 @@ async fn run_pair(
     }
     tracing::debug!("following changes of {src} -> {dst}");
     handle.set_state(PairState::Following);
+    let (d, pair_id) = (db.clone(), handle.pair_id);
+    if let Err(e) = blocking(move || d.clear_failure(pair_id)).await {
+        tracing::warn!(pair = %handle.label, error = %e, "could not clear the recorded failure");
+    }
 
     let counters = Arc::new(Counters::default());
     let mut copy_opts = opts.sync.copy.clone();

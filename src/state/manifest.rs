@@ -99,6 +99,9 @@ pub struct PairInfo {
     pub dst: String,
     pub created_at: i64,
     pub last_sync_at: Option<i64>,
+    /// The daemon's last failed run of the pair (unix seconds, one-line error), until it
+    /// follows again or a full reconcile finishes.
+    pub last_failure: Option<(i64, String)>,
     pub src_objects: u64,
     pub src_bytes: u64,
     pub dst_objects: u64,
@@ -189,7 +192,18 @@ fn pair_row(r: &super::db::Row) -> DbResult<PairInfo> {
         src_objects: r.get::<_, i64>(5)?.max(0) as u64,
         src_bytes: r.get::<_, i64>(6)?.max(0) as u64,
         dst_objects: r.get::<_, i64>(7)?.max(0) as u64,
+        last_failure: r
+            .get::<_, Option<String>>(8)?
+            .as_deref()
+            .and_then(parse_failure),
     })
+}
+
+/// `failed UNIX: ERROR`, the note of a pair whose daemon run failed.
+fn parse_failure(note: &str) -> Option<(i64, String)> {
+    let rest = note.strip_prefix("failed ")?;
+    let (at, why) = rest.split_once(": ")?;
+    Some((at.parse().ok()?, why.to_string()))
 }
 
 /// Which of two records of one key came later in the slice.
@@ -316,7 +330,7 @@ impl Manifest {
     pub fn find_pair(&self, src: &str, dst: &str) -> Result<Option<PairInfo>> {
         self.read(|c| {
             c.query_row(
-                "SELECT id, src, dst, created_at, last_sync_at, 0, 0, 0 FROM pairs
+                "SELECT id, src, dst, created_at, last_sync_at, 0, 0, 0, last_sync_note FROM pairs
                  WHERE src = ?1 AND dst = ?2",
                 params![src, dst],
                 pair_row,
@@ -348,11 +362,36 @@ impl Manifest {
                     (SELECT COUNT(s_size) FROM entries e WHERE e.pair_id = p.id),
                     (SELECT CAST(COALESCE(SUM(s_size), 0) AS BIGINT) FROM entries e
                        WHERE e.pair_id = p.id),
-                    (SELECT COUNT(d_size) FROM entries e WHERE e.pair_id = p.id)
+                    (SELECT COUNT(d_size) FROM entries e WHERE e.pair_id = p.id),
+                    p.last_sync_note
                  FROM pairs p ORDER BY p.id",
                 params![],
                 pair_row,
             )
+        })
+    }
+
+    /// Records that the daemon's run of the pair failed now with `error` (one line), for
+    /// `slate pairs`; the time of the last full reconcile stays.
+    pub fn note_failure(&self, pair_id: i64, error: &str) -> Result<()> {
+        let note = format!("failed {}: {error}", now());
+        self.with(|c| {
+            c.execute(
+                "UPDATE pairs SET last_sync_note = ?1 WHERE id = ?2",
+                params![note, pair_id],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Forgets a failure [`Manifest::note_failure`] recorded: the pair runs again.
+    pub fn clear_failure(&self, pair_id: i64) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE pairs SET last_sync_note = NULL WHERE id = ?1 AND last_sync_note LIKE 'failed %'",
+                params![pair_id],
+            )
+            .map(|_| ())
         })
     }
 
@@ -801,8 +840,29 @@ mod tests {
         two_rows_per_key_become_one_in_place,
         etags_digests_and_fingerprints_come_back_as_they_went_in,
         a_destination_md5_kept_as_the_sources_survives_the_source_changing,
-        spills_and_pages_sort_keys_by_bytes
+        spills_and_pages_sort_keys_by_bytes,
+        a_failed_run_is_noted_until_the_pair_runs_again
     );
+
+    fn a_failed_run_is_noted_until_the_pair_runs_again(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://b/failing", "/tmp/failing").unwrap().id;
+        let info = |m: &Manifest| m.pairs().unwrap().into_iter().find(|i| i.id == p).unwrap();
+        assert_eq!(info(&m).last_failure, None);
+        m.note_failure(p, "missing credentials for s3://b/failing: set AWS_…")
+            .unwrap();
+        let f = info(&m).last_failure.expect("noted");
+        assert!(f.1.starts_with("missing credentials") && f.0 > 0, "{f:?}");
+        assert_eq!(info(&m).last_sync_at, None, "a failure is no sync");
+        m.clear_failure(p).unwrap();
+        assert_eq!(info(&m).last_failure, None);
+        // a full reconcile's note stays when nothing failed, and replaces a failure
+        m.note_failure(p, "x").unwrap();
+        m.mark_synced(p, "sync --once").unwrap();
+        assert_eq!(info(&m).last_failure, None);
+        m.clear_failure(p).unwrap();
+        assert!(info(&m).last_sync_at.is_some());
+    }
 
     fn st(size: u64, etag: &str) -> State {
         State {
