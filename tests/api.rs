@@ -215,6 +215,20 @@ fn a_copy_job_runs_to_its_end_and_streams_its_progress() {
         vec!["end"]
     );
 
+    // the same copy again: as `slate copy`, it compares and skips what is equal
+    let job = post_job(
+        &s,
+        &json!({"kind": "copy", "src": src.url(), "dst": dst.url()}),
+        None,
+    );
+    let id2 = job["id"].as_i64().expect("id");
+    let (_, events) = read_events(&s.url(&format!("/jobs/{id2}/events")), None);
+    let end = events.last().expect("events");
+    assert_eq!(end.data["state"], "succeeded", "{}", end.data);
+    assert_eq!(end.data["result"]["objects"], 0, "{}", end.data);
+    assert_eq!(end.data["result"]["skipped"], 300, "{}", end.data);
+    assert_eq!(end.data["bytes_done"], 0, "{}", end.data);
+
     // the announcement's call: no kind is a copy (here with a storage class for S3)
     let again_dst = Place::new(End::S3("slate-dst"), "api-announced");
     let job = post_job(

@@ -230,7 +230,6 @@ impl Jobs {
             req,
             self.base.clone(),
             live.counters.clone(),
-            resumed,
         ));
         if let Ok(mut a) = live.abort.lock() {
             *a = Some(work.abort_handle());
@@ -371,7 +370,6 @@ async fn run_job(
     req: JobRequest,
     base: CopyOptions,
     counters: Arc<Counters>,
-    resumed: bool,
 ) -> Result<Outcome> {
     // checked again at run time: a queued job of an earlier process, or roots changed since
     for (field, url) in [("src", &req.src), ("dst", &req.dst)] {
@@ -392,12 +390,18 @@ async fn run_job(
     let src = crate::copy::source(&Location::parse(&req.src)?, &settings.copy);
     let dst = Location::parse(&req.dst)?;
     match req.kind {
-        Kind::Copy if !resumed => run_copy(&src, &dst, settings.copy).await,
-        // a resumed copy: what the destination already holds unchanged is skipped
+        // one object goes straight to the copier, as `slate copy` sends it
+        Kind::Copy if crate::copy::plan(&src, &dst).await?.single.is_some() => {
+            run_copy(&src, &dst, settings.copy).await
+        }
+        // a prefix, first run or resumed, as `slate copy` copies one: both sides listed, what
+        // is equal skipped, the rows seeded into the manifest, nothing deleted
         Kind::Copy | Kind::SyncOnce => {
             let mut opts = settings.sync;
             if req.kind == Kind::Copy {
                 opts.no_delete = true;
+                opts.copy_only = true;
+                opts.full = true;
             }
             opts.purpose = format!("job {id} ({})", req.kind.name());
             run_sync(manifest, id, &src, &dst, &opts).await
@@ -437,6 +441,9 @@ async fn run_sync(
         failed: r.failed,
         result: json!({
             "copied": r.copied, "copied_bytes": r.copied_bytes, "deleted": r.deleted,
+            // a copy job's result names them as a one-object copy does
+            "objects": r.copied, "bytes": r.copied_bytes,
+            "skipped": r.counts.equal + r.counts.skipped,
             "failed": r.failed, "listed_src": r.listed_src, "listed_dst": r.listed_dst,
             "equal": r.counts.equal, "dry_run": r.dry_run,
             "seconds": r.elapsed.as_secs_f64(), "first_error": r.first_error,
