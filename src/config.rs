@@ -30,8 +30,20 @@ pub struct Config {
     /// `NAME:path` of every command, each with its own credentials; they win over a remote of
     /// the same name in rclone's config file.
     #[serde(default)]
-    pub remotes:
-        std::collections::BTreeMap<String, std::collections::BTreeMap<String, toml::Value>>,
+    pub remotes: Remotes,
+}
+
+/// The `[remotes]` tables. Their `Debug` shows names only: values hold keys and secrets.
+#[derive(Default, Deserialize)]
+#[serde(transparent)]
+pub struct Remotes(
+    pub std::collections::BTreeMap<String, std::collections::BTreeMap<String, toml::Value>>,
+);
+
+impl std::fmt::Debug for Remotes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 /// Settings of the daemon.
@@ -255,12 +267,31 @@ pub fn default_path() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// For the commands without `--config` (`diff`, `cleanup`, `pairs`, `deadletters`): the
+/// remotes of the default config file, so that locations and stored pairs naming them
+/// resolve as in `sync` and `copy`. A config that does not parse is told, not fatal here.
+pub fn load_default_remotes() {
+    let Some(path) = default_path() else { return };
+    let origin = path.display().to_string();
+    match std::fs::read_to_string(&path)
+        .map_err(|e| SlateError::Config {
+            path: origin.clone(),
+            why: e.to_string(),
+        })
+        .and_then(|text| Config::parse(&text, &origin))
+    {
+        Ok(c) => crate::core::remote::set_config_remotes(&origin, c.remote_sections()),
+        Err(e) => tracing::warn!("its [remotes] are not used: {e}"),
+    }
+}
+
 impl Config {
     /// The `[remotes.NAME]` tables as rclone's options (booleans and numbers as text).
     pub fn remote_sections(
         &self,
     ) -> std::collections::BTreeMap<String, crate::core::remote::Section> {
         self.remotes
+            .0
             .iter()
             .map(|(name, opts)| {
                 let sec = opts

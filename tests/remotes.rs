@@ -30,6 +30,11 @@ fn bare(home: &Path) -> Command {
     ] {
         c.env_remove(k);
     }
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RCLONE_") {
+            c.env_remove(k);
+        }
+    }
     c.env("HOME", home);
     c
 }
@@ -83,14 +88,11 @@ fn placed(bucket: &str, key: &str) -> (Option<String>, bool, Option<String>) {
 }
 
 fn no_secret(what: &str, text: &str, sas: &str) {
-    let sig = sas.split("sig=").nth(1).unwrap_or("none");
-    for s in [
-        S3_SECRET,
-        S3_KEY_ID,
-        sig,
-        "obscured-password-XYZ",
-        AZURITE_KEY,
-    ] {
+    let sig = sas.split("sig=").nth(1);
+    for s in [S3_SECRET, S3_KEY_ID, "obscured-password-XYZ", AZURITE_KEY]
+        .into_iter()
+        .chain(sig)
+    {
         assert!(
             !text.contains(s),
             "{what} shows a secret of the config: {text}"
@@ -297,7 +299,7 @@ fn pairs_of_slate_config_name_remotes_defined_in_it() {
     });
     let all = format!("{}{}", stdout(&out), stderr(&out));
     assert!(out.status.success(), "{all}");
-    no_secret("sync --once -vv", &all, "sig=none");
+    no_secret("sync --once -vv", &all, "");
     let dst = Place::at(End::S3("slate-dst"), &dst_prefix);
     assert_same(&dst.read(), &data);
     // the pair is named by its remote: another store than s3://slate-dst reached through the
@@ -376,4 +378,97 @@ fn a_gcs_remote_reaches_its_endpoint_with_its_class_and_acl_and_asks_no_metadata
     assert_eq!(v["storageClass"], "NEARLINE", "{v}");
     let acl = v["acl"].to_string();
     assert!(acl.contains("allUsers") && acl.contains("READER"), "{acl}");
+}
+
+#[test]
+fn a_remote_takes_from_the_environment_only_credentials_and_only_with_env_auth() {
+    let home = tempfile::tempdir().unwrap();
+    let src = Place::new(End::Local, "rc-env-src");
+    let data: BTreeMap<String, Vec<u8>> = (0..2)
+        .map(|i| (format!("e{i}"), bytes(40 + i, 300)))
+        .collect();
+    src.seed(&data);
+    let local_dst = tempfile::tempdir().unwrap();
+    let conf = home.path().join("rclone.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[aws]\ntype = s3\naccess_key_id = {S3_KEY_ID}\nsecret_access_key = {S3_SECRET}\n\
+             endpoint = {ep}\nstorage_class = STANDARD_IA\n\n\
+             [envy]\ntype = s3\nenv_auth = true\nendpoint = {ep}\n\n\
+             [prod]\ntype = local\n",
+            ep = s3_endpoint()
+        ),
+    )
+    .unwrap();
+    // what the environment says of another store: an endpoint nothing listens on, other
+    // keys, another addressing style
+    let hostile = |c: &mut Command| {
+        c.env("RCLONE_CONFIG", &conf)
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .env("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+            .env("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "true")
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing");
+    };
+    for remote in ["aws", "envy"] {
+        let prefix = unique(&format!("rc-env-{remote}"));
+        let out = run({
+            let mut c = bare(home.path());
+            hostile(&mut c);
+            c.args([
+                "copy",
+                &src.url(),
+                &format!("{remote}:slate-dst/{prefix}"),
+                "-q",
+            ]);
+            c
+        });
+        assert!(out.status.success(), "{remote}: {}", stderr(&out));
+        assert_same(&Place::at(End::S3("slate-dst"), &prefix).read(), &data);
+    }
+    // rclone's variables: RCLONE_CONFIG_PROD_EU_* define remote prod_eu (not options of
+    // remote prod), RCLONE_S3_* apply to every s3 remote over the file
+    let prefix = unique("rc-env-prodeu");
+    let out = run({
+        let mut c = bare(home.path());
+        c.env("RCLONE_CONFIG", &conf)
+            .env("RCLONE_CONFIG_PROD_EU_TYPE", "s3")
+            .env("RCLONE_CONFIG_PROD_EU_ENDPOINT", s3_endpoint())
+            .env("RCLONE_CONFIG_PROD_EU_ACCESS_KEY_ID", S3_KEY_ID)
+            .env("RCLONE_CONFIG_PROD_EU_SECRET_ACCESS_KEY", S3_SECRET)
+            .env("RCLONE_S3_STORAGE_CLASS", "GLACIER_IR")
+            .args([
+                "copy",
+                &src.url(),
+                &format!("prod_eu:slate-dst/{prefix}"),
+                "-q",
+            ]);
+        c
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (class, _, _) = placed("slate-dst", &format!("{prefix}/e0"));
+    assert_eq!(
+        class.as_deref(),
+        Some("GLACIER_IR"),
+        "RCLONE_S3_STORAGE_CLASS"
+    );
+    let out = run({
+        let mut c = bare(home.path());
+        c.env("RCLONE_CONFIG", &conf)
+            .env("RCLONE_CONFIG_PROD_EU_TYPE", "s3")
+            .args([
+                "copy",
+                &src.url(),
+                &format!("prod:{}", local_dst.path().display()),
+                "-q",
+            ]);
+        c
+    });
+    assert!(
+        out.status.success(),
+        "remote prod untouched by PROD_EU_*: {}",
+        stderr(&out)
+    );
+    assert_same(&read_local(local_dst.path()), &data);
 }

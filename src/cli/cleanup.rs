@@ -49,7 +49,8 @@ pub struct CleanupArgs {
 
 /// The side an upload row was written to.
 fn side_of(u: &Upload) -> Result<Side, SlateError> {
-    if u.dst.contains("://") {
+    // a cloud row names a bucket (`s3://bkt`, `REMOTE:bkt`); a local one an absolute path
+    if !u.dst.starts_with('/') {
         Side::open(&Location::parse(&format!("{}/", u.dst))?)
     } else {
         Side::open(&Location::parse(&u.dst)?)
@@ -71,10 +72,7 @@ async fn run_inner(args: CleanupArgs) -> Result<bool, SlateError> {
                     let root = loc.local_path();
                     (Some(dst_id(&Side::Local { loc }, &root)), String::new())
                 }
-                _ => (
-                    Some(format!("{}://{}", loc.scheme.short(), loc.bucket)),
-                    loc.prefix.clone(),
-                ),
+                _ => (Some(loc.store_id()), loc.prefix.clone()),
             }
         }
     };

@@ -74,6 +74,12 @@ pub async fn run(cli: Cli) -> i32 {
     if let Some(p) = cli.rclone_config.clone() {
         crate::core::remote::set_config_path(p);
     }
+    if matches!(
+        cli.command,
+        Command::Diff(_) | Command::Cleanup(_) | Command::Pairs(_) | Command::Deadletters(_)
+    ) {
+        crate::config::load_default_remotes();
+    }
     match cli.command {
         Command::Copy(args) => copy::run(args).await,
         Command::Sync(args) => sync::run(*args).await,

@@ -33,6 +33,8 @@ pub struct ServeArgs {
 
 async fn run_inner(args: ServeArgs) -> Result<i32, SlateError> {
     let cfg = Config::load(args.tuning.config.as_deref())?;
+    // jobs name only the remotes the operator gave: --rclone-config, [remotes]
+    crate::core::remote::explicit_only();
     let db = args
         .db
         .clone()

@@ -388,6 +388,10 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
         let wants_hub = jobs.iter().any(|j| j.events.as_deref() == Some("webhook"));
         let running = Running::new();
         let hub = Hub::new(manifest.clone());
+        if listen.is_some() {
+            // the pairs are resolved; the API's jobs name only the remotes the operator gave
+            crate::core::remote::explicit_only();
+        }
         let api_jobs = if wants_hub || listen.is_some() {
             // the same API as `slate serve`: jobs, pairs, the dashboard, next to the deliveries
             let (token, webhook_token, allowed_hosts) = args.access.resolve(&cfg.daemon)?;

@@ -125,7 +125,7 @@ fn now_ms() -> i64 {
 /// The name of a destination in the `uploads` table.
 pub fn dst_id(dst: &Side, root: &Path) -> String {
     match dst {
-        Side::Cloud { loc, .. } => format!("{}://{}", loc.scheme.short(), loc.bucket),
+        Side::Cloud { loc, .. } => loc.store_id(),
         Side::Local { .. } => std::path::absolute(root)
             .unwrap_or_else(|_| root.to_path_buf())
             .display()

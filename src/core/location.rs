@@ -93,8 +93,22 @@ impl Location {
             )));
         }
         if let Some((head, path)) = raw.split_once(':') {
-            if !head.contains('/') && !raw.starts_with('.') && remote::is_remote_name(head) {
-                return Self::through_remote(head, path, raw, 0);
+            if !head.contains('/') && !raw.starts_with('.') {
+                if remote::is_remote_name(head) {
+                    return Self::through_remote(head, path, raw, 0);
+                }
+                if let Some((name, _)) = head.split_once(',') {
+                    return Err(bad(format!(
+                        "'{head}:' is an rclone connection string, which slate does not serve: \
+                         put the options in remote '{name}' of the config, or write ./{raw} \
+                         for a local path"
+                    )));
+                }
+                // `s3:bucket` or `remote:path` (rclone style) is almost always a typo here
+                return Err(bad(format!(
+                    "'{head}:' is not a scheme slate knows nor a remote name; write s3://, \
+                     az://, gs:// or ./{raw} for a local path"
+                )));
             }
         }
         Ok(Self::local(Path::new(raw), is_dir_hint, raw))
@@ -256,8 +270,10 @@ impl Location {
 
     /// The same location, following symlinks inside it when `on` and it is a local folder
     /// (`--copy-links`; cloud stores have no links).
+    /// A local remote's `copy_links = true` stays on whatever the flag says.
     pub fn with_copy_links(mut self, on: bool) -> Location {
-        self.copy_links = on && self.scheme == Scheme::Local;
+        let remote = self.remote.as_ref().is_some_and(|r| r.copy_links);
+        self.copy_links = (on || remote) && self.scheme == Scheme::Local;
         self
     }
 
@@ -272,6 +288,16 @@ impl Location {
             (true, _) => rel.to_string(),
             (false, true) => self.prefix.clone(),
             (false, false) => format!("{}/{}", self.prefix, rel),
+        }
+    }
+
+    /// The bucket's name with what reaches it: `s3://bkt`, or `REMOTE:bkt` through a remote
+    /// (another endpoint or account than the environment's). What the uploads ledger and
+    /// `slate cleanup` file a destination's uploads under.
+    pub fn store_id(&self) -> String {
+        match &self.remote {
+            Some(r) if self.scheme != Scheme::Local => format!("{}:{}", r.name, self.bucket),
+            _ => format!("{}://{}", self.scheme.short(), self.bucket),
         }
     }
 
@@ -409,6 +435,8 @@ mod tests {
             ("s3:bucket/x", "did you mean s3://bucket/x?"),
             ("backup:bucket/x", "neither a scheme slate knows"),
             (":s3,provider=AWS:bucket", "on-the-fly remote"),
+            ("aws,acl=private:bkt/x", "connection string"),
+            ("a=b:x", "nor a remote name"),
             ("file://relative", "absolute path"),
             ("", "empty"),
         ];
@@ -438,7 +466,7 @@ mod tests {
         let conf = remote::Config::parse(
             "[a]\ntype = s3\nendpoint = http://127.0.0.1:5000\n\
              [b]\ntype = s3\nendpoint = http://127.0.0.1:9000\n\
-             [a2]\ntype = s3\nendpoint = http://127.0.0.1:5000\naccess_key_id = k\n",
+             [a2]\ntype = s3\nendpoint = http://127.0.0.1:5000\naccess_key_id = k\nsecret_access_key = s\n",
         )
         .unwrap();
         let loc = |name: &str, path: &str| match conf.resolve(name, path).unwrap() {
@@ -464,5 +492,10 @@ mod tests {
             ("a:bkt/x".into(), "b:bkt/y".into())
         );
         assert_eq!(loc("a", "bkt").to_string(), "a:bkt");
+        // the uploads ledger files them apart: a remote's uploads are not the environment's
+        assert_eq!(
+            (a.store_id(), env.store_id()),
+            ("a:bkt".into(), "s3://bkt".into())
+        );
     }
 }

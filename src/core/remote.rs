@@ -11,27 +11,51 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::RwLock;
 
 use crate::core::location::Scheme;
 
-/// The rclone config file `--rclone-config` named, set once at start.
-static CONFIG_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// The rclone config file `--rclone-config` named.
+static CONFIG_PATH: RwLock<Option<PathBuf>> = RwLock::new(None);
 
 /// Uses `path` as rclone's config file (`--rclone-config`), over `RCLONE_CONFIG`.
 pub fn set_config_path(path: PathBuf) {
-    let _ = CONFIG_PATH.set(path);
+    if let Ok(mut p) = CONFIG_PATH.write() {
+        *p = Some(path);
+    }
+}
+
+fn explicit_path() -> Option<PathBuf> {
+    CONFIG_PATH.read().ok().and_then(|p| p.clone())
 }
 
 /// Remotes of slate's own config file (`[remotes.NAME]`) and that file's path.
-static SLATE_REMOTES: OnceLock<(String, BTreeMap<String, Section>)> = OnceLock::new();
+static SLATE_REMOTES: RwLock<Option<(String, BTreeMap<String, Section>)>> = RwLock::new(None);
 
-/// Adds the remotes of slate's config file `origin` (`[remotes.NAME]` tables, rclone's
-/// option names): they win over rclone's config file's remotes of the same name.
+/// Uses the remotes of slate's config file `origin` (`[remotes.NAME]` tables, rclone's
+/// option names): they win over rclone's config file's remotes of the same name. The last
+/// config loaded is the one in force.
 pub fn set_config_remotes(origin: &str, remotes: BTreeMap<String, Section>) {
-    if !remotes.is_empty() {
-        let _ = SLATE_REMOTES.set((origin.to_string(), remotes));
+    if let Ok(mut r) = SLATE_REMOTES.write() {
+        *r = Some((origin.to_string(), remotes));
     }
+}
+
+/// Set by a process that serves the API: locations of jobs may name only the remotes the
+/// operator gave explicitly (`--rclone-config`, `[remotes]` of slate's config), never the
+/// ones of whoever's rclone.conf or `RCLONE_CONFIG*` variables the process happens to see,
+/// and errors do not list remote names.
+static EXPLICIT_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// From now on, only explicitly given remotes resolve (see [`EXPLICIT_ONLY`]).
+pub fn explicit_only() {
+    EXPLICIT_ONLY.store(true, Relaxed);
+}
+
+fn implicit_allowed() -> bool {
+    // unit tests never read the developer's own rclone config
+    !EXPLICIT_ONLY.load(Relaxed) && !cfg!(test)
 }
 
 /// A resolved remote: the settings of the locations named through it. Its `Debug` shows
@@ -123,8 +147,9 @@ pub enum Resolved {
 /// A remote's section of the config: option → value.
 pub type Section = BTreeMap<String, String>;
 
-/// The parsed config file: its sections and where it was read from.
-#[derive(Debug, Default)]
+/// The parsed config file: its sections and where it was read from. Its `Debug` shows the
+/// remotes' names only.
+#[derive(Default)]
 pub struct Config {
     pub path: Option<PathBuf>,
     sections: BTreeMap<String, Section>,
@@ -136,8 +161,11 @@ pub struct Config {
 /// looks (`$XDG_CONFIG_HOME/rclone/rclone.conf`, `~/.config/rclone/rclone.conf`,
 /// `~/.rclone.conf`): the first that exists.
 pub fn config_path() -> Option<PathBuf> {
-    if let Some(p) = CONFIG_PATH.get() {
-        return Some(p.clone());
+    if let Some(p) = explicit_path() {
+        return Some(p);
+    }
+    if !implicit_allowed() {
+        return None;
     }
     if let Some(p) = std::env::var_os("RCLONE_CONFIG").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(p));
@@ -156,15 +184,26 @@ pub fn config_path() -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("path", &self.path)
+            .field("remotes", &self.sections.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
 impl Config {
     /// Reads the config file [`config_path`] finds (none: an empty config, the environment's
     /// remotes only).
     pub fn load() -> Result<Config, String> {
         let mut c = Config::load_rclone()?;
-        if let Some((origin, remotes)) = SLATE_REMOTES.get() {
-            for (name, sec) in remotes {
-                c.sections.insert(name.clone(), sec.clone());
-                c.origins.insert(name.clone(), origin.clone());
+        if let Ok(guard) = SLATE_REMOTES.read() {
+            if let Some((origin, remotes)) = guard.as_ref() {
+                for (name, sec) in remotes {
+                    c.sections.insert(name.clone(), sec.clone());
+                    c.origins.insert(name.clone(), origin.clone());
+                }
             }
         }
         Ok(c)
@@ -179,7 +218,7 @@ impl Config {
             // rclone runs without a config file; a named one that is missing is an error
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound
-                    && CONFIG_PATH.get().is_none()
+                    && explicit_path().is_none()
                     && std::env::var_os("RCLONE_CONFIG").is_none() =>
             {
                 return Ok(Config::default())
@@ -198,6 +237,7 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config, String> {
         let mut c = Config::default();
         let mut current: Option<String> = None;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.starts_with("RCLONE_ENCRYPT_V0:") {
@@ -234,6 +274,9 @@ impl Config {
     /// The names of the remotes defined (file and environment), for messages.
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.sections.keys().cloned().collect();
+        if !implicit_allowed() {
+            return names;
+        }
         for (k, _) in std::env::vars() {
             if let Some(rest) = k.strip_prefix("RCLONE_CONFIG_") {
                 if let Some(n) = rest.strip_suffix("_TYPE") {
@@ -246,13 +289,12 @@ impl Config {
         names
     }
 
-    /// The options of remote `name`: the file's section with rclone's `RCLONE_CONFIG_NAME_KEY`
-    /// variables over it. `None` when neither defines it.
+    /// The options of remote `name`, in rclone's order of precedence: the config file's
+    /// section, then rclone's backend-wide variables (`RCLONE_S3_ACL`, …), then the remote's
+    /// own (`RCLONE_CONFIG_NAME_ACL`, which can also define a remote alone). Of the latter,
+    /// only the options its type knows are taken: `RCLONE_CONFIG_PROD_EU_TYPE` is remote
+    /// `prod_eu`'s, not an option `eu_type` of remote `prod`. `None` when nothing defines it.
     fn section(&self, name: &str) -> Option<(Section, String)> {
-        let env_name = format!(
-            "RCLONE_CONFIG_{}_",
-            name.to_ascii_uppercase().replace(['-', '.', ' '], "_")
-        );
         let mut sec = self.sections.get(name).cloned();
         let mut origin = match self.origins.get(name) {
             Some(o) => o.clone(),
@@ -262,20 +304,45 @@ impl Config {
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
         };
+        if !implicit_allowed() {
+            return sec.map(|s| (s, origin));
+        }
+        let env_name = format!(
+            "RCLONE_CONFIG_{}_",
+            name.to_ascii_uppercase().replace('-', "_")
+        );
+        let Some(ty) = std::env::var(format!("{env_name}TYPE"))
+            .ok()
+            .or_else(|| sec.as_ref().and_then(|s| s.get("type").cloned()))
+        else {
+            // a section without a type is refused by `resolve`, naming it
+            return sec.map(|s| (s, origin));
+        };
+        let table = table_of(&ty);
+        let known = |key: &str| key == "type" || table.is_some_and(|t| t(key).is_some());
         let from_env: Vec<(String, String)> = std::env::vars()
             .filter_map(|(k, v)| {
-                k.strip_prefix(&env_name)
-                    .map(|key| (key.to_ascii_lowercase(), v))
+                let key = k.strip_prefix(&env_name)?.to_ascii_lowercase();
+                known(&key).then_some((key, v))
             })
             .collect();
-        if !from_env.is_empty() {
-            if sec.is_none() {
-                origin = format!("{env_name}* variables");
+        if sec.is_none() {
+            if from_env.is_empty() {
+                return None;
             }
-            let s = sec.get_or_insert_with(Section::new);
-            for (k, v) in from_env {
-                s.insert(k, v);
+            origin = format!("{env_name}* variables");
+        }
+        let s = sec.get_or_insert_with(Section::new);
+        if let Some(backend) = backend_env(&ty) {
+            let prefix = format!("RCLONE_{backend}_");
+            for (k, v) in std::env::vars() {
+                if let Some(key) = k.strip_prefix(&prefix) {
+                    s.insert(key.to_ascii_lowercase(), v);
+                }
             }
+        }
+        for (k, v) in from_env {
+            s.insert(k, v);
         }
         sec.map(|s| (s, origin))
     }
@@ -312,6 +379,34 @@ impl Config {
             .map_err(|why| format!("remote '{name}'{where_}: {why}"))?;
         Ok(Some(Resolved::Store(remote, path.to_string())))
     }
+}
+
+/// `~/` and `$VAR`/`${VAR}` in a path, as rclone expands them in file options.
+fn expand_path(p: &str) -> String {
+    let mut out = match (p.strip_prefix("~/"), std::env::var("HOME")) {
+        (Some(rest), Ok(home)) => format!("{home}/{rest}"),
+        _ => p.to_string(),
+    };
+    while let Some(i) = out.find('$') {
+        let rest = &out[i + 1..];
+        let (name, len) = if let Some(r) = rest.strip_prefix('{') {
+            match r.find('}') {
+                Some(e) => (&r[..e], e + 2),
+                None => break,
+            }
+        } else {
+            let e = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            (&rest[..e], e)
+        };
+        if name.is_empty() {
+            break;
+        }
+        let value = std::env::var(name).unwrap_or_default();
+        out = format!("{}{value}{}", &out[..i], &out[i + 1 + len..]);
+    }
+    out
 }
 
 /// rclone's booleans.
@@ -501,20 +596,45 @@ fn flag_var(scheme: Scheme, k: &str) -> Option<(&'static str, bool)> {
     })
 }
 
+/// The option table of type `ty`.
+fn table_of(ty: &str) -> Option<fn(&str) -> Option<Opt>> {
+    Some(match ty {
+        "s3" => s3_opt,
+        "azureblob" => azure_opt,
+        "google cloud storage" | "gcs" => gcs_opt,
+        "local" => local_opt,
+        _ => return None,
+    })
+}
+
+/// The name of type `ty` in rclone's backend-wide variables (`RCLONE_S3_…`).
+fn backend_env(ty: &str) -> Option<&'static str> {
+    Some(match ty {
+        "s3" => "S3",
+        "azureblob" => "AZUREBLOB",
+        "google cloud storage" | "gcs" => "GCS",
+        "local" => "LOCAL",
+        _ => return None,
+    })
+}
+
 /// Turns a remote's options into a [`Remote`]. Every option is either honoured, accepted as
 /// having no effect here, or refused with why; unknown ones are refused.
 pub fn translate(name: &str, ty: &str, sec: &Section, origin: String) -> Result<Remote, String> {
-    let (scheme, table): (Scheme, fn(&str) -> Option<Opt>) = match ty {
-        "s3" => (Scheme::S3, s3_opt),
-        "azureblob" => (Scheme::Azure, azure_opt),
-        "google cloud storage" | "gcs" => (Scheme::Gcs, gcs_opt),
-        "local" => (Scheme::Local, local_opt),
+    let scheme = match ty {
+        "s3" => Scheme::S3,
+        "azureblob" => Scheme::Azure,
+        "google cloud storage" | "gcs" => Scheme::Gcs,
+        "local" => Scheme::Local,
         other => {
             return Err(format!(
                 "type '{other}' is not served by slate (it serves s3, azureblob, google cloud \
                  storage, local and alias remotes)"
             ))
         }
+    };
+    let Some(table) = table_of(ty) else {
+        return Err(format!("type '{ty}' is not served by slate"));
     };
     let mut r = Remote {
         name: name.to_string(),
@@ -597,7 +717,13 @@ pub fn translate(name: &str, ty: &str, sec: &Section, origin: String) -> Result<
                         .insert("AZURE_STORAGE_ENDPOINT".into(), endpoint_url(v));
                 }
                 (Scheme::Gcs, "endpoint") if !v.is_empty() => {
-                    r.vars.insert("GOOGLE_BASE_URL".into(), endpoint_url(v));
+                    // Google's Go client takes it with the JSON API's path; slate adds that
+                    let url = endpoint_url(v);
+                    let base = url
+                        .trim_end_matches('/')
+                        .trim_end_matches("/storage/v1")
+                        .to_string();
+                    r.vars.insert("GOOGLE_BASE_URL".into(), base);
                 }
                 (Scheme::Gcs, "bucket_policy_only") => gcs_policy_only = flag(k, v)?,
                 (Scheme::Local, "copy_links") => r.copy_links = flag(k, v)?,
@@ -608,6 +734,30 @@ pub fn translate(name: &str, ty: &str, sec: &Section, origin: String) -> Result<
     if gcs_policy_only {
         // rclone: with uniform bucket-level access, object ACLs are not sent
         r.acl = None;
+    }
+    if scheme == Scheme::S3 {
+        match (r.var("AWS_ACCESS_KEY_ID"), r.var("AWS_SECRET_ACCESS_KEY")) {
+            (Some(_), None) => {
+                return Err("has access_key_id but no secret_access_key".into());
+            }
+            (None, Some(_)) => {
+                return Err("has secret_access_key but no access_key_id".into());
+            }
+            _ => {}
+        }
+        // the providers that take virtual-hosted requests only, as rclone sets them
+        let provider = sec.get("provider").map(String::as_str).unwrap_or("");
+        if !sec.contains_key("force_path_style")
+            && matches!(provider, "Alibaba" | "Netease" | "TencentCOS" | "Qiniu")
+        {
+            r.vars
+                .insert("AWS_VIRTUAL_HOSTED_STYLE_REQUEST".into(), "true".into());
+        }
+    }
+    for var in ["GOOGLE_SERVICE_ACCOUNT"] {
+        if let Some(p) = r.vars.get_mut(var) {
+            *p = expand_path(p);
+        }
     }
     Ok(r)
 }
@@ -787,6 +937,43 @@ password = OBSCURED
         .unwrap();
         assert_eq!(r.var("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"), Some("true"));
         assert_eq!(r.var("AWS_ENDPOINT_URL"), Some("https://s3.example.com"));
+    }
+
+    #[test]
+    fn half_keys_providers_and_endpoints_as_rclone_takes_them() {
+        let e = conf("[a]\ntype = s3\naccess_key_id = AKIAX\n")
+            .resolve("a", "b")
+            .unwrap_err();
+        assert!(
+            e.contains("no secret_access_key") && !e.contains("AKIAX"),
+            "{e}"
+        );
+        let (r, _) = store(&conf("[a]\ntype = s3\nprovider = Alibaba\n"), "a", "b").unwrap();
+        assert_eq!(r.var("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"), Some("true"));
+        let (r, _) = store(
+            &conf("[a]\ntype = s3\nprovider = Alibaba\nforce_path_style = true\n"),
+            "a",
+            "b",
+        )
+        .unwrap();
+        assert_eq!(r.var("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"), None);
+        let (r, _) = store(
+            &conf("[g]\ntype = gcs\nendpoint = https://gcs.example.com/storage/v1/\n"),
+            "g",
+            "b",
+        )
+        .unwrap();
+        assert_eq!(r.var("GOOGLE_BASE_URL"), Some("https://gcs.example.com"));
+        // a BOM at the start of the file, as Windows editors write it
+        assert!(Config::parse("\u{feff}[a]\ntype = local\n").is_ok());
+    }
+
+    #[test]
+    fn paths_expand_home_and_variables() {
+        let home = std::env::var("HOME").unwrap_or_default();
+        assert_eq!(expand_path("~/k.json"), format!("{home}/k.json"));
+        assert_eq!(expand_path("${HOME}/k.json"), format!("{home}/k.json"));
+        assert_eq!(expand_path("/etc/k.json"), "/etc/k.json");
     }
 
     #[test]

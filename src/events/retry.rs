@@ -159,7 +159,14 @@ pub async fn retry(db: Arc<Manifest>, ids: Vec<i64>) -> Result<Retried> {
         let pairs: Vec<(i64, Location)> = dl
             .pair_sources()?
             .into_iter()
-            .filter_map(|(id, src)| Location::parse(&src).ok().map(|l| (id, l)))
+            .filter_map(|(id, src)| match Location::parse(&src) {
+                Ok(l) => Some((id, l)),
+                Err(e) => {
+                    // a remote this process cannot resolve: its letters stay, and say so
+                    tracing::warn!(pair = id, error = %e, "pair left out of the routing of retried letters");
+                    None
+                }
+            })
             .collect();
         let mut out = Retried::default();
         for id in ids {

@@ -112,6 +112,36 @@ fn env_true(name: &str) -> bool {
     env(name).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
 }
 
+/// What a remote with `env_auth = true` takes from the environment: credentials and where the
+/// cloud's chain finds them, nothing that says which store or account.
+const ENV_AUTH_VARS: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AZURE_CLIENT_ID",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_TENANT_ID",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_USE_AZURE_CLI",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "SLATE_USE_INSTANCE_METADATA",
+];
+
 /// The settings of one location, by the names of the environment variables slate reads:
 /// its rclone remote's first; then, for a plain URL or a remote with `env_auth = true`, the
 /// process environment. A remote without `env_auth` is all it says (as in rclone).
@@ -131,10 +161,25 @@ impl<'a> Vars<'a> {
         if let Some(v) = self.0.and_then(|r| r.var(name)) {
             return Some(v.to_string());
         }
-        if self.uses_env() {
+        if self.takes_env(name) {
             env(name)
         } else {
             None
+        }
+    }
+
+    /// Whether `name` may come from the process environment: always for a plain URL; for a
+    /// remote with `env_auth = true`, only a credential (as rclone's env_auth: never the
+    /// endpoint, account, connection string, SAS URL, emulator or addressing style, which
+    /// the remote names), and a session token only when the remote gives no keys of its own.
+    fn takes_env(&self, name: &str) -> bool {
+        match self.0 {
+            None => true,
+            Some(r) if !r.env_auth => false,
+            Some(r) => match name {
+                "AWS_SESSION_TOKEN" => r.var("AWS_ACCESS_KEY_ID").is_none(),
+                _ => ENV_AUTH_VARS.contains(&name),
+            },
         }
     }
 
@@ -147,11 +192,9 @@ impl<'a> Vars<'a> {
     /// from this location's settings.
     fn with_prefix(&self, prefix: &str) -> Vec<(String, String)> {
         let mut out: BTreeMap<String, String> = BTreeMap::new();
-        if self.uses_env() {
-            for (k, v) in std::env::vars() {
-                if k.starts_with(prefix) {
-                    out.insert(k, v);
-                }
+        for (k, v) in std::env::vars() {
+            if k.starts_with(prefix) && self.takes_env(&k) {
+                out.insert(k, v);
             }
         }
         if let Some(r) = self.0 {
@@ -160,6 +203,14 @@ impl<'a> Vars<'a> {
             }
         }
         out.into_iter().collect()
+    }
+
+    /// How a message names setting `var`: the variable, or `option` of the remote that gave it.
+    fn named(&self, var: &str, option: &str) -> String {
+        match self.0 {
+            Some(r) if r.var(var).is_some() => format!("{option} of remote '{}'", r.name),
+            _ => var.to_string(),
+        }
     }
 
     /// The name of the place the settings come from, for messages.
@@ -286,6 +337,9 @@ pub struct S3Settings {
     pub virtual_hosted: bool,
     /// Requests go unsigned (`AWS_SKIP_SIGNATURE`, or a remote without keys or env_auth).
     pub anonymous: bool,
+    /// `x-amz-request-payer: requester` on slate's own calls too (a remote's
+    /// `requester_pays`; object_store sends it on its own).
+    pub requester_pays: bool,
     /// Server-side encryption headers of what is written (a remote's
     /// `server_side_encryption`, `sse_kms_key_id`): object_store sends them on its writes,
     /// slate's own CopyObject calls send them too.
@@ -363,6 +417,7 @@ pub fn s3_settings(loc: &Location) -> Result<S3Settings> {
         allow_http,
         virtual_hosted: vars.is_true("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"),
         anonymous,
+        requester_pays: vars.is_true("AWS_REQUEST_PAYER"),
         sse: [
             (
                 "x-amz-server-side-encryption",
@@ -581,14 +636,15 @@ pub fn azure_builder(loc: &Location) -> Result<(MicrosoftAzureBuilder, bool)> {
         // generate-sas` give it: the endpoint, the account and the token in one
         let sas = SasUrl::parse(&url, "blob").map_err(|why| SlateError::Store {
             url: loc.to_string(),
-            detail: format!("AZURE_STORAGE_SAS_URL: {why}"),
+            detail: format!("{}: {why}", vars.named("AZURE_STORAGE_SAS_URL", "sas_url")),
         })?;
         if let Some(c) = &sas.resource {
             if *c != loc.bucket {
                 return Err(SlateError::Store {
                     url: loc.to_string(),
                     detail: format!(
-                        "AZURE_STORAGE_SAS_URL is for container '{c}', not '{}'",
+                        "{} is for container '{c}', not '{}'",
+                        vars.named("AZURE_STORAGE_SAS_URL", "sas_url"),
                         loc.bucket
                     ),
                 });

@@ -88,6 +88,9 @@ impl S3CrossBucket {
             return Ok(None);
         }
         extra.extend(st.sse.iter().cloned());
+        if st.requester_pays {
+            extra.push(("x-amz-request-payer", "requester".into()));
+        }
         let base = st
             .endpoint
             .clone()

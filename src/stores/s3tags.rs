@@ -86,7 +86,9 @@ pub fn parse_tagging(xml: &str) -> Result<Vec<(String, String)>, String> {
 pub fn tag_reader(
     loc: &crate::core::location::Location,
 ) -> crate::core::error::Result<Option<std::sync::Arc<crate::stores::s3copy::S3CrossBucket>>> {
-    if crate::stores::s3_settings(loc).is_ok_and(|st| st.anonymous) {
+    if loc.scheme != crate::core::location::Scheme::S3
+        || crate::stores::s3_settings(loc).is_ok_and(|st| st.anonymous)
+    {
         return Ok(None);
     }
     Ok(crate::stores::s3copy::S3CrossBucket::for_bucket(loc)?.map(std::sync::Arc::new))
