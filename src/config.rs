@@ -338,7 +338,23 @@ impl Config {
             why: e.to_string(),
         })?;
         let origin = path.display().to_string();
-        let c = Config::parse(&text, &origin)?;
+        let c = Config::parse(&text, &origin).map_err(|e| match e {
+            // rclone's `--config` is slate's `--rclone-config`
+            SlateError::Config { path, why }
+                if crate::core::remote::Config::parse(&text).is_ok()
+                    && text.lines().any(|l| {
+                        l.trim_start().starts_with("type") && !l.contains('"')
+                    }) =>
+            {
+                SlateError::Config {
+                    path,
+                    why: format!(
+                        "{why} (this looks like an rclone config: give it with --rclone-config)"
+                    ),
+                }
+            }
+            other => other,
+        })?;
         c.validate(&origin)?;
         Ok(c)
     }
