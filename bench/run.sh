@@ -678,13 +678,26 @@ if want resync; then
             "sync: source $DIFF_N listed, destination $DIFF_N listed; copied 0 (0 new, 0 changed," \
             "deleted 0, $DIFF_N equal"
         apply_changes
+        # the default: both sides listed (what the destination holds, whoever wrote it)
         run_timed resync.slate "${SLATE_CMD[@]}" sync --once "$SYNC_SRC" "$SYNC_DST" --db "$db"
         line=$(sync_summary resync.slate)
         expect_text "slate sync --once (second)" "$line" \
-            "sync: source $SRC_AFTER_N listed, destination from the manifest (not listed); copied $((CHG_NEW + CHG_OVERWRITE)) ($CHG_NEW new, $CHG_OVERWRITE changed," \
+            "sync: source $SRC_AFTER_N listed, destination $DIFF_N listed; copied $((CHG_NEW + CHG_OVERWRITE)) ($CHG_NEW new, $CHG_OVERWRITE changed," \
             "deleted $CHG_DELETE, $EQUAL_AFTER equal"
         [[ "$line" != *FAILED* ]] || die "slate sync --once (second): $line"
         verify_resync slate
+
+        # the same with --trust-manifest: the destination from the manifest, not listed
+        restore_data "$PRISTINE_SYNC"
+        dbt=$(fresh_db resynctrust)
+        run_timed resynctrust-first.slate "${SLATE_CMD[@]}" sync --once "$SYNC_SRC" "$SYNC_DST" --db "$dbt"
+        apply_changes
+        run_timed resynctrust.slate "${SLATE_CMD[@]}" sync --once "$SYNC_SRC" "$SYNC_DST" --db "$dbt" --trust-manifest
+        line=$(sync_summary resynctrust.slate)
+        expect_text "slate sync --once --trust-manifest (second)" "$line" \
+            "sync: source $SRC_AFTER_N listed, destination from the manifest (not listed); copied $((CHG_NEW + CHG_OVERWRITE)) ($CHG_NEW new, $CHG_OVERWRITE changed," \
+            "deleted $CHG_DELETE, $EQUAL_AFTER equal"
+        verify_resync "slate --trust-manifest"
         # zero requests: the endpoint is a closed port, so any request would fail the command
         run_timed manifest.slate "${SLATE_OFFLINE[@]}" diff "$SYNC_SRC" "$SYNC_DST" --from-manifest \
             --json --db "$db"
@@ -708,11 +721,12 @@ if want resync; then
         verify_resync "rclone --size-only"
     done
     cp "$WORK/res.resync.slate" "$WORK/res.resyncsize.slate"
+    cp "$WORK/res.resync.peer" "$WORK/res.resynctrust.peer"
 fi
 
 # ---------------------------------------------------------------------------------------
 # million: BENCH_MILLION_N small files in folders of 1,000, local → local, destination
-# identical (cp -a); the idle second `slate sync --once` (lists the source only) vs an idle
+# identical (cp -a); the idle second `slate sync --once` (lists both sides) vs an idle
 # `rclone sync`.
 # ---------------------------------------------------------------------------------------
 if want million; then
@@ -761,7 +775,7 @@ PY
         run_timed million.slate "${SLATE_CMD[@]}" sync --once "$M_SRC" "$M_DST" --db "$db"
         line=$(sync_summary million.slate)
         expect_text "slate sync --once (idle, million)" "$line" \
-            "sync: source $MILLION_N listed, destination from the manifest (not listed); copied 0 (0 new, 0 changed," \
+            "sync: source $MILLION_N listed, destination $MILLION_N listed; copied 0 (0 new, 0 changed," \
             "deleted 0, $MILLION_N equal; no data transferred"
         verify_million slate
         run_timed million.peer "${RCLONE[@]}" sync "$M_SRC" "$M_DST" -v
@@ -880,6 +894,8 @@ want million && commands+=("\`slate sync --once SRC DST --db DB\` (the second ru
         resync obj/s "$DIFF_N"
     want resync && row "resync, like for like, S3 → S3: the same slate runs (peer: rclone sync --size-only)" \
         resyncsize obj/s "$DIFF_N"
+    want resync && row "resync with \`--trust-manifest\` (the destination not listed; peer: rclone sync)" \
+        resynctrust obj/s "$DIFF_N"
     want resync && row "from-manifest: \`diff --from-manifest\` of $SRC_AFTER_N keys, no request (no peer)" \
         manifest keys/s "$SRC_AFTER_N" wall_s:1
     want million && row "million: idle 2nd \`sync --once\`, $MILLION_N files, local → local (peer: rclone sync)" \
