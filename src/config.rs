@@ -342,9 +342,9 @@ impl Config {
             // rclone's `--config` is slate's `--rclone-config`
             SlateError::Config { path, why }
                 if crate::core::remote::Config::parse(&text).is_ok()
-                    && text.lines().any(|l| {
-                        l.trim_start().starts_with("type") && !l.contains('"')
-                    }) =>
+                    && text
+                        .lines()
+                        .any(|l| l.trim_start().starts_with("type") && !l.contains('"')) =>
             {
                 SlateError::Config {
                     path,
