@@ -727,3 +727,46 @@ fn sync_once_estimate_counts_what_a_sync_would_do_and_changes_nothing() {
     assert!(text.contains("delete:    2 objects"), "{text}");
     assert_eq!(dst.read().len(), 12, "an estimate changes nothing");
 }
+
+#[test]
+fn the_daemon_after_a_copy_starts_following_without_a_head_per_object() {
+    // `slate copy`, then the daemon on the same pair and database: its start-up reconcile
+    // finds every key vouched for by the rows the copy seeded
+    let n = 12;
+    let src = Place::new(End::Local, "dmn-seeded-src");
+    src.seed(&small_set(n, 60));
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("slate.db");
+    let start = |dst: &Place, log: &std::path::Path| {
+        let mut c = slate_db(&db);
+        c.args(["sync", &src.url(), &dst.url(), "--drift-check-secs", "0"])
+            .args(["--delete-brake", "off"])
+            .env("RUST_LOG", "slate=info,warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log"));
+        spawn_daemon(c, log, 1)
+    };
+    for (copy_args, seeded) in [(vec![], true), (vec!["--no-manifest"], false)] {
+        let dst = Place::new(End::S3("slate-dst"), "dmn-seeded-dst");
+        let mut c = slate_db(&db);
+        c.args(["copy", &src.url(), &dst.url(), "-q"])
+            .args(&copy_args);
+        assert!(run(c).status.success());
+        let from = moto_log_len();
+        let log = dir.path().join(format!("d-{seeded}.log"));
+        let daemon = start(&dst, &log);
+        let heads = moto_heads(&dst.prefix, from);
+        assert_eq!(daemon.stop(libc::SIGTERM), Some(0), "{}", read_log(&log));
+        if seeded {
+            assert_eq!(
+                heads,
+                0,
+                "HEADs at the daemon's start after a copy: {}",
+                read_log(&log)
+            );
+        } else {
+            // without the copy's rows each key is compared again: what the rows save
+            assert!(heads >= n, "{heads} HEADs after a --no-manifest copy");
+        }
+    }
+}
