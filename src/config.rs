@@ -366,6 +366,9 @@ mod tests {
 
     #[test]
     fn the_example_config_parses() {
+        let _g = crate::core::remote::TEST_GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let text = include_str!("../config.example.toml");
         let c = Config::parse(text, "config.example.toml").unwrap();
         c.validate("config.example.toml").unwrap();
@@ -381,6 +384,9 @@ mod tests {
 
     #[test]
     fn pairs_are_validated_naming_the_pair_and_field() {
+        let _g = crate::core::remote::TEST_GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let c = Config::parse(
             "[[pairs]]\nname = \"x\"\nsrc = \"ftp://a\"\ndst = \"/tmp/b\"\n",
             "c.toml",
@@ -419,6 +425,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_name_the_key_and_line() {
+        let _g = crate::core::remote::TEST_GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let e = Config::parse("[copy]\ntransfers = 4\nstreamz = 2\n", "x.toml")
             .unwrap_err()
             .to_string();

@@ -426,6 +426,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls_naming_the_culprit() {
+        let _g = crate::core::remote::TEST_GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let cases = [
             ("ftp://host/x", "unknown scheme 'ftp'"),
             ("s3://", "missing bucket"),

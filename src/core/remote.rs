@@ -42,6 +42,12 @@ pub fn set_config_remotes(origin: &str, remotes: BTreeMap<String, Section>) {
     }
 }
 
+/// Held by the unit tests that load a config or resolve a location through the
+/// process-wide remotes above: `Config::validate` replaces them, so two such tests at once
+/// would see each other's remotes.
+#[cfg(test)]
+pub(crate) static TEST_GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Set by a process that serves the API: locations of jobs may name only the remotes the
 /// operator gave explicitly (`--rclone-config`, `[remotes]` of slate's config), never the
 /// ones of whoever's rclone.conf or `RCLONE_CONFIG*` variables the process happens to see,
