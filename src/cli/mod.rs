@@ -6,6 +6,7 @@ pub mod copy;
 pub mod db;
 pub mod deadletters;
 pub mod diff;
+pub mod events;
 pub mod filters;
 pub mod jobs;
 pub mod pairs;
@@ -62,6 +63,9 @@ pub enum Command {
     /// Messages no pair could use (malformed, of a bucket no pair follows): list, show,
     /// retry through the inbox, purge.
     Deadletters(deadletters::DeadLettersArgs),
+    /// Event wiring: `setup` makes what delivers a source's change events to the daemon's
+    /// queue, `check` reads it back and says what is missing.
+    Events(events::EventsArgs),
     /// The state database: `backup` (a consistent copy, SQLite or PostgreSQL) and `migrate`
     /// (schema changes a worker does not run on its own).
     Db(db::DbArgs),
@@ -91,6 +95,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Status(args) => jobs::run_status(args).await,
         Command::Deadletters(args) => deadletters::run(args).await,
         Command::Db(args) => db::run(args).await,
+        Command::Events(args) => events::run(args).await,
     }
 }
 

@@ -31,6 +31,7 @@ pub mod s3;
 pub mod source;
 pub mod sqs;
 pub mod watch;
+pub mod wiring;
 
 mod text;
 

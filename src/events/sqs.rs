@@ -47,6 +47,22 @@ fn sdk_error_text(e: impl std::fmt::Display) -> String {
     }
 }
 
+/// An SQS client on the same credential chain and region as the S3 data path
+/// (`stores::aws`): `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, ….
+pub async fn client() -> Client {
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(crate::stores::aws::region()))
+        .credentials_provider(crate::stores::aws::chain())
+        .load()
+        .await;
+    Client::new(&conf)
+}
+
+/// The error of an SQS call, as one line without what AWS echoes of the request.
+pub fn error(spec: &str, e: impl std::error::Error + 'static) -> SlateError {
+    sqs_err(spec, aws_sdk_sqs::error::DisplayErrorContext(e))
+}
+
 impl SqsSource {
     /// Connects to `sqs://QUEUE_NAME` or `sqs://https://…` (a queue URL; a plain queue URL is
     /// accepted too). Region, credentials and endpoint come from the AWS SDK's usual
@@ -59,13 +75,7 @@ impl SqsSource {
                 why: "missing queue name or URL".into(),
             });
         }
-        // the same chain and region as the S3 data path (stores::aws)
-        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new(crate::stores::aws::region()))
-            .credentials_provider(crate::stores::aws::chain())
-            .load()
-            .await;
-        let client = Client::new(&conf);
+        let client = client().await;
         let queue_url = if rest.starts_with("http://") || rest.starts_with("https://") {
             rest.to_string()
         } else {

@@ -303,6 +303,26 @@ impl S3CrossBucket {
         super::retry::signed_call("s3", key, attempt).await
     }
 
+    /// One signed request on the bucket itself (`query` with its `?`, e.g. `?notification`)
+    /// with `body`, retried on the one budget: the status and the body of the answer.
+    pub async fn bucket_call(
+        &self,
+        method: &str,
+        query: &str,
+        body: &str,
+    ) -> std::result::Result<(http::StatusCode, bytes::Bytes), String> {
+        self.with_retry(query, || async {
+            let (status, _, answer) = self
+                .signed_with(method, "", query, &[], body.as_bytes().to_vec())
+                .await?;
+            if status.is_server_error() || status.as_u16() == 429 {
+                return Err(ChunkError::of_status(status, query));
+            }
+            Ok((status, answer))
+        })
+        .await
+    }
+
     /// One signed request with no body for `key` of the destination bucket (`query` with its
     /// `?`): the status, the headers and the body of the answer.
     async fn signed(
@@ -311,6 +331,18 @@ impl S3CrossBucket {
         key: &str,
         query: &str,
         headers: &[(String, String)],
+    ) -> std::result::Result<(http::StatusCode, http::HeaderMap, bytes::Bytes), ChunkError> {
+        self.signed_with(method, key, query, headers, Vec::new())
+            .await
+    }
+
+    async fn signed_with(
+        &self,
+        method: &str,
+        key: &str,
+        query: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
     ) -> std::result::Result<(http::StatusCode, http::HeaderMap, bytes::Bytes), ChunkError> {
         let cred = self
             .s3
@@ -324,7 +356,7 @@ impl S3CrossBucket {
             b = b.header(k.as_str(), v.as_str());
         }
         let mut req: Request<HttpRequestBody> = b
-            .body(HttpRequestBody::from(Vec::new()))
+            .body(HttpRequestBody::from(body))
             .map_err(|e| ChunkError::Fatal(e.to_string()))?;
         AwsAuthorizer::new(&cred, "s3", &self.region)
             .try_authorize(&mut req, None)

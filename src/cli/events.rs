@@ -1,0 +1,420 @@
+//! `slate events setup SRC --events URL` makes the wiring that delivers SRC's change events to
+//! the queue the daemon follows; `slate events check SRC --events URL` reads it back and says
+//! what is missing or wrong, one line each (exit 1 when events cannot arrive). The rules are
+//! pure and table-tested in `events::wiring`; this file does the calls.
+//!
+//! S3 → SQS: the queue (made when missing) with a policy statement that lets the bucket
+//! send, and the bucket's notification configuration with slate's entry merged in (every
+//! other entry kept; one that overlaps is named and nothing is written).
+
+use clap::{Args, Subcommand};
+
+use crate::core::error::SlateError;
+use crate::core::location::{Location, Scheme};
+use crate::events::wiring::{self, Merge, S3Notification};
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[command(subcommand)]
+    pub command: EventsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// Make the wiring that delivers SRC's change events to the queue `--events` names, and
+    /// print what changed (S3 → SQS: the queue, its policy, the bucket's notification entry,
+    /// merged with the entries others have).
+    Setup(SetupArgs),
+    /// Read the wiring back and print what is missing or wrong, one line each; exit 1 when
+    /// events cannot arrive.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// The source whose changes are followed (s3://BUCKET/PREFIX, or a remote).
+    pub src: String,
+    /// The queue the daemon follows: sqs://QUEUE_NAME (made when missing) or sqs://QUEUE_URL.
+    #[arg(long, value_name = "URL")]
+    pub events: String,
+    /// Print what would change and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The source whose changes are followed (s3://BUCKET/PREFIX, or a remote).
+    pub src: String,
+    /// The queue the daemon follows (sqs://…).
+    #[arg(long, value_name = "URL")]
+    pub events: String,
+}
+
+pub async fn run(args: EventsArgs) -> i32 {
+    let r = match args.command {
+        EventsCommand::Setup(a) => setup(a).await,
+        EventsCommand::Check(a) => check(a).await,
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("slate: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// The S3 source and the SQS queue name of a command's arguments, refused with one line when
+/// the pair of transports is not one setup knows.
+fn s3_and_queue(src: &str, events: &str) -> Result<(Location, QueueRef), SlateError> {
+    let loc = Location::parse(src)?;
+    let bad = |why: String| SlateError::BadOption {
+        option: "--events".into(),
+        why,
+    };
+    match (loc.scheme, events.split_once("://").map(|(s, _)| s)) {
+        (Scheme::S3, Some("sqs")) => {}
+        (Scheme::S3, _) => {
+            return Err(bad(format!(
+                "'{events}': an S3 source's events come through SQS: sqs://QUEUE_NAME"
+            )))
+        }
+        (Scheme::Local, _) => {
+            return Err(bad(format!(
+                "'{events}': a local folder needs no wiring (the daemon watches it with inotify)"
+            )))
+        }
+        (Scheme::Azure | Scheme::Gcs, _) => {
+            return Err(bad(format!(
+                "'{events}': `events setup` wires S3 → SQS in this version; Azure and GCS \
+                 sources are wired as docs/USAGE.md (\"Wiring the events\") shows"
+            )))
+        }
+    }
+    Ok((loc, QueueRef::parse(events)?))
+}
+
+/// `sqs://NAME` or `sqs://https://…/ACCOUNT/NAME`.
+struct QueueRef {
+    spec: String,
+    name: String,
+    url: Option<String>,
+}
+
+impl QueueRef {
+    fn parse(spec: &str) -> Result<QueueRef, SlateError> {
+        let rest = spec.strip_prefix("sqs://").unwrap_or(spec);
+        let url =
+            (rest.starts_with("http://") || rest.starts_with("https://")).then(|| rest.to_string());
+        let name = rest.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(SlateError::BadUrl {
+                url: spec.to_string(),
+                why: "an SQS queue name is 1-80 letters, digits, '-' and '_'".into(),
+            });
+        }
+        Ok(QueueRef {
+            spec: spec.to_string(),
+            name: name.to_string(),
+            url,
+        })
+    }
+}
+
+/// The queue's URL, ARN and policy; None when there is no such queue.
+async fn queue_state(
+    c: &aws_sdk_sqs::Client,
+    q: &QueueRef,
+) -> Result<Option<(String, String, Option<String>)>, SlateError> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let url = match &q.url {
+        Some(u) => u.clone(),
+        None => match c.get_queue_url().queue_name(&q.name).send().await {
+            Ok(o) => o.queue_url.unwrap_or_default(),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_queue_does_not_exist()) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(crate::events::sqs::error(&q.spec, e)),
+        },
+    };
+    let attrs = match c
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(A::QueueArn)
+        .attribute_names(A::Policy)
+        .send()
+        .await
+    {
+        Ok(o) => o.attributes.unwrap_or_default(),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_queue_does_not_exist()) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(crate::events::sqs::error(&q.spec, e)),
+    };
+    let arn = attrs
+        .get(&A::QueueArn)
+        .cloned()
+        .ok_or_else(|| SlateError::Queue {
+            url: q.spec.clone(),
+            detail: "SQS named no QueueArn for the queue".into(),
+        })?;
+    Ok(Some((url, arn, attrs.get(&A::Policy).cloned())))
+}
+
+/// The bucket's notification configuration, read with a signed `GET ?notification`.
+async fn read_notification(
+    s3: &crate::stores::s3copy::S3CrossBucket,
+    loc: &Location,
+) -> Result<S3Notification, SlateError> {
+    let (status, body) = s3
+        .bucket_call("GET", "?notification", "")
+        .await
+        .map_err(|e| store_err(loc, format!("reading its notification configuration: {e}")))?;
+    let text = String::from_utf8_lossy(&body);
+    if !status.is_success() {
+        return Err(store_err(
+            loc,
+            format!(
+                "reading its notification configuration answered {status} {}{}",
+                crate::stores::s3copy::error_code(&text).unwrap_or_default(),
+                if status.as_u16() == 403 {
+                    " (needs s3:GetBucketNotification)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    wiring::parse_notification(&text).map_err(|e| store_err(loc, e))
+}
+
+fn store_err(loc: &Location, detail: String) -> SlateError {
+    SlateError::Store {
+        url: format!("s3://{}", loc.bucket),
+        detail,
+    }
+}
+
+fn bucket_client(loc: &Location) -> Result<crate::stores::s3copy::S3CrossBucket, SlateError> {
+    crate::stores::s3copy::S3CrossBucket::for_bucket(loc)?.ok_or_else(|| {
+        store_err(
+            loc,
+            "its notification configuration is reached path style only: unset \
+             AWS_VIRTUAL_HOSTED_STYLE_REQUEST (or the remote's force_path_style = false)"
+                .into(),
+        )
+    })
+}
+
+async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
+    let (loc, q) = s3_and_queue(&a.src, &a.events)?;
+    let s3 = bucket_client(&loc)?;
+    let sqs = crate::events::sqs::client().await;
+    let would = if a.dry_run { "would " } else { "" };
+    // Everything is read and planned before anything is changed: a configuration whose
+    // entries overlap slate's leaves the queue and the bucket as they were.
+    let queue = queue_state(&sqs, &q).await?;
+    if queue.is_none() && q.url.is_some() {
+        return Err(SlateError::Queue {
+            url: q.spec.clone(),
+            detail: "no such queue (give sqs://NAME to have it made)".into(),
+        });
+    }
+    let current = read_notification(&s3, &loc).await?;
+    // a queue not made yet has no entry: its ARN only names it in the plan
+    let planned_arn = queue
+        .as_ref()
+        .map(|(_, arn, _)| arn.clone())
+        .unwrap_or_else(|| {
+            format!(
+                "arn:aws:sqs:{}:ACCOUNT:{}",
+                crate::stores::aws::region(),
+                q.name
+            )
+        });
+    if let Merge::Conflict(lines) =
+        wiring::merge(&current, &wiring::slate_entry(&loc.prefix, &planned_arn))
+    {
+        for l in &lines {
+            eprintln!("slate: bucket {}: {l}", loc.bucket);
+        }
+        eprintln!(
+            "slate: nothing changed: the queue and bucket {}'s notification configuration are as they were",
+            loc.bucket
+        );
+        return Ok(1);
+    }
+    // 1. the queue, and its policy: S3 checks that it may send before it takes the entry
+    let (url, arn, policy) = match queue {
+        Some(s) => s,
+        None if a.dry_run => {
+            println!("would create SQS queue {}", q.name);
+            (String::new(), planned_arn, None)
+        }
+        None => {
+            let out = sqs
+                .create_queue()
+                .queue_name(&q.name)
+                .send()
+                .await
+                .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
+            println!("created SQS queue {}", q.name);
+            queue_state(&sqs, &q)
+                .await?
+                .ok_or_else(|| SlateError::Queue {
+                    url: q.spec.clone(),
+                    detail: format!(
+                        "made as {} but not found after",
+                        out.queue_url.unwrap_or_default()
+                    ),
+                })?
+        }
+    };
+    match wiring::merge_policy(policy.as_deref(), &arn, &loc.bucket) {
+        Ok(None) => println!("queue {} already lets bucket {} send", q.name, loc.bucket),
+        Ok(Some(p)) => {
+            if !a.dry_run {
+                sqs.set_queue_attributes()
+                    .queue_url(&url)
+                    .attributes(aws_sdk_sqs::types::QueueAttributeName::Policy, p)
+                    .send()
+                    .await
+                    .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
+            }
+            println!(
+                "{would}add statement slate-s3-{} to the policy of queue {}: s3.amazonaws.com \
+                 may send bucket {}'s events",
+                loc.bucket, q.name, loc.bucket
+            );
+        }
+        Err(why) => {
+            return Err(SlateError::Queue {
+                url: q.spec.clone(),
+                detail: format!("{why}: not changed; allow the bucket or pick another queue"),
+            })
+        }
+    }
+    // 2. the bucket's notification configuration, merged
+    let want = wiring::slate_entry(&loc.prefix, &arn);
+    match wiring::merge(&current, &want) {
+        Merge::Unchanged => {
+            println!(
+                "bucket {} already sends {} to queue {}: nothing to change",
+                loc.bucket,
+                want.events.join(", "),
+                q.name
+            );
+        }
+        Merge::Write(next, changes) => {
+            if !a.dry_run {
+                let xml = wiring::render_notification(&next);
+                let (status, body) =
+                    s3.bucket_call("PUT", "?notification", &xml)
+                        .await
+                        .map_err(|e| {
+                            store_err(&loc, format!("writing its notification configuration: {e}"))
+                        })?;
+                if !status.is_success() {
+                    let text = String::from_utf8_lossy(&body);
+                    return Err(store_err(
+                        &loc,
+                        format!(
+                            "writing its notification configuration answered {status} {}",
+                            crate::stores::s3copy::error_code(&text).unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+            for c in changes {
+                println!("bucket {}: {}", loc.bucket, c.line(a.dry_run));
+            }
+        }
+        Merge::Conflict(lines) => {
+            // read a moment ago without one: someone changed the configuration meanwhile
+            for l in &lines {
+                eprintln!("slate: bucket {}: {l}", loc.bucket);
+            }
+            return Ok(1);
+        }
+    }
+    if a.dry_run {
+        println!("dry run: nothing changed");
+    } else {
+        println!(
+            "wired: follow it with `slate sync {} DST --events {}`",
+            a.src, a.events
+        );
+    }
+    Ok(0)
+}
+
+async fn check(a: CheckArgs) -> Result<i32, SlateError> {
+    let (loc, q) = s3_and_queue(&a.src, &a.events)?;
+    let s3 = bucket_client(&loc)?;
+    let sqs = crate::events::sqs::client().await;
+    let Some((_, arn, policy)) = queue_state(&sqs, &q).await? else {
+        println!("broken: there is no SQS queue {}", q.name);
+        return Ok(1);
+    };
+    let mut findings = Vec::new();
+    if let Some(why) = wiring::policy_refuses(policy.as_deref(), &arn, &loc.bucket) {
+        findings.push(wiring::Finding {
+            broken: true,
+            line: why,
+        });
+    }
+    let n = read_notification(&s3, &loc).await?;
+    findings.extend(wiring::check_notification(&n, &loc.prefix, &arn));
+    for f in &findings {
+        println!(
+            "{}: {}",
+            if f.broken { "broken" } else { "warning" },
+            f.line
+        );
+    }
+    if findings.iter().any(|f| f.broken) {
+        println!(
+            "events of {} cannot reach queue {}: `slate events setup {} --events {}` repairs it",
+            a.src, q.name, a.src, a.events
+        );
+        return Ok(1);
+    }
+    println!(
+        "ok: bucket {} sends {} to queue {}, whose policy lets it",
+        loc.bucket,
+        wiring::S3_EVENTS.join(", "),
+        q.name
+    );
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_specs_are_read_or_refused() {
+        let q = QueueRef::parse("sqs://slate-q").unwrap();
+        assert_eq!((q.name.as_str(), q.url.is_none()), ("slate-q", true));
+        let q = QueueRef::parse("sqs://http://127.0.0.1:5000/123456789012/my_q").unwrap();
+        assert_eq!(q.name, "my_q");
+        assert_eq!(
+            q.url.as_deref(),
+            Some("http://127.0.0.1:5000/123456789012/my_q")
+        );
+        for bad in ["sqs://", "sqs://a b", "sqs://q?x"] {
+            assert!(QueueRef::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

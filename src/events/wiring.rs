@@ -1,0 +1,996 @@
+//! The wiring a source needs to deliver its events, as pure functions: what S3's notification
+//! configuration and an SQS queue policy must say for a pair's bucket and prefix, how slate's
+//! entry is merged into a configuration that other consumers share, and what a configuration
+//! read back is missing. `slate events setup` and `slate events check` (`cli/events.rs`) do
+//! the I/O around these.
+//!
+//! S3 keeps one notification configuration per bucket and a PUT replaces it whole, so setup
+//! reads it, keeps every entry that is not slate's (queues, topics, Lambda functions,
+//! EventBridge), and refuses — naming the entry — when one of them overlaps slate's (S3 itself
+//! refuses two rules that share an event type over overlapping prefixes and suffixes).
+
+use serde_json::{json, Value};
+
+/// The event types slate follows: what `events::s3` turns into upserts and deletes.
+pub const S3_EVENTS: [&str; 4] = [
+    "s3:ObjectCreated:*",
+    "s3:ObjectRemoved:*",
+    "s3:LifecycleExpiration:*",
+    "s3:ObjectTagging:*",
+];
+
+/// Without these no change reaches the daemon; the others (expiry, tags) only some.
+const S3_REQUIRED: [&str; 2] = ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"];
+
+/// The `<Id>` of the entry slate writes.
+pub const SLATE_ID_PREFIX: &str = "slate-";
+
+/// What an entry of a notification configuration sends its events to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Queue(String),
+    Topic(String),
+    Lambda(String),
+}
+
+impl Target {
+    pub fn arn(&self) -> &str {
+        match self {
+            Target::Queue(a) | Target::Topic(a) | Target::Lambda(a) => a,
+        }
+    }
+
+    fn element(&self) -> (&'static str, &'static str) {
+        match self {
+            Target::Queue(_) => ("QueueConfiguration", "Queue"),
+            Target::Topic(_) => ("TopicConfiguration", "Topic"),
+            Target::Lambda(_) => ("CloudFunctionConfiguration", "CloudFunction"),
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Target::Queue(_) => "queue",
+            Target::Topic(_) => "topic",
+            Target::Lambda(_) => "Lambda function",
+        }
+    }
+}
+
+/// One entry of a bucket's notification configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: Option<String>,
+    pub target: Target,
+    pub events: Vec<String>,
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+}
+
+impl Entry {
+    /// How the entry is named in a message: its id and target.
+    pub fn describe(&self) -> String {
+        let filter = match (&self.prefix, &self.suffix) {
+            (None, None) => String::new(),
+            (p, s) => format!(
+                " on {}{}",
+                p.as_deref()
+                    .map(|p| format!("prefix '{p}'"))
+                    .unwrap_or_default(),
+                s.as_deref()
+                    .map(|s| format!(" suffix '{s}'"))
+                    .unwrap_or_default()
+            ),
+        };
+        format!(
+            "entry '{}' ({} {}: {}{filter})",
+            self.id.as_deref().unwrap_or("(no id)"),
+            self.target.what(),
+            self.target.arn(),
+            self.events.join(", ")
+        )
+    }
+}
+
+/// A bucket's notification configuration (`GET ?notification`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct S3Notification {
+    pub entries: Vec<Entry>,
+    /// `<EventBridgeConfiguration/>`: every event also goes to EventBridge.
+    pub event_bridge: bool,
+}
+
+/// Parses the XML S3 answers to `GET /BUCKET?notification`.
+pub fn parse_notification(xml: &str) -> Result<S3Notification, String> {
+    #[derive(serde::Deserialize, Default)]
+    struct Raw {
+        #[serde(rename = "QueueConfiguration", default)]
+        queues: Vec<RawEntry>,
+        #[serde(rename = "TopicConfiguration", default)]
+        topics: Vec<RawEntry>,
+        #[serde(rename = "CloudFunctionConfiguration", default)]
+        lambdas: Vec<RawEntry>,
+        #[serde(rename = "EventBridgeConfiguration", default)]
+        event_bridge: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RawEntry {
+        id: Option<String>,
+        queue: Option<String>,
+        topic: Option<String>,
+        cloud_function: Option<String>,
+        #[serde(default)]
+        event: Vec<String>,
+        filter: Option<RawFilter>,
+    }
+    #[derive(serde::Deserialize)]
+    struct RawFilter {
+        #[serde(rename = "S3Key")]
+        key: Option<RawKey>,
+    }
+    #[derive(serde::Deserialize)]
+    struct RawKey {
+        #[serde(rename = "FilterRule", default)]
+        rules: Vec<RawRule>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RawRule {
+        name: String,
+        #[serde(default)]
+        value: String,
+    }
+    if xml.trim().is_empty() {
+        return Ok(S3Notification::default());
+    }
+    let raw: Raw =
+        quick_xml::de::from_str(xml).map_err(|e| format!("notification configuration: {e}"))?;
+    let mut out = S3Notification {
+        entries: Vec::new(),
+        event_bridge: raw.event_bridge.is_some(),
+    };
+    let all = raw
+        .queues
+        .into_iter()
+        .map(|e| (e.queue.clone().map(Target::Queue), e))
+        .chain(
+            raw.topics
+                .into_iter()
+                .map(|e| (e.topic.clone().map(Target::Topic), e)),
+        )
+        .chain(
+            raw.lambdas
+                .into_iter()
+                .map(|e| (e.cloud_function.clone().map(Target::Lambda), e)),
+        );
+    for (target, e) in all {
+        let target = target.ok_or_else(|| {
+            format!(
+                "notification configuration: entry '{}' names no target",
+                e.id.as_deref().unwrap_or("(no id)")
+            )
+        })?;
+        let (mut prefix, mut suffix) = (None, None);
+        for r in e
+            .filter
+            .and_then(|f| f.key)
+            .map(|k| k.rules)
+            .unwrap_or_default()
+        {
+            match r.name.to_ascii_lowercase().as_str() {
+                "prefix" => prefix = Some(r.value),
+                "suffix" => suffix = Some(r.value),
+                other => return Err(format!("notification configuration: filter rule '{other}'")),
+            }
+        }
+        out.entries.push(Entry {
+            id: e.id,
+            target,
+            events: e.event,
+            prefix: prefix.filter(|p| !p.is_empty()),
+            suffix: suffix.filter(|s| !s.is_empty()),
+        });
+    }
+    Ok(out)
+}
+
+fn esc(s: &str) -> String {
+    quick_xml::escape::escape(s).to_string()
+}
+
+/// The XML of `PUT /BUCKET?notification`: every entry, in order (queues, topics, functions,
+/// as S3 lists them), and EventBridge when it was on.
+pub fn render_notification(n: &S3Notification) -> String {
+    let mut out = String::from(
+        "<NotificationConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">",
+    );
+    for kind in [
+        "QueueConfiguration",
+        "TopicConfiguration",
+        "CloudFunctionConfiguration",
+    ] {
+        for e in n.entries.iter().filter(|e| e.target.element().0 == kind) {
+            let (outer, inner) = e.target.element();
+            out.push_str(&format!("<{outer}>"));
+            if let Some(id) = &e.id {
+                out.push_str(&format!("<Id>{}</Id>", esc(id)));
+            }
+            out.push_str(&format!("<{inner}>{}</{inner}>", esc(e.target.arn())));
+            for ev in &e.events {
+                out.push_str(&format!("<Event>{}</Event>", esc(ev)));
+            }
+            if e.prefix.is_some() || e.suffix.is_some() {
+                out.push_str("<Filter><S3Key>");
+                for (name, v) in [("prefix", &e.prefix), ("suffix", &e.suffix)] {
+                    if let Some(v) = v {
+                        out.push_str(&format!(
+                            "<FilterRule><Name>{name}</Name><Value>{}</Value></FilterRule>",
+                            esc(v)
+                        ));
+                    }
+                }
+                out.push_str("</S3Key></Filter>");
+            }
+            out.push_str(&format!("</{outer}>"));
+        }
+    }
+    if n.event_bridge {
+        out.push_str("<EventBridgeConfiguration></EventBridgeConfiguration>");
+    }
+    out.push_str("</NotificationConfiguration>");
+    out
+}
+
+/// Whether event type `a` and `b` name a common event (`s3:ObjectCreated:*` covers
+/// `s3:ObjectCreated:Put`).
+fn events_meet(a: &str, b: &str) -> bool {
+    let stem = |e: &str| e.strip_suffix('*').map(str::to_string);
+    match (stem(a), stem(b)) {
+        (Some(x), Some(y)) => x.starts_with(&y) || y.starts_with(&x),
+        (Some(x), None) => b.starts_with(&x),
+        (None, Some(y)) => a.starts_with(&y),
+        (None, None) => a == b,
+    }
+}
+
+/// Whether event type `have` delivers every event of `want`.
+fn event_covers(have: &str, want: &str) -> bool {
+    match have.strip_suffix('*') {
+        Some(stem) => want.starts_with(stem),
+        None => have == want,
+    }
+}
+
+/// S3's overlap rule: two entries overlap when they share an event type and a key could
+/// match both filters (one prefix starts the other, one suffix ends the other).
+pub fn overlaps(a: &Entry, b: &Entry) -> bool {
+    let share = a
+        .events
+        .iter()
+        .any(|x| b.events.iter().any(|y| events_meet(x, y)));
+    let pre = match (&a.prefix, &b.prefix) {
+        (Some(x), Some(y)) => x.starts_with(y.as_str()) || y.starts_with(x.as_str()),
+        _ => true,
+    };
+    let suf = match (&a.suffix, &b.suffix) {
+        (Some(x), Some(y)) => x.ends_with(y.as_str()) || y.ends_with(x.as_str()),
+        _ => true,
+    };
+    share && pre && suf
+}
+
+/// The filter prefix of a pair's key prefix: `data` follows `data/…`.
+pub fn filter_prefix(pair_prefix: &str) -> Option<String> {
+    let p = pair_prefix.trim_matches('/');
+    (!p.is_empty()).then(|| format!("{p}/"))
+}
+
+/// The entry slate wants: its events to `queue_arn`, filtered to the pair's prefix.
+pub fn slate_entry(pair_prefix: &str, queue_arn: &str) -> Entry {
+    let queue = queue_arn.rsplit(':').next().unwrap_or(queue_arn);
+    Entry {
+        id: Some(format!("{SLATE_ID_PREFIX}{queue}")),
+        target: Target::Queue(queue_arn.to_string()),
+        events: S3_EVENTS.iter().map(|s| s.to_string()).collect(),
+        prefix: filter_prefix(pair_prefix),
+        suffix: None,
+    }
+}
+
+/// What setup is to do with a bucket's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    /// slate's entry is there as wanted: nothing to write.
+    Unchanged,
+    /// Write this configuration; the changes say what differs.
+    Write(S3Notification, Vec<Change>),
+    /// Entries of others overlap slate's: nothing is written, each is named.
+    Conflict(Vec<String>),
+}
+
+/// One change [`merge`] makes to a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Added(Entry),
+    Replaced(Entry),
+    /// Entries of others, kept as they are.
+    Kept(usize),
+}
+
+impl Change {
+    /// The change as a line: as done, or (`planned`) as a dry run would do it.
+    pub fn line(&self, planned: bool) -> String {
+        let (verb, what) = match self {
+            Change::Added(e) => (["added", "would add"], e.describe()),
+            Change::Replaced(e) => (["replaced", "would replace"], e.describe()),
+            Change::Kept(n) => (
+                ["kept", "would keep"],
+                format!("{n} other entr{}", if *n == 1 { "y" } else { "ies" }),
+            ),
+        };
+        format!("{} {what}", verb[planned as usize])
+    }
+}
+
+/// Merges `want` into `current`: entries for the same queue (slate's, from an earlier
+/// setup, or one made by hand) are replaced by `want`; every other entry is kept as it is.
+pub fn merge(current: &S3Notification, want: &Entry) -> Merge {
+    let ours = |e: &Entry| e.target == want.target;
+    if current.entries.iter().filter(|e| ours(e)).count() == 1
+        && current.entries.iter().any(|e| {
+            ours(e)
+                && e.prefix == want.prefix
+                && e.suffix == want.suffix
+                && want
+                    .events
+                    .iter()
+                    .all(|w| e.events.iter().any(|h| event_covers(h, w)))
+        })
+    {
+        return Merge::Unchanged;
+    }
+    let conflicts: Vec<String> = current
+        .entries
+        .iter()
+        .filter(|e| !ours(e) && overlaps(e, want))
+        .map(|e| {
+            format!(
+                "{} overlaps slate's (events {} on {}): S3 refuses two such rules; send both \
+                 through one SNS topic (`--fanout sns://TOPIC`, a queue per consumer) or narrow \
+                 that entry",
+                e.describe(),
+                want.events.join(", "),
+                want.prefix
+                    .as_deref()
+                    .map(|p| format!("prefix '{p}'"))
+                    .unwrap_or_else(|| "the whole bucket".into())
+            )
+        })
+        .collect();
+    if !conflicts.is_empty() {
+        return Merge::Conflict(conflicts);
+    }
+    let mut lines = Vec::new();
+    let mut next = S3Notification {
+        entries: Vec::new(),
+        event_bridge: current.event_bridge,
+    };
+    for e in &current.entries {
+        if ours(e) {
+            lines.push(Change::Replaced(e.clone()));
+        } else {
+            next.entries.push(e.clone());
+        }
+    }
+    let kept = next.entries.len();
+    next.entries.push(want.clone());
+    lines.push(Change::Added(want.clone()));
+    if kept > 0 {
+        lines.push(Change::Kept(kept));
+    }
+    Merge::Write(next, lines)
+}
+
+/// One finding of `events check`: `broken` when events cannot reach the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub broken: bool,
+    pub line: String,
+}
+
+impl Finding {
+    fn broken(line: String) -> Finding {
+        Finding { broken: true, line }
+    }
+    fn warn(line: String) -> Finding {
+        Finding {
+            broken: false,
+            line,
+        }
+    }
+}
+
+/// What the bucket's configuration lacks for the pair at `pair_prefix` to reach `queue_arn`.
+pub fn check_notification(n: &S3Notification, pair_prefix: &str, queue_arn: &str) -> Vec<Finding> {
+    let want = filter_prefix(pair_prefix);
+    let ours: Vec<&Entry> = n
+        .entries
+        .iter()
+        .filter(|e| e.target == Target::Queue(queue_arn.to_string()))
+        .collect();
+    if ours.is_empty() {
+        return vec![Finding::broken(format!(
+            "the bucket's notification configuration has no entry for queue {queue_arn} \
+             (it has {} other{}): run `slate events setup`",
+            n.entries.len(),
+            if n.entries.len() == 1 { "" } else { "s" }
+        ))];
+    }
+    // entries that cover the pair's keys: no prefix, or one that starts the pair's
+    let covering: Vec<&&Entry> = ours
+        .iter()
+        .filter(|e| match (&e.prefix, &want) {
+            (None, _) => true,
+            (Some(p), Some(w)) => w.starts_with(p.as_str()),
+            (Some(_), None) => false,
+        })
+        .collect();
+    let mut out = Vec::new();
+    if covering.is_empty() {
+        out.push(Finding::broken(format!(
+            "{} filters on a prefix outside the pair's ({}): no event of the pair's keys is sent",
+            ours[0].describe(),
+            want.as_deref().unwrap_or("the whole bucket")
+        )));
+        return out;
+    }
+    for e in &covering {
+        if e.suffix.is_some() {
+            out.push(Finding::warn(format!(
+                "{} filters on a suffix: changes of other keys wait for the drift check",
+                e.describe()
+            )));
+        }
+    }
+    let has = |w: &str| {
+        covering
+            .iter()
+            .any(|e| e.events.iter().any(|h| event_covers(h, w)))
+    };
+    for w in S3_EVENTS {
+        if !has(w) {
+            let line = format!("no entry for queue {queue_arn} sends {w}");
+            out.push(if S3_REQUIRED.contains(&w) {
+                Finding::broken(format!("{line}: those changes never reach the daemon"))
+            } else {
+                Finding::warn(format!("{line}: those changes wait for the drift check"))
+            });
+        }
+    }
+    out
+}
+
+/// The statement slate adds to a queue's policy: S3 may send this bucket's events.
+pub fn queue_statement(queue_arn: &str, bucket: &str) -> Value {
+    json!({
+        "Sid": format!("slate-s3-{bucket}"),
+        "Effect": "Allow",
+        "Principal": {"Service": "s3.amazonaws.com"},
+        "Action": "sqs:SendMessage",
+        "Resource": queue_arn,
+        "Condition": {"ArnLike": {"aws:SourceArn": format!("arn:aws:s3:::{bucket}")}}
+    })
+}
+
+fn as_list(v: Option<&Value>) -> Vec<String> {
+    match v {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// IAM's `*`/`?` wildcards, as ArnLike and Resource match.
+fn glob(pattern: &str, text: &str) -> bool {
+    fn go(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], t) || (!t.is_empty() && go(p, &t[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &t[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), text.as_bytes())
+}
+
+/// Whether statement `s` applies to S3 sending `bucket`'s events to `queue_arn`.
+fn statement_applies(s: &Value, queue_arn: &str, bucket: &str) -> bool {
+    let principal = match s.get("Principal") {
+        Some(Value::String(p)) => p == "*",
+        Some(Value::Object(m)) => {
+            as_list(m.get("Service"))
+                .iter()
+                .any(|x| x == "s3.amazonaws.com")
+                || as_list(m.get("AWS")).iter().any(|x| x == "*")
+        }
+        _ => false,
+    };
+    let action = as_list(s.get("Action"))
+        .iter()
+        .any(|a| glob(&a.to_ascii_lowercase(), "sqs:sendmessage"));
+    let resource = {
+        let r = as_list(s.get("Resource"));
+        r.is_empty() || r.iter().any(|r| glob(r, queue_arn))
+    };
+    let bucket_arn = format!("arn:aws:s3:::{bucket}");
+    let condition = match s.get("Condition").and_then(Value::as_object) {
+        None => true,
+        Some(c) => c.iter().all(|(op, kv)| {
+            let Some(kv) = kv.as_object() else {
+                return false;
+            };
+            kv.iter().all(|(k, v)| {
+                if !k.eq_ignore_ascii_case("aws:SourceArn") {
+                    // a condition slate cannot evaluate (an account, an IP): assumed to hold
+                    return true;
+                }
+                let vals = as_list(Some(v));
+                match op.as_str() {
+                    "ArnLike" | "StringLike" => vals.iter().any(|p| glob(p, &bucket_arn)),
+                    "ArnEquals" | "StringEquals" => vals.iter().any(|p| p == &bucket_arn),
+                    "ArnNotLike" | "StringNotLike" => !vals.iter().any(|p| glob(p, &bucket_arn)),
+                    "ArnNotEquals" | "StringNotEquals" => !vals.iter().any(|p| p == &bucket_arn),
+                    _ => true,
+                }
+            })
+        }),
+    };
+    principal && action && resource && condition
+}
+
+/// Whether a queue's policy lets S3 send `bucket`'s events: None when it does, else why not.
+pub fn policy_refuses(policy: Option<&str>, queue_arn: &str, bucket: &str) -> Option<String> {
+    let Some(text) = policy.filter(|p| !p.trim().is_empty()) else {
+        return Some("the queue has no policy: S3 may not send to it".into());
+    };
+    let v: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("the queue's policy is no JSON ({e})")),
+    };
+    let statements = match v.get("Statement") {
+        Some(Value::Array(a)) => a.clone(),
+        Some(o @ Value::Object(_)) => vec![o.clone()],
+        _ => Vec::new(),
+    };
+    let sid = |s: &Value| {
+        s.get("Sid")
+            .and_then(Value::as_str)
+            .map(|x| format!("statement '{x}'"))
+            .unwrap_or_else(|| "a statement".into())
+    };
+    if let Some(d) = statements.iter().find(|s| {
+        s.get("Effect").and_then(Value::as_str) == Some("Deny")
+            && statement_applies(s, queue_arn, bucket)
+    }) {
+        return Some(format!(
+            "the queue's policy denies bucket {bucket} sqs:SendMessage ({})",
+            sid(d)
+        ));
+    }
+    if statements.iter().any(|s| {
+        s.get("Effect").and_then(Value::as_str) == Some("Allow")
+            && statement_applies(s, queue_arn, bucket)
+    }) {
+        None
+    } else {
+        Some(format!(
+            "the queue's policy has no statement that lets bucket {bucket} (s3.amazonaws.com) \
+             send to it"
+        ))
+    }
+}
+
+/// The queue's policy with slate's statement for `bucket` (an earlier one of slate's for the
+/// same bucket replaced, every other statement kept); None when it already lets the bucket
+/// send. A policy that denies the bucket is not rewritten: that is someone's decision.
+pub fn merge_policy(
+    policy: Option<&str>,
+    queue_arn: &str,
+    bucket: &str,
+) -> Result<Option<String>, String> {
+    match policy_refuses(policy, queue_arn, bucket) {
+        None => return Ok(None),
+        Some(why) if why.contains("denies") => return Err(why),
+        Some(_) => {}
+    }
+    let mut v: Value = match policy.filter(|p| !p.trim().is_empty()) {
+        None => json!({"Version": "2012-10-17", "Statement": []}),
+        Some(text) => serde_json::from_str(text).map_err(|e| format!("the queue's policy: {e}"))?,
+    };
+    let sid = format!("slate-s3-{bucket}");
+    let obj = v
+        .as_object_mut()
+        .ok_or("the queue's policy is not a JSON object")?;
+    let mut statements = match obj.remove("Statement") {
+        Some(Value::Array(a)) => a,
+        Some(o @ Value::Object(_)) => vec![o],
+        _ => Vec::new(),
+    };
+    statements.retain(|s| s.get("Sid").and_then(Value::as_str) != Some(sid.as_str()));
+    statements.push(queue_statement(queue_arn, bucket));
+    obj.insert("Statement".into(), Value::Array(statements));
+    obj.entry("Version").or_insert_with(|| json!("2012-10-17"));
+    Ok(Some(v.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const Q: &str = "arn:aws:sqs:us-east-1:123456789012:slate-q";
+
+    fn entry(target: Target, events: &[&str], prefix: Option<&str>, suffix: Option<&str>) -> Entry {
+        Entry {
+            id: Some("x".into()),
+            target,
+            events: events.iter().map(|s| s.to_string()).collect(),
+            prefix: prefix.map(str::to_string),
+            suffix: suffix.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn configurations_round_trip_with_every_kind_of_entry() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<NotificationConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+<QueueConfiguration><Id>other</Id><Queue>arn:aws:sqs:us-east-1:1:other</Queue>
+<Event>s3:ObjectCreated:Put</Event><Filter><S3Key><FilterRule><Name>Prefix</Name><Value>logs/</Value></FilterRule>
+<FilterRule><Name>Suffix</Name><Value>.gz</Value></FilterRule></S3Key></Filter></QueueConfiguration>
+<TopicConfiguration><Id>t</Id><Topic>arn:aws:sns:us-east-1:1:t</Topic><Event>s3:ObjectRestore:*</Event></TopicConfiguration>
+<CloudFunctionConfiguration><Id>f &amp; g</Id><CloudFunction>arn:aws:lambda:us-east-1:1:function:f</CloudFunction>
+<Event>s3:ObjectCreated:*</Event><Filter><S3Key><FilterRule><Name>prefix</Name><Value>in/</Value></FilterRule></S3Key></Filter></CloudFunctionConfiguration>
+<EventBridgeConfiguration/></NotificationConfiguration>"#;
+        let n = parse_notification(xml).unwrap();
+        assert_eq!(n.entries.len(), 3);
+        assert!(n.event_bridge);
+        assert_eq!(n.entries[0].prefix.as_deref(), Some("logs/"));
+        assert_eq!(n.entries[0].suffix.as_deref(), Some(".gz"));
+        assert_eq!(n.entries[2].id.as_deref(), Some("f & g"));
+        assert_eq!(
+            n.entries[2].target,
+            Target::Lambda("arn:aws:lambda:us-east-1:1:function:f".into())
+        );
+        let again = parse_notification(&render_notification(&n)).unwrap();
+        assert_eq!(again, n);
+        assert_eq!(parse_notification("").unwrap(), S3Notification::default());
+        assert_eq!(
+            parse_notification("<NotificationConfiguration/>").unwrap(),
+            S3Notification::default()
+        );
+        assert!(parse_notification("<NotificationConfiguration><QueueConfiguration><Id>a</Id></QueueConfiguration></NotificationConfiguration>")
+            .unwrap_err()
+            .contains("'a' names no target"));
+    }
+
+    #[test]
+    fn overlaps_follow_s3s_rule() {
+        let q = || Target::Queue("arn:q".into());
+        let cases = [
+            // (events a, prefix a, suffix a, events b, prefix b, suffix b, overlap)
+            (
+                &["s3:ObjectCreated:*"][..],
+                None,
+                None,
+                &["s3:ObjectCreated:Put"][..],
+                None,
+                None,
+                true,
+            ),
+            (
+                &["s3:ObjectCreated:*"],
+                None,
+                None,
+                &["s3:ObjectRemoved:*"],
+                None,
+                None,
+                false,
+            ),
+            (
+                &["s3:ObjectCreated:*"],
+                Some("a/"),
+                None,
+                &["s3:ObjectCreated:*"],
+                Some("b/"),
+                None,
+                false,
+            ),
+            (
+                &["s3:ObjectCreated:*"],
+                Some("a/"),
+                None,
+                &["s3:ObjectCreated:*"],
+                Some("a/b/"),
+                None,
+                true,
+            ),
+            (
+                &["s3:ObjectCreated:*"],
+                Some("a/"),
+                None,
+                &["s3:ObjectCreated:*"],
+                None,
+                Some(".gz"),
+                true,
+            ),
+            (
+                &["s3:ObjectCreated:*"],
+                None,
+                Some(".gz"),
+                &["s3:ObjectCreated:*"],
+                None,
+                Some(".jpg"),
+                false,
+            ),
+            (
+                &["s3:ObjectCreated:*"],
+                None,
+                Some("x.gz"),
+                &["s3:ObjectCreated:*"],
+                None,
+                Some(".gz"),
+                true,
+            ),
+            (
+                &["s3:ObjectRemoved:Delete"],
+                None,
+                None,
+                &["s3:ObjectRemoved:DeleteMarkerCreated"],
+                None,
+                None,
+                false,
+            ),
+        ];
+        for (ea, pa, sa, eb, pb, sb, want) in cases {
+            let a = entry(q(), ea, pa, sa);
+            let b = entry(q(), eb, pb, sb);
+            assert_eq!(overlaps(&a, &b), want, "{a:?} / {b:?}");
+            assert_eq!(overlaps(&b, &a), want, "symmetric: {a:?} / {b:?}");
+        }
+    }
+
+    #[test]
+    fn merge_keeps_others_replaces_ours_and_refuses_overlaps() {
+        let want = slate_entry("data", Q);
+        assert_eq!(want.prefix.as_deref(), Some("data/"));
+        assert_eq!(want.id.as_deref(), Some("slate-slate-q"));
+        let other_q = entry(
+            Target::Queue("arn:other".into()),
+            &["s3:ObjectCreated:*"],
+            Some("logs/"),
+            None,
+        );
+        let lambda = entry(
+            Target::Lambda("arn:f".into()),
+            &["s3:ObjectCreated:Put"],
+            Some("in/"),
+            Some(".jpg"),
+        );
+        let current = S3Notification {
+            entries: vec![other_q.clone(), lambda.clone()],
+            event_bridge: true,
+        };
+        let Merge::Write(next, lines) = merge(&current, &want) else {
+            panic!("expected a write")
+        };
+        assert_eq!(
+            next.entries,
+            vec![other_q.clone(), lambda.clone(), want.clone()]
+        );
+        assert!(next.event_bridge, "EventBridge stays on");
+        assert_eq!(lines, vec![Change::Added(want.clone()), Change::Kept(2)]);
+        assert_eq!(lines[1].line(false), "kept 2 other entries");
+        assert_eq!(lines[1].line(true), "would keep 2 other entries");
+        assert!(lines[0]
+            .line(true)
+            .starts_with("would add entry 'slate-slate-q' (queue "));
+        // the same again changes nothing
+        assert_eq!(merge(&next, &want), Merge::Unchanged);
+        // an older entry for our queue (another prefix) is replaced, not doubled
+        let old = entry(
+            Target::Queue(Q.into()),
+            &["s3:ObjectCreated:*"],
+            Some("old/"),
+            None,
+        );
+        let Merge::Write(n2, lines) = merge(
+            &S3Notification {
+                entries: vec![old, other_q.clone()],
+                event_bridge: false,
+            },
+            &want,
+        ) else {
+            panic!("expected a write")
+        };
+        assert_eq!(n2.entries, vec![other_q.clone(), want.clone()]);
+        assert!(
+            lines[0].line(false).starts_with("replaced entry 'x'"),
+            "{lines:?}"
+        );
+        // an overlapping rule of someone else's is named, not overwritten
+        let clash = entry(
+            Target::Queue("arn:theirs".into()),
+            &["s3:ObjectRemoved:*"],
+            Some("da"),
+            None,
+        );
+        match merge(
+            &S3Notification {
+                entries: vec![clash],
+                event_bridge: false,
+            },
+            &want,
+        ) {
+            Merge::Conflict(lines) => {
+                assert_eq!(lines.len(), 1);
+                assert!(
+                    lines[0].contains("arn:theirs") && lines[0].contains("sns://"),
+                    "{}",
+                    lines[0]
+                );
+            }
+            other => panic!("expected a conflict: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn check_names_what_cannot_deliver() {
+        let ok = S3Notification {
+            entries: vec![slate_entry("data", Q)],
+            event_bridge: false,
+        };
+        assert_eq!(check_notification(&ok, "data", Q), vec![]);
+        // a whole-bucket entry covers the pair too
+        let whole = S3Notification {
+            entries: vec![slate_entry("", Q)],
+            event_bridge: false,
+        };
+        assert_eq!(check_notification(&whole, "data/sub", Q), vec![]);
+        let cases: [(Vec<Entry>, &str, bool); 5] = [
+            (vec![], "no entry for queue", true),
+            (
+                vec![entry(
+                    Target::Queue(Q.into()),
+                    &S3_EVENTS,
+                    Some("other/"),
+                    None,
+                )],
+                "outside the pair's",
+                true,
+            ),
+            (
+                vec![entry(
+                    Target::Queue(Q.into()),
+                    &[
+                        "s3:ObjectCreated:*",
+                        "s3:LifecycleExpiration:*",
+                        "s3:ObjectTagging:*",
+                    ],
+                    None,
+                    None,
+                )],
+                "sends s3:ObjectRemoved:*: those changes never reach",
+                true,
+            ),
+            (
+                vec![entry(Target::Queue(Q.into()), &S3_REQUIRED, None, None)],
+                "sends s3:LifecycleExpiration:*: those changes wait",
+                false,
+            ),
+            (
+                vec![entry(
+                    Target::Queue(Q.into()),
+                    &S3_EVENTS,
+                    None,
+                    Some(".bin"),
+                )],
+                "filters on a suffix",
+                false,
+            ),
+        ];
+        for (entries, want, broken) in cases {
+            let n = S3Notification {
+                entries,
+                event_bridge: false,
+            };
+            let f = check_notification(&n, "data", Q);
+            let hit = f.iter().find(|f| f.line.contains(want));
+            assert!(hit.is_some(), "{want}: {f:?}");
+            assert_eq!(hit.map(|f| f.broken), Some(broken), "{want}: {f:?}");
+            assert_eq!(f.iter().any(|f| f.broken), broken, "{want}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn policies_are_read_and_merged() {
+        let ours = merge_policy(None, Q, "bkt").unwrap().unwrap();
+        assert_eq!(policy_refuses(Some(&ours), Q, "bkt"), None);
+        assert!(
+            policy_refuses(Some(&ours), Q, "another").is_some(),
+            "scoped to the bucket"
+        );
+        assert_eq!(
+            merge_policy(Some(&ours), Q, "bkt").unwrap(),
+            None,
+            "idempotent"
+        );
+        // a second bucket adds its statement beside the first
+        let two = merge_policy(Some(&ours), Q, "b2").unwrap().unwrap();
+        assert_eq!(policy_refuses(Some(&two), Q, "bkt"), None);
+        assert_eq!(policy_refuses(Some(&two), Q, "b2"), None);
+        let cases = [
+            (None, Some("no policy")),
+            (Some("not json"), Some("no JSON")),
+            (
+                Some(
+                    r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"sqs:*","Resource":"*"}}"#,
+                ),
+                None,
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":{"Service":"s3.amazonaws.com"},"Action":"sqs:SendMessage","Resource":"arn:aws:sqs:*:*:slate-*","Condition":{"ArnLike":{"aws:SourceArn":"arn:aws:s3:::b*"}}}]}"#,
+                ),
+                None,
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":{"Service":"s3.amazonaws.com"},"Action":"sqs:SendMessage","Resource":"arn:aws:sqs:*:*:other","Condition":{"ArnLike":{"aws:SourceArn":"arn:aws:s3:::bkt"}}}]}"#,
+                ),
+                Some("no statement"),
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":{"AWS":"arn:aws:iam::1:root"},"Action":"sqs:SendMessage","Resource":"*"}]}"#,
+                ),
+                Some("no statement"),
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Sid":"all","Effect":"Allow","Principal":"*","Action":"*"},{"Sid":"nope","Effect":"Deny","Principal":{"Service":"s3.amazonaws.com"},"Action":"sqs:SendMessage","Condition":{"ArnEquals":{"aws:SourceArn":"arn:aws:s3:::bkt"}}}]}"#,
+                ),
+                Some("denies bucket bkt sqs:SendMessage (statement 'nope')"),
+            ),
+        ];
+        for (policy, want) in cases {
+            let got = policy_refuses(policy, Q, "bkt");
+            match want {
+                None => assert_eq!(got, None, "{policy:?}"),
+                Some(w) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(w)),
+                    "{policy:?}: {got:?}"
+                ),
+            }
+        }
+        // a deny is not rewritten
+        let deny = r#"{"Statement":[{"Effect":"Deny","Principal":"*","Action":"sqs:*"}]}"#;
+        assert!(merge_policy(Some(deny), Q, "bkt")
+            .unwrap_err()
+            .contains("denies"));
+        // others' statements are kept
+        let other = r#"{"Version":"2012-10-17","Statement":[{"Sid":"mine","Effect":"Allow","Principal":{"AWS":"arn:aws:iam::1:root"},"Action":"sqs:ReceiveMessage","Resource":"*"}]}"#;
+        let merged: Value =
+            serde_json::from_str(&merge_policy(Some(other), Q, "bkt").unwrap().unwrap()).unwrap();
+        let sids: Vec<_> = merged["Statement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["Sid"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(sids, vec!["mine", "slate-s3-bkt"]);
+    }
+}

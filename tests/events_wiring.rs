@@ -1,0 +1,360 @@
+//! `slate events setup` and `slate events check` against moto (S3 + SQS): a bucket whose
+//! notification configuration already serves another queue and a Lambda function keeps both;
+//! slate's entry delivers (a PUT reaches the replica through the daemon); setup run twice
+//! changes nothing; check finds a removed entry and a policy that denies the bucket; an
+//! overlapping rule of someone else's is named and nothing is changed.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+
+fn events(args: &[&str]) -> std::process::Output {
+    let mut c = slate();
+    c.arg("events").args(args);
+    run(c)
+}
+
+fn make_bucket(bucket: &str) {
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}"), "");
+    assert!(
+        st == 200 || body.contains("BucketAlreadyOwnedByYou"),
+        "create bucket: {st} {body}"
+    );
+}
+
+/// A queue of someone else's: its ARN.
+fn other_queue(name: &str) -> String {
+    rt().block_on(async {
+        let c = sqs_client().await;
+        let url = c
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .expect("queue")
+            .queue_url
+            .expect("url");
+        queue_attr(&c, &url, aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .await
+            .expect("arn")
+    })
+}
+
+async fn queue_attr(
+    c: &aws_sdk_sqs::Client,
+    url: &str,
+    name: aws_sdk_sqs::types::QueueAttributeName,
+) -> Option<String> {
+    c.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(name.clone())
+        .send()
+        .await
+        .expect("attributes")
+        .attributes
+        .and_then(|a| a.get(&name).cloned())
+}
+
+/// The queue's URL, None when there is no such queue.
+fn queue_url(name: &str) -> Option<String> {
+    rt().block_on(async {
+        let c = sqs_client().await;
+        c.get_queue_url()
+            .queue_name(name)
+            .send()
+            .await
+            .ok()
+            .and_then(|o| o.queue_url)
+    })
+}
+
+fn notification(bucket: &str) -> String {
+    let (st, body) = s3_raw("GET", &format!("/{bucket}?notification"), "");
+    assert_eq!(st, 200, "{body}");
+    body
+}
+
+fn put_notification(bucket: &str, xml: &str) {
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}?notification"), xml);
+    assert_eq!(st, 200, "notification config: {body}");
+}
+
+/// Someone else's entries: a queue on `logs/` and a Lambda function on `in/`.
+fn others(other_arn: &str) -> String {
+    format!(
+        "<QueueConfiguration><Id>theirs</Id><Queue>{other_arn}</Queue><Event>s3:ObjectCreated:*</Event>\
+         <Filter><S3Key><FilterRule><Name>prefix</Name><Value>logs/</Value></FilterRule></S3Key></Filter>\
+         </QueueConfiguration>\
+         <CloudFunctionConfiguration><Id>thumbs</Id>\
+         <CloudFunction>arn:aws:lambda:us-east-1:123456789012:function:thumbs</CloudFunction>\
+         <Event>s3:ObjectCreated:Put</Event>\
+         <Filter><S3Key><FilterRule><Name>prefix</Name><Value>in/</Value></FilterRule></S3Key></Filter>\
+         </CloudFunctionConfiguration>"
+    )
+}
+
+#[test]
+fn setup_merges_into_a_shared_configuration_and_its_entry_delivers() {
+    let bucket = format!("slate-wire-{}", std::process::id());
+    let queue = unique("slate-wq");
+    let other = other_queue(&unique("their-q"));
+    make_bucket(&bucket);
+    put_notification(
+        &bucket,
+        &format!(
+            "<NotificationConfiguration>{}</NotificationConfiguration>",
+            others(&other)
+        ),
+    );
+    let src = format!("s3://{bucket}/data");
+    let ev = format!("sqs://{queue}");
+
+    // before: no queue, check says so
+    let out = events(&["check", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("no SQS queue"), "{}", stdout(&out));
+
+    // a dry run changes nothing
+    let before = notification(&bucket);
+    let out = events(&["setup", &src, "--events", &ev, "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("would create SQS queue"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("would add entry"), "{}", stdout(&out));
+    assert_eq!(queue_url(&queue), None, "a dry run made the queue");
+    assert_eq!(
+        notification(&bucket),
+        before,
+        "a dry run changed the bucket"
+    );
+
+    let out = events(&["setup", &src, "--events", &ev]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    assert!(
+        said.contains(&format!("created SQS queue {queue}")),
+        "{said}"
+    );
+    assert!(said.contains("added entry 'slate-"), "{said}");
+    assert!(said.contains("kept 2 other entries"), "{said}");
+    let after = notification(&bucket);
+    assert!(
+        after.contains("theirs") && after.contains(&other),
+        "their queue kept: {after}"
+    );
+    assert!(
+        after.contains("function:thumbs"),
+        "their Lambda kept: {after}"
+    );
+    assert!(
+        after.contains(&queue) && after.contains("data/"),
+        "slate's entry: {after}"
+    );
+    for ev in [
+        "s3:ObjectCreated:*",
+        "s3:ObjectRemoved:*",
+        "s3:LifecycleExpiration:*",
+        "s3:ObjectTagging:*",
+    ] {
+        assert!(after.contains(ev), "{ev}: {after}");
+    }
+
+    // twice: nothing changes
+    let out = events(&["setup", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("nothing to change"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("already lets bucket"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        notification(&bucket),
+        after,
+        "the second setup changed the bucket"
+    );
+
+    let out = events(&["check", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("ok:"), "{}", stdout(&out));
+
+    // the entry delivers: the bucket's own events bring a PUT to the replica
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let replica = dir.path().join("replica");
+    let mut daemon = Daemon::start(
+        &db,
+        &src,
+        replica.to_str().expect("utf-8"),
+        &["--events", &ev],
+        &log,
+    );
+    let store = s3(&bucket);
+    let file: BTreeMap<String, Vec<u8>> = [("wired.bin".to_string(), bytes(7, 1000))].into();
+    rt().block_on(seed(&store, "data", &file));
+    wait_for(
+        "the PUT to reach the replica through the wired queue",
+        30,
+        || std::fs::read(replica.join("wired.bin")).ok().as_deref() == Some(&file["wired.bin"][..]),
+    );
+    let text = daemon.log_text();
+    assert!(
+        text.contains("wired.bin"),
+        "the daemon's log names the key it applied: {}",
+        log_tail(&text)
+    );
+    assert_eq!(daemon.stop(), Some(0));
+}
+
+#[test]
+fn check_finds_a_removed_entry_and_a_policy_that_denies_the_bucket() {
+    let bucket = format!("slate-wirechk-{}", std::process::id());
+    let queue = unique("slate-wc");
+    let other = other_queue(&unique("their-c"));
+    make_bucket(&bucket);
+    let src = format!("s3://{bucket}");
+    let ev = format!("sqs://{queue}");
+    let out = events(&["setup", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = events(&["check", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    // another team's deploy overwrites the configuration with its own
+    put_notification(
+        &bucket,
+        &format!(
+            "<NotificationConfiguration><QueueConfiguration><Id>theirs</Id><Queue>{other}</Queue>\
+             <Event>s3:ObjectRestore:*</Event></QueueConfiguration></NotificationConfiguration>"
+        ),
+    );
+    let out = events(&["check", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains("broken: the bucket's notification configuration has no entry for queue"),
+        "{said}"
+    );
+    assert!(
+        said.contains("slate events setup"),
+        "the repair is named: {said}"
+    );
+    // setup repairs it, keeping theirs
+    let out = events(&["setup", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let conf = notification(&bucket);
+    assert!(conf.contains(&other) && conf.contains(&queue), "{conf}");
+    let out = events(&["check", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    // an entry that lost its deletes
+    put_notification(
+        &bucket,
+        &format!(
+            "<NotificationConfiguration><QueueConfiguration><Id>slate</Id><Queue>{}</Queue>\
+             <Event>s3:ObjectCreated:*</Event></QueueConfiguration></NotificationConfiguration>",
+            conf_queue_arn(&queue)
+        ),
+    );
+    let out = events(&["check", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("sends s3:ObjectRemoved:*: those changes never reach the daemon"),
+        "{}",
+        stdout(&out)
+    );
+
+    // a policy that denies the bucket: check says so, setup does not overrule it
+    let url = queue_url(&queue).expect("queue");
+    let arn = conf_queue_arn(&queue);
+    let deny = serde_json::json!({"Version": "2012-10-17", "Statement": [
+        {"Sid": "lockdown", "Effect": "Deny", "Principal": "*", "Action": "sqs:SendMessage",
+         "Resource": arn, "Condition": {"ArnLike": {"aws:SourceArn": "arn:aws:s3:::*"}}}]})
+    .to_string();
+    rt().block_on(async {
+        sqs_client()
+            .await
+            .set_queue_attributes()
+            .queue_url(&url)
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::Policy, deny)
+            .send()
+            .await
+            .expect("policy")
+    });
+    let out = events(&["check", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "broken: the queue's policy denies bucket {bucket} sqs:SendMessage (statement 'lockdown')"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let out = events(&["setup", &src, "--events", &ev]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("denies bucket") && stderr(&out).contains("not changed"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+fn conf_queue_arn(queue: &str) -> String {
+    let url = queue_url(queue).expect("queue");
+    rt().block_on(async {
+        queue_attr(
+            &sqs_client().await,
+            &url,
+            aws_sdk_sqs::types::QueueAttributeName::QueueArn,
+        )
+        .await
+        .expect("arn")
+    })
+}
+
+#[test]
+fn an_overlapping_rule_of_someone_elses_is_named_and_nothing_changes() {
+    let bucket = format!("slate-wireov-{}", std::process::id());
+    let queue = unique("slate-wo");
+    let other = other_queue(&unique("their-o"));
+    make_bucket(&bucket);
+    // theirs takes every create under da…: slate's data/ overlaps it
+    put_notification(
+        &bucket,
+        &format!(
+            "<NotificationConfiguration><QueueConfiguration><Id>all-creates</Id><Queue>{other}</Queue>\
+             <Event>s3:ObjectCreated:*</Event><Filter><S3Key><FilterRule><Name>prefix</Name>\
+             <Value>da</Value></FilterRule></S3Key></Filter></QueueConfiguration></NotificationConfiguration>"
+        ),
+    );
+    let before = notification(&bucket);
+    let out = events(&[
+        "setup",
+        &format!("s3://{bucket}/data"),
+        "--events",
+        &format!("sqs://{queue}"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("entry 'all-creates'") && said.contains("overlaps slate's"),
+        "{said}"
+    );
+    assert!(said.contains("nothing changed"), "{said}");
+    assert_eq!(queue_url(&queue), None, "the queue was made all the same");
+    assert_eq!(notification(&bucket), before);
+}
