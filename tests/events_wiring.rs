@@ -358,3 +358,140 @@ fn an_overlapping_rule_of_someone_elses_is_named_and_nothing_changes() {
     assert_eq!(queue_url(&queue), None, "the queue was made all the same");
     assert_eq!(notification(&bucket), before);
 }
+
+/// Receives what is in `queue` now (up to `secs` seconds): the bodies.
+fn drain(queue: &str, secs: u64) -> Vec<String> {
+    let url = queue_url(queue).expect("queue");
+    rt().block_on(async {
+        let c = sqs_client().await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut out = Vec::new();
+        while std::time::Instant::now() < deadline {
+            let got = c
+                .receive_message()
+                .queue_url(&url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .expect("receive");
+            for m in got.messages.unwrap_or_default() {
+                out.push(m.body.unwrap_or_default());
+            }
+            if out.iter().any(|b| b.contains("fanned.bin")) {
+                break;
+            }
+        }
+        out
+    })
+}
+
+#[test]
+fn a_fanout_through_sns_gives_a_second_consumer_its_own_queue() {
+    let bucket = format!("slate-wirefan-{}", std::process::id());
+    let (qa, qb) = (unique("slate-fa"), unique("slate-fb"));
+    let topic = unique("slate-ft");
+    make_bucket(&bucket);
+    let src = format!("s3://{bucket}/data");
+    let (ea, eb, fan) = (
+        format!("sqs://{qa}"),
+        format!("sqs://{qb}"),
+        format!("sns://{topic}"),
+    );
+    // the first consumer was wired straight to its queue
+    let out = events(&["setup", &src, "--events", &ea]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // a second consumer of the same keys: refused straight, as S3 would refuse it
+    let out = events(&["setup", &src, "--events", &eb]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("--fanout sns://TOPIC"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(queue_url(&qb), None);
+
+    // through a topic: the first consumer's direct entry gives way to the topic's
+    let out = events(&["setup", &src, "--events", &ea, "--fanout", &fan]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    assert!(
+        said.contains(&format!("created SNS topic {topic}")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("subscribed queue {qa} to the topic")),
+        "{said}"
+    );
+    assert!(said.contains("removed entry 'slate-"), "{said}");
+    assert!(said.contains("added entry 'slate-"), "{said}");
+    let out = events(&["setup", &src, "--events", &eb, "--fanout", &fan]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    assert!(said.contains(&format!("created SQS queue {qb}")), "{said}");
+    assert!(
+        said.contains(&format!("subscribed queue {qb} to the topic")),
+        "{said}"
+    );
+    assert!(
+        said.contains("nothing to change"),
+        "the bucket already sends to the topic: {said}"
+    );
+    let conf = notification(&bucket);
+    assert!(conf.contains(&topic) && !conf.contains(&qa), "{conf}");
+    // twice: nothing changes
+    let out = events(&["setup", &src, "--events", &eb, "--fanout", &fan]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("queue {qb} is subscribed")),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("added"), "{}", stdout(&out));
+    for ev in [&ea, &eb] {
+        let out = events(&["check", &src, "--events", ev, "--fanout", &fan]);
+        assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+        assert!(stdout(&out).starts_with("ok:"), "{}", stdout(&out));
+    }
+    // without the topic, check sees no entry for the queue itself
+    let out = events(&["check", &src, "--events", &ea]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+
+    // both consumers get the event: a daemon on the first queue applies it, the second
+    // queue holds it too
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let replica = dir.path().join("replica");
+    let mut daemon = Daemon::start(
+        &db,
+        &src,
+        replica.to_str().expect("utf-8"),
+        &["--events", &ea],
+        &log,
+    );
+    let file: BTreeMap<String, Vec<u8>> = [("fanned.bin".to_string(), bytes(9, 500))].into();
+    rt().block_on(seed(&s3(&bucket), "data", &file));
+    wait_for("the PUT to reach the replica through the topic", 30, || {
+        std::fs::read(replica.join("fanned.bin")).ok().as_deref() == Some(&file["fanned.bin"][..])
+    });
+    let bodies = drain(&qb, 20);
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b.contains("fanned.bin") && b.contains("TopicArn")),
+        "the second queue got the event through the topic: {bodies:?}"
+    );
+    assert_eq!(daemon.stop(), Some(0));
+}

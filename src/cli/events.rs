@@ -11,7 +11,8 @@ use clap::{Args, Subcommand};
 
 use crate::core::error::SlateError;
 use crate::core::location::{Location, Scheme};
-use crate::events::wiring::{self, Merge, S3Notification};
+use crate::events::sns::Sns;
+use crate::events::wiring::{self, Merge, S3Notification, Target};
 
 #[derive(Debug, Args)]
 pub struct EventsArgs {
@@ -40,6 +41,12 @@ pub struct SetupArgs {
     /// Print what would change and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Send the bucket's events to this SNS topic (made when missing) and subscribe the queue
+    /// to it: the way to give a second consumer (another daemon, a `slate mount`) its own
+    /// queue, since S3 refuses two rules that overlap. Each consumer runs setup with the same
+    /// topic and its own queue.
+    #[arg(long, value_name = "sns://TOPIC")]
+    pub fanout: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -49,6 +56,29 @@ pub struct CheckArgs {
     /// The queue the daemon follows (sqs://…).
     #[arg(long, value_name = "URL")]
     pub events: String,
+    /// The SNS topic the bucket's events go through (as given to setup).
+    #[arg(long, value_name = "sns://TOPIC")]
+    pub fanout: Option<String>,
+}
+
+/// The topic name of `--fanout sns://TOPIC`.
+fn topic_of(fanout: &Option<String>) -> Result<Option<String>, SlateError> {
+    let Some(f) = fanout else { return Ok(None) };
+    let name = f.strip_prefix("sns://").unwrap_or("");
+    if name.is_empty()
+        || name.len() > 256
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+    {
+        return Err(SlateError::BadOption {
+            option: "--fanout".into(),
+            why: format!(
+                "'{f}': sns://TOPIC, a topic name of letters, digits, '-' and '_' (1-256)"
+            ),
+        });
+    }
+    Ok(Some(name.to_string()))
 }
 
 pub async fn run(args: EventsArgs) -> i32 {
@@ -219,11 +249,17 @@ fn bucket_client(loc: &Location) -> Result<crate::stores::s3copy::S3CrossBucket,
 
 async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
     let (loc, q) = s3_and_queue(&a.src, &a.events)?;
+    let topic_name = topic_of(&a.fanout)?;
     let s3 = bucket_client(&loc)?;
     let sqs = crate::events::sqs::client().await;
-    let would = if a.dry_run { "would " } else { "" };
+    let sns = Sns::new(&s3);
+    let sns_err = |e: String| SlateError::Queue {
+        url: a.fanout.clone().unwrap_or_default(),
+        detail: e,
+    };
+    let region = s3.region().to_string();
     // Everything is read and planned before anything is changed: a configuration whose
-    // entries overlap slate's leaves the queue and the bucket as they were.
+    // entries overlap slate's leaves the queue, the topic and the bucket as they were.
     let queue = queue_state(&sqs, &q).await?;
     if queue.is_none() && q.url.is_some() {
         return Err(SlateError::Queue {
@@ -231,36 +267,59 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
             detail: "no such queue (give sqs://NAME to have it made)".into(),
         });
     }
-    let current = read_notification(&s3, &loc).await?;
-    // a queue not made yet has no entry: its ARN only names it in the plan
-    let planned_arn = queue
+    let topic = match &topic_name {
+        Some(t) => Some(sns.find_topic(t).await.map_err(sns_err)?),
+        None => None,
+    };
+    let mut current = read_notification(&s3, &loc).await?;
+    // what is not made yet has no entry: its ARN only names it in the plan
+    let planned_queue = queue
         .as_ref()
         .map(|(_, arn, _)| arn.clone())
-        .unwrap_or_else(|| {
-            format!(
-                "arn:aws:sqs:{}:ACCOUNT:{}",
-                crate::stores::aws::region(),
-                q.name
-            )
-        });
-    if let Merge::Conflict(lines) =
-        wiring::merge(&current, &wiring::slate_entry(&loc.prefix, &planned_arn))
-    {
+        .unwrap_or_else(|| format!("arn:aws:sqs:{region}:ACCOUNT:{}", q.name));
+    // fanning out, the queue's own entries go: it gets its events through the topic now, and
+    // would get each twice
+    let superseded: Vec<wiring::Entry> = if topic_name.is_some() {
+        let direct = Target::Queue(planned_queue.clone());
+        let (gone, kept) = current
+            .entries
+            .drain(..)
+            .partition(|e: &wiring::Entry| e.target == direct);
+        current.entries = kept;
+        gone
+    } else {
+        Vec::new()
+    };
+    let planned_target = match (&topic_name, &topic) {
+        (Some(_), Some(Some(arn))) => Target::Topic(arn.clone()),
+        (Some(t), _) => Target::Topic(format!("arn:aws:sns:{region}:ACCOUNT:{t}")),
+        (None, _) => Target::Queue(planned_queue.clone()),
+    };
+    if let Merge::Conflict(lines) = wiring::merge(
+        &current,
+        &wiring::slate_entry(&loc.prefix, planned_target.clone()),
+    ) {
         for l in &lines {
             eprintln!("slate: bucket {}: {l}", loc.bucket);
         }
         eprintln!(
-            "slate: nothing changed: the queue and bucket {}'s notification configuration are as they were",
+            "slate: nothing changed: the queue{} and bucket {}'s notification configuration \
+             are as they were",
+            if topic_name.is_some() {
+                ", the topic"
+            } else {
+                ""
+            },
             loc.bucket
         );
         return Ok(1);
     }
-    // 1. the queue, and its policy: S3 checks that it may send before it takes the entry
-    let (url, arn, policy) = match queue {
+    // 1. the queue
+    let (url, queue_arn, queue_policy) = match queue {
         Some(s) => s,
         None if a.dry_run => {
             println!("would create SQS queue {}", q.name);
-            (String::new(), planned_arn, None)
+            (String::new(), planned_queue, None)
         }
         None => {
             let out = sqs
@@ -281,39 +340,140 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
                 })?
         }
     };
-    match wiring::merge_policy(policy.as_deref(), &arn, &loc.bucket) {
-        Ok(None) => println!("queue {} already lets bucket {} send", q.name, loc.bucket),
-        Ok(Some(p)) => {
-            if !a.dry_run {
-                sqs.set_queue_attributes()
-                    .queue_url(&url)
-                    .attributes(aws_sdk_sqs::types::QueueAttributeName::Policy, p)
-                    .send()
-                    .await
-                    .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
-            }
-            println!(
-                "{would}add statement slate-s3-{} to the policy of queue {}: s3.amazonaws.com \
-                 may send bucket {}'s events",
-                loc.bucket, q.name, loc.bucket
-            );
+    // 2. with a fan-out: the topic, its policy, the queue's subscription
+    let target = match (&topic_name, topic.flatten()) {
+        (None, _) => Target::Queue(queue_arn.clone()),
+        (Some(_), Some(arn)) => Target::Topic(arn),
+        (Some(t), None) if a.dry_run => {
+            println!("would create SNS topic {t}");
+            planned_target
         }
-        Err(why) => {
-            return Err(SlateError::Queue {
-                url: q.spec.clone(),
-                detail: format!("{why}: not changed; allow the bucket or pick another queue"),
-            })
+        (Some(t), None) => {
+            let arn = sns.create_topic(t).await.map_err(sns_err)?;
+            println!("created SNS topic {t}");
+            Target::Topic(arn)
+        }
+    };
+    // 3. the policies: S3 checks that it may send before it takes the entry
+    let mut grants = Vec::new();
+    if let Target::Topic(topic_arn) = &target {
+        let policy = if a.dry_run && topic_arn.contains(":ACCOUNT:") {
+            None
+        } else {
+            sns.policy(topic_arn).await.map_err(sns_err)?
+        };
+        grants.push((
+            wiring::Grant::s3_to_topic(&loc.bucket, topic_arn),
+            policy,
+            format!("topic {}", crate::events::sns::topic_name(topic_arn)),
+        ));
+        grants.push((
+            wiring::Grant::topic_to_queue(topic_arn, &queue_arn),
+            queue_policy.clone(),
+            format!("queue {}", q.name),
+        ));
+    } else {
+        grants.push((
+            wiring::Grant::s3_to_queue(&loc.bucket, &queue_arn),
+            queue_policy.clone(),
+            format!("queue {}", q.name),
+        ));
+    }
+    let mut queue_policy = queue_policy;
+    for (g, policy, whose) in grants {
+        // the queue's policy may have been changed by the grant before
+        let policy = if g.what == "queue" {
+            queue_policy.clone()
+        } else {
+            policy
+        };
+        match wiring::merge_policy(policy.as_deref(), &g) {
+            Ok(None) => println!("{whose} already lets {} {}", g.who(), g.action),
+            Ok(Some(p)) => {
+                if !a.dry_run {
+                    if g.what == "queue" {
+                        sqs.set_queue_attributes()
+                            .queue_url(&url)
+                            .attributes(aws_sdk_sqs::types::QueueAttributeName::Policy, p.clone())
+                            .send()
+                            .await
+                            .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
+                    } else {
+                        sns.set_policy(&g.resource, &p).await.map_err(sns_err)?;
+                    }
+                }
+                if g.what == "queue" {
+                    queue_policy = Some(p);
+                }
+                println!(
+                    "{} statement {} to the policy of {whose}: {} may {} ({})",
+                    if a.dry_run { "would add" } else { "added" },
+                    g.sid,
+                    g.service,
+                    g.action,
+                    g.who()
+                );
+            }
+            Err(why) => {
+                return Err(SlateError::Queue {
+                    url: q.spec.clone(),
+                    detail: format!("{whose}: {why}: not changed; allow it or pick another"),
+                })
+            }
         }
     }
-    // 2. the bucket's notification configuration, merged
-    let want = wiring::slate_entry(&loc.prefix, &arn);
-    match wiring::merge(&current, &want) {
+    if let Target::Topic(topic_arn) = &target {
+        let subscribed = if a.dry_run && topic_arn.contains(":ACCOUNT:") {
+            false
+        } else {
+            sns.subscriptions(topic_arn)
+                .await
+                .map_err(sns_err)?
+                .iter()
+                .any(|s| s.protocol == "sqs" && s.endpoint == queue_arn)
+        };
+        if subscribed {
+            println!("queue {} is subscribed to the topic", q.name);
+        } else {
+            if !a.dry_run {
+                sns.subscribe_queue(topic_arn, &queue_arn)
+                    .await
+                    .map_err(sns_err)?;
+            }
+            println!(
+                "{} queue {} to the topic",
+                if a.dry_run {
+                    "would subscribe"
+                } else {
+                    "subscribed"
+                },
+                q.name
+            );
+        }
+    }
+    // 4. the bucket's notification configuration, merged
+    let want = wiring::slate_entry(&loc.prefix, target.clone());
+    let merged = match wiring::merge(&current, &want) {
+        // nothing to add, but the queue's direct entries are to go
+        Merge::Unchanged if !superseded.is_empty() => Merge::Write(current.clone(), Vec::new()),
+        m => m,
+    };
+    for e in &superseded {
+        println!(
+            "bucket {}: {} {} (the queue gets its events through the topic now)",
+            loc.bucket,
+            if a.dry_run { "would remove" } else { "removed" },
+            e.describe()
+        );
+    }
+    match merged {
         Merge::Unchanged => {
             println!(
-                "bucket {} already sends {} to queue {}: nothing to change",
+                "bucket {} already sends {} to {} {}: nothing to change",
                 loc.bucket,
                 want.events.join(", "),
-                q.name
+                target.what(),
+                target.arn()
             );
         }
         Merge::Write(next, changes) => {
@@ -361,21 +521,65 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
 
 async fn check(a: CheckArgs) -> Result<i32, SlateError> {
     let (loc, q) = s3_and_queue(&a.src, &a.events)?;
+    let topic_name = topic_of(&a.fanout)?;
     let s3 = bucket_client(&loc)?;
     let sqs = crate::events::sqs::client().await;
-    let Some((_, arn, policy)) = queue_state(&sqs, &q).await? else {
+    let sns = Sns::new(&s3);
+    let sns_err = |e: String| SlateError::Queue {
+        url: a.fanout.clone().unwrap_or_default(),
+        detail: e,
+    };
+    let Some((_, queue_arn, policy)) = queue_state(&sqs, &q).await? else {
         println!("broken: there is no SQS queue {}", q.name);
         return Ok(1);
     };
     let mut findings = Vec::new();
-    if let Some(why) = wiring::policy_refuses(policy.as_deref(), &arn, &loc.bucket) {
-        findings.push(wiring::Finding {
-            broken: true,
-            line: why,
-        });
-    }
+    let broken = |line: String| wiring::Finding { broken: true, line };
+    let target = match &topic_name {
+        None => {
+            if let Some(why) = wiring::policy_refuses(
+                policy.as_deref(),
+                &wiring::Grant::s3_to_queue(&loc.bucket, &queue_arn),
+            ) {
+                findings.push(broken(why));
+            }
+            Target::Queue(queue_arn.clone())
+        }
+        Some(t) => {
+            let Some(topic_arn) = sns.find_topic(t).await.map_err(sns_err)? else {
+                println!("broken: there is no SNS topic {t}");
+                return Ok(1);
+            };
+            let topic_policy = sns.policy(&topic_arn).await.map_err(sns_err)?;
+            if let Some(why) = wiring::policy_refuses(
+                topic_policy.as_deref(),
+                &wiring::Grant::s3_to_topic(&loc.bucket, &topic_arn),
+            ) {
+                findings.push(broken(why));
+            }
+            if let Some(why) = wiring::policy_refuses(
+                policy.as_deref(),
+                &wiring::Grant::topic_to_queue(&topic_arn, &queue_arn),
+            ) {
+                findings.push(broken(why));
+            }
+            if !sns
+                .subscriptions(&topic_arn)
+                .await
+                .map_err(sns_err)?
+                .iter()
+                .any(|s| s.protocol == "sqs" && s.endpoint == queue_arn)
+            {
+                findings.push(broken(format!(
+                    "queue {} is not subscribed to topic {t}",
+                    q.name
+                )));
+            }
+            Target::Topic(topic_arn)
+        }
+    };
     let n = read_notification(&s3, &loc).await?;
-    findings.extend(wiring::check_notification(&n, &loc.prefix, &arn));
+    findings.extend(wiring::check_notification(&n, &loc.prefix, &target));
     for f in &findings {
         println!(
             "{}: {}",
@@ -383,18 +587,30 @@ async fn check(a: CheckArgs) -> Result<i32, SlateError> {
             f.line
         );
     }
+    let fanout = a
+        .fanout
+        .as_deref()
+        .map(|f| format!(" --fanout {f}"))
+        .unwrap_or_default();
     if findings.iter().any(|f| f.broken) {
         println!(
-            "events of {} cannot reach queue {}: `slate events setup {} --events {}` repairs it",
+            "events of {} cannot reach queue {}: `slate events setup {} --events {}{fanout}` \
+             repairs it",
             a.src, q.name, a.src, a.events
         );
         return Ok(1);
     }
     println!(
-        "ok: bucket {} sends {} to queue {}, whose policy lets it",
+        "ok: bucket {} sends {} to {} {}{}; every policy on the way lets them through",
         loc.bucket,
         wiring::S3_EVENTS.join(", "),
-        q.name
+        target.what(),
+        target.arn(),
+        if topic_name.is_some() {
+            format!(", to which queue {} is subscribed", q.name)
+        } else {
+            String::new()
+        }
     );
     Ok(0)
 }

@@ -28,6 +28,7 @@ pub mod push;
 pub mod retry;
 pub mod route;
 pub mod s3;
+pub mod sns;
 pub mod source;
 pub mod sqs;
 pub mod watch;

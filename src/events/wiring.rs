@@ -48,7 +48,7 @@ impl Target {
         }
     }
 
-    fn what(&self) -> &'static str {
+    pub fn what(&self) -> &'static str {
         match self {
             Target::Queue(_) => "queue",
             Target::Topic(_) => "topic",
@@ -286,12 +286,14 @@ pub fn filter_prefix(pair_prefix: &str) -> Option<String> {
     (!p.is_empty()).then(|| format!("{p}/"))
 }
 
-/// The entry slate wants: its events to `queue_arn`, filtered to the pair's prefix.
-pub fn slate_entry(pair_prefix: &str, queue_arn: &str) -> Entry {
-    let queue = queue_arn.rsplit(':').next().unwrap_or(queue_arn);
+/// The entry slate wants: its events to `target` (a queue, or a topic of a fan-out), filtered
+/// to the pair's prefix.
+pub fn slate_entry(pair_prefix: &str, target: Target) -> Entry {
+    let arn = target.arn();
+    let name = arn.rsplit(':').next().unwrap_or(arn);
     Entry {
-        id: Some(format!("{SLATE_ID_PREFIX}{queue}")),
-        target: Target::Queue(queue_arn.to_string()),
+        id: Some(format!("{SLATE_ID_PREFIX}{name}")),
+        target,
         events: S3_EVENTS.iter().map(|s| s.to_string()).collect(),
         prefix: filter_prefix(pair_prefix),
         suffix: None,
@@ -337,17 +339,7 @@ impl Change {
 /// setup, or one made by hand) are replaced by `want`; every other entry is kept as it is.
 pub fn merge(current: &S3Notification, want: &Entry) -> Merge {
     let ours = |e: &Entry| e.target == want.target;
-    if current.entries.iter().filter(|e| ours(e)).count() == 1
-        && current.entries.iter().any(|e| {
-            ours(e)
-                && e.prefix == want.prefix
-                && e.suffix == want.suffix
-                && want
-                    .events
-                    .iter()
-                    .all(|w| e.events.iter().any(|h| event_covers(h, w)))
-        })
-    {
+    if current.entries.iter().any(|e| ours(e) && covers(e, want)) {
         return Merge::Unchanged;
     }
     let conflicts: Vec<String> = current
@@ -371,25 +363,87 @@ pub fn merge(current: &S3Notification, want: &Entry) -> Merge {
     if !conflicts.is_empty() {
         return Merge::Conflict(conflicts);
     }
+    // An entry of the same target that overlaps slate's is folded into the new one, which
+    // covers both (a shorter prefix, every event of either): two pairs of one bucket may share
+    // a queue or topic. One that does not overlap (another pair's prefix) stays beside it.
     let mut lines = Vec::new();
     let mut next = S3Notification {
         entries: Vec::new(),
         event_bridge: current.event_bridge,
     };
+    let mut new = want.clone();
     for e in &current.entries {
-        if ours(e) {
+        if ours(e) && overlaps(e, want) {
             lines.push(Change::Replaced(e.clone()));
+            new = widen(&new, e);
         } else {
             next.entries.push(e.clone());
         }
     }
     let kept = next.entries.len();
-    next.entries.push(want.clone());
-    lines.push(Change::Added(want.clone()));
+    next.entries.push(new.clone());
+    lines.push(Change::Added(new));
     if kept > 0 {
         lines.push(Change::Kept(kept));
     }
     Merge::Write(next, lines)
+}
+
+/// Whether entry `have` sends every event `want` asks for, of every key `want` covers.
+fn covers(have: &Entry, want: &Entry) -> bool {
+    let prefix = match (&have.prefix, &want.prefix) {
+        (None, _) => true,
+        (Some(h), Some(w)) => w.starts_with(h.as_str()),
+        (Some(_), None) => false,
+    };
+    let suffix = match (&have.suffix, &want.suffix) {
+        (None, _) => true,
+        (Some(h), Some(w)) => w.ends_with(h.as_str()),
+        (Some(_), None) => false,
+    };
+    prefix
+        && suffix
+        && want
+            .events
+            .iter()
+            .all(|w| have.events.iter().any(|h| event_covers(h, w)))
+}
+
+/// `a` widened to cover `b` too: the common prefix (and suffix), the events of either.
+fn widen(a: &Entry, b: &Entry) -> Entry {
+    fn common(x: &Option<String>, y: &Option<String>, from_end: bool) -> Option<String> {
+        let (x, y) = (x.as_deref()?, y.as_deref()?);
+        let n = if from_end {
+            x.chars()
+                .rev()
+                .zip(y.chars().rev())
+                .take_while(|(p, q)| p == q)
+                .count()
+        } else {
+            x.chars().zip(y.chars()).take_while(|(p, q)| p == q).count()
+        };
+        let c: String = if from_end {
+            let mut v: Vec<char> = x.chars().rev().take(n).collect();
+            v.reverse();
+            v.into_iter().collect()
+        } else {
+            x.chars().take(n).collect()
+        };
+        (!c.is_empty()).then_some(c)
+    }
+    let mut events = a.events.clone();
+    for e in &b.events {
+        if !events.iter().any(|h| event_covers(h, e)) {
+            events.push(e.clone());
+        }
+    }
+    Entry {
+        id: a.id.clone(),
+        target: a.target.clone(),
+        events,
+        prefix: common(&a.prefix, &b.prefix, false),
+        suffix: common(&a.suffix, &b.suffix, true),
+    }
 }
 
 /// One finding of `events check`: `broken` when events cannot reach the daemon.
@@ -411,17 +465,15 @@ impl Finding {
     }
 }
 
-/// What the bucket's configuration lacks for the pair at `pair_prefix` to reach `queue_arn`.
-pub fn check_notification(n: &S3Notification, pair_prefix: &str, queue_arn: &str) -> Vec<Finding> {
+/// What the bucket's configuration lacks for the pair at `pair_prefix` to reach `target` (the
+/// daemon's queue, or the topic it is subscribed to).
+pub fn check_notification(n: &S3Notification, pair_prefix: &str, target: &Target) -> Vec<Finding> {
+    let (what, arn) = (target.what(), target.arn());
     let want = filter_prefix(pair_prefix);
-    let ours: Vec<&Entry> = n
-        .entries
-        .iter()
-        .filter(|e| e.target == Target::Queue(queue_arn.to_string()))
-        .collect();
+    let ours: Vec<&Entry> = n.entries.iter().filter(|e| &e.target == target).collect();
     if ours.is_empty() {
         return vec![Finding::broken(format!(
-            "the bucket's notification configuration has no entry for queue {queue_arn} \
+            "the bucket's notification configuration has no entry for {what} {arn} \
              (it has {} other{}): run `slate events setup`",
             n.entries.len(),
             if n.entries.len() == 1 { "" } else { "s" }
@@ -460,7 +512,7 @@ pub fn check_notification(n: &S3Notification, pair_prefix: &str, queue_arn: &str
     };
     for w in S3_EVENTS {
         if !has(w) {
-            let line = format!("no entry for queue {queue_arn} sends {w}");
+            let line = format!("no entry for {what} {arn} sends {w}");
             out.push(if S3_REQUIRED.contains(&w) {
                 Finding::broken(format!("{line}: those changes never reach the daemon"))
             } else {
@@ -471,16 +523,132 @@ pub fn check_notification(n: &S3Notification, pair_prefix: &str, queue_arn: &str
     out
 }
 
-/// The statement slate adds to a queue's policy: S3 may send this bucket's events.
-pub fn queue_statement(queue_arn: &str, bucket: &str) -> Value {
-    json!({
-        "Sid": format!("slate-s3-{bucket}"),
-        "Effect": "Allow",
-        "Principal": {"Service": "s3.amazonaws.com"},
-        "Action": "sqs:SendMessage",
-        "Resource": queue_arn,
-        "Condition": {"ArnLike": {"aws:SourceArn": format!("arn:aws:s3:::{bucket}")}}
-    })
+/// What a resource policy (an SQS queue's, an SNS topic's) must let one AWS service do:
+/// S3 send a bucket's events to a queue or a topic, SNS deliver a topic's messages to a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The calling service's principal: `s3.amazonaws.com`, `sns.amazonaws.com`.
+    pub service: &'static str,
+    /// `sqs:SendMessage`, `SNS:Publish`.
+    pub action: &'static str,
+    /// The queue's or topic's ARN.
+    pub resource: String,
+    /// Whose calls (`aws:SourceArn`): the bucket's or topic's ARN.
+    pub source_arn: String,
+    /// The statement's Sid: slate's statement for this source is replaced, not doubled.
+    pub sid: String,
+    /// "queue" or "topic", for messages.
+    pub what: &'static str,
+}
+
+impl Grant {
+    /// S3 may send `bucket`'s events to the queue `queue_arn`.
+    pub fn s3_to_queue(bucket: &str, queue_arn: &str) -> Grant {
+        Grant {
+            service: "s3.amazonaws.com",
+            action: "sqs:SendMessage",
+            resource: queue_arn.to_string(),
+            source_arn: format!("arn:aws:s3:::{bucket}"),
+            sid: format!("slate-s3-{bucket}"),
+            what: "queue",
+        }
+    }
+
+    /// S3 may publish `bucket`'s events to the topic `topic_arn`.
+    pub fn s3_to_topic(bucket: &str, topic_arn: &str) -> Grant {
+        Grant {
+            service: "s3.amazonaws.com",
+            action: "SNS:Publish",
+            resource: topic_arn.to_string(),
+            source_arn: format!("arn:aws:s3:::{bucket}"),
+            sid: format!("slate-s3-{bucket}"),
+            what: "topic",
+        }
+    }
+
+    /// SNS may deliver the topic's messages to the queue `queue_arn`.
+    pub fn topic_to_queue(topic_arn: &str, queue_arn: &str) -> Grant {
+        let topic = topic_arn.rsplit(':').next().unwrap_or(topic_arn);
+        Grant {
+            service: "sns.amazonaws.com",
+            action: "sqs:SendMessage",
+            resource: queue_arn.to_string(),
+            source_arn: topic_arn.to_string(),
+            sid: format!("slate-sns-{topic}"),
+            what: "queue",
+        }
+    }
+
+    /// Who is let in, for messages: `bucket B` or `topic T`.
+    pub fn who(&self) -> String {
+        match self.source_arn.strip_prefix("arn:aws:s3:::") {
+            Some(b) => format!("bucket {b}"),
+            None => format!(
+                "topic {}",
+                self.source_arn
+                    .rsplit(':')
+                    .next()
+                    .unwrap_or(&self.source_arn)
+            ),
+        }
+    }
+
+    /// The statement slate adds.
+    pub fn statement(&self) -> Value {
+        json!({
+            "Sid": self.sid,
+            "Effect": "Allow",
+            "Principal": {"Service": self.service},
+            "Action": self.action,
+            "Resource": self.resource,
+            "Condition": {"ArnLike": {"aws:SourceArn": self.source_arn}}
+        })
+    }
+
+    /// Whether statement `s` applies to this call. A condition slate cannot evaluate (an
+    /// account, an IP, a time) holds when `lenient`, and does not otherwise: `check` reads a
+    /// policy leniently (a deny or an allow that may apply is taken to), `setup` adds its own
+    /// statement unless one surely lets the call through.
+    fn applies(&self, s: &Value, lenient: bool) -> bool {
+        let principal = match s.get("Principal") {
+            Some(Value::String(p)) => p == "*",
+            Some(Value::Object(m)) => {
+                as_list(m.get("Service")).iter().any(|x| x == self.service)
+                    || as_list(m.get("AWS")).iter().any(|x| x == "*")
+            }
+            _ => false,
+        };
+        let action = as_list(s.get("Action"))
+            .iter()
+            .any(|a| glob(&a.to_ascii_lowercase(), &self.action.to_ascii_lowercase()));
+        let resource = {
+            let r = as_list(s.get("Resource"));
+            r.is_empty() || r.iter().any(|r| glob(r, &self.resource))
+        };
+        let source = &self.source_arn;
+        let condition = match s.get("Condition").and_then(Value::as_object) {
+            None => true,
+            Some(c) => c.iter().all(|(op, kv)| {
+                let Some(kv) = kv.as_object() else {
+                    return false;
+                };
+                kv.iter().all(|(k, v)| {
+                    if !k.eq_ignore_ascii_case("aws:SourceArn") {
+                        return lenient;
+                    }
+                    let vals = as_list(Some(v));
+                    match op.as_str() {
+                        "ArnLike" | "StringLike" => vals.iter().any(|p| glob(p, source)),
+                        "ArnEquals" | "StringEquals" => vals.iter().any(|p| p == source),
+                        "ArnNotLike" | "StringNotLike" => !vals.iter().any(|p| glob(p, source)),
+                        "ArnNotEquals" | "StringNotEquals" => !vals.iter().any(|p| p == source),
+                        _ => true,
+                    }
+                })
+            }),
+        };
+        principal && action && resource && condition
+    }
 }
 
 fn as_list(v: Option<&Value>) -> Vec<String> {
@@ -494,73 +662,47 @@ fn as_list(v: Option<&Value>) -> Vec<String> {
     }
 }
 
-/// IAM's `*`/`?` wildcards, as ArnLike and Resource match.
+/// IAM's `*`/`?` wildcards, as ArnLike and Resource match: the greedy match that backs up
+/// to the last `*` (time bounded by the product of the lengths, whatever the pattern).
 fn glob(pattern: &str, text: &str) -> bool {
-    fn go(p: &[u8], t: &[u8]) -> bool {
-        match (p.first(), t.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => go(&p[1..], t) || (!t.is_empty() && go(p, &t[1..])),
-            (Some(b'?'), Some(_)) => go(&p[1..], &t[1..]),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &t[1..]),
-            _ => false,
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == t[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
         }
     }
-    go(pattern.as_bytes(), text.as_bytes())
+    p[i..].iter().all(|&c| c == '*')
 }
 
-/// Whether statement `s` applies to S3 sending `bucket`'s events to `queue_arn`.
-fn statement_applies(s: &Value, queue_arn: &str, bucket: &str) -> bool {
-    let principal = match s.get("Principal") {
-        Some(Value::String(p)) => p == "*",
-        Some(Value::Object(m)) => {
-            as_list(m.get("Service"))
-                .iter()
-                .any(|x| x == "s3.amazonaws.com")
-                || as_list(m.get("AWS")).iter().any(|x| x == "*")
-        }
-        _ => false,
-    };
-    let action = as_list(s.get("Action"))
-        .iter()
-        .any(|a| glob(&a.to_ascii_lowercase(), "sqs:sendmessage"));
-    let resource = {
-        let r = as_list(s.get("Resource"));
-        r.is_empty() || r.iter().any(|r| glob(r, queue_arn))
-    };
-    let bucket_arn = format!("arn:aws:s3:::{bucket}");
-    let condition = match s.get("Condition").and_then(Value::as_object) {
-        None => true,
-        Some(c) => c.iter().all(|(op, kv)| {
-            let Some(kv) = kv.as_object() else {
-                return false;
-            };
-            kv.iter().all(|(k, v)| {
-                if !k.eq_ignore_ascii_case("aws:SourceArn") {
-                    // a condition slate cannot evaluate (an account, an IP): assumed to hold
-                    return true;
-                }
-                let vals = as_list(Some(v));
-                match op.as_str() {
-                    "ArnLike" | "StringLike" => vals.iter().any(|p| glob(p, &bucket_arn)),
-                    "ArnEquals" | "StringEquals" => vals.iter().any(|p| p == &bucket_arn),
-                    "ArnNotLike" | "StringNotLike" => !vals.iter().any(|p| glob(p, &bucket_arn)),
-                    "ArnNotEquals" | "StringNotEquals" => !vals.iter().any(|p| p == &bucket_arn),
-                    _ => true,
-                }
-            })
-        }),
-    };
-    principal && action && resource && condition
+/// Whether a resource's policy lets `g` happen: None when it does, else why not. Conditions
+/// slate cannot evaluate are taken to hold.
+pub fn policy_refuses(policy: Option<&str>, g: &Grant) -> Option<String> {
+    refuses(policy, g, true)
 }
 
-/// Whether a queue's policy lets S3 send `bucket`'s events: None when it does, else why not.
-pub fn policy_refuses(policy: Option<&str>, queue_arn: &str, bucket: &str) -> Option<String> {
+fn refuses(policy: Option<&str>, g: &Grant, lenient_allow: bool) -> Option<String> {
+    let what = g.what;
     let Some(text) = policy.filter(|p| !p.trim().is_empty()) else {
-        return Some("the queue has no policy: S3 may not send to it".into());
+        return Some(format!(
+            "the {what} has no policy: {} may not send to it",
+            g.who()
+        ));
     };
     let v: Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(e) => return Some(format!("the queue's policy is no JSON ({e})")),
+        Err(e) => return Some(format!("the {what}'s policy is no JSON ({e})")),
     };
     let statements = match v.get("Statement") {
         Some(Value::Array(a)) => a.clone(),
@@ -573,56 +715,58 @@ pub fn policy_refuses(policy: Option<&str>, queue_arn: &str, bucket: &str) -> Op
             .map(|x| format!("statement '{x}'"))
             .unwrap_or_else(|| "a statement".into())
     };
-    if let Some(d) = statements.iter().find(|s| {
-        s.get("Effect").and_then(Value::as_str) == Some("Deny")
-            && statement_applies(s, queue_arn, bucket)
-    }) {
+    let effect = |s: &Value, e: &str| s.get("Effect").and_then(Value::as_str) == Some(e);
+    if let Some(d) = statements
+        .iter()
+        .find(|s| effect(s, "Deny") && g.applies(s, true))
+    {
         return Some(format!(
-            "the queue's policy denies bucket {bucket} sqs:SendMessage ({})",
+            "the {what}'s policy denies {} {} ({})",
+            g.who(),
+            g.action,
             sid(d)
         ));
     }
-    if statements.iter().any(|s| {
-        s.get("Effect").and_then(Value::as_str) == Some("Allow")
-            && statement_applies(s, queue_arn, bucket)
-    }) {
+    if statements
+        .iter()
+        .any(|s| effect(s, "Allow") && g.applies(s, lenient_allow))
+    {
         None
     } else {
         Some(format!(
-            "the queue's policy has no statement that lets bucket {bucket} (s3.amazonaws.com) \
-             send to it"
+            "the {what}'s policy has no statement that lets {} ({}) {}",
+            g.who(),
+            g.service,
+            g.action
         ))
     }
 }
 
-/// The queue's policy with slate's statement for `bucket` (an earlier one of slate's for the
-/// same bucket replaced, every other statement kept); None when it already lets the bucket
-/// send. A policy that denies the bucket is not rewritten: that is someone's decision.
-pub fn merge_policy(
-    policy: Option<&str>,
-    queue_arn: &str,
-    bucket: &str,
-) -> Result<Option<String>, String> {
-    match policy_refuses(policy, queue_arn, bucket) {
+/// The policy with slate's statement for `g` (an earlier one of slate's with the same Sid
+/// replaced, every other statement kept); None when it already lets `g` happen. A policy
+/// that denies it is not rewritten: that is someone's decision.
+pub fn merge_policy(policy: Option<&str>, g: &Grant) -> Result<Option<String>, String> {
+    match refuses(policy, g, false) {
         None => return Ok(None),
-        Some(why) if why.contains("denies") => return Err(why),
+        Some(why) if why.contains(" denies ") => return Err(why),
         Some(_) => {}
     }
     let mut v: Value = match policy.filter(|p| !p.trim().is_empty()) {
         None => json!({"Version": "2012-10-17", "Statement": []}),
-        Some(text) => serde_json::from_str(text).map_err(|e| format!("the queue's policy: {e}"))?,
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| format!("the {}'s policy: {e}", g.what))?
+        }
     };
-    let sid = format!("slate-s3-{bucket}");
     let obj = v
         .as_object_mut()
-        .ok_or("the queue's policy is not a JSON object")?;
+        .ok_or_else(|| format!("the {}'s policy is not a JSON object", g.what))?;
     let mut statements = match obj.remove("Statement") {
         Some(Value::Array(a)) => a,
         Some(o @ Value::Object(_)) => vec![o],
         _ => Vec::new(),
     };
-    statements.retain(|s| s.get("Sid").and_then(Value::as_str) != Some(sid.as_str()));
-    statements.push(queue_statement(queue_arn, bucket));
+    statements.retain(|s| s.get("Sid").and_then(Value::as_str) != Some(g.sid.as_str()));
+    statements.push(g.statement());
     obj.insert("Statement".into(), Value::Array(statements));
     obj.entry("Version").or_insert_with(|| json!("2012-10-17"));
     Ok(Some(v.to_string()))
@@ -633,6 +777,10 @@ mod tests {
     use super::*;
 
     const Q: &str = "arn:aws:sqs:us-east-1:123456789012:slate-q";
+
+    fn g(bucket: &str) -> Grant {
+        Grant::s3_to_queue(bucket, Q)
+    }
 
     fn entry(target: Target, events: &[&str], prefix: Option<&str>, suffix: Option<&str>) -> Entry {
         Entry {
@@ -765,7 +913,7 @@ mod tests {
 
     #[test]
     fn merge_keeps_others_replaces_ours_and_refuses_overlaps() {
-        let want = slate_entry("data", Q);
+        let want = slate_entry("data", Target::Queue(Q.into()));
         assert_eq!(want.prefix.as_deref(), Some("data/"));
         assert_eq!(want.id.as_deref(), Some("slate-slate-q"));
         let other_q = entry(
@@ -800,8 +948,8 @@ mod tests {
             .starts_with("would add entry 'slate-slate-q' (queue "));
         // the same again changes nothing
         assert_eq!(merge(&next, &want), Merge::Unchanged);
-        // an older entry for our queue (another prefix) is replaced, not doubled
-        let old = entry(
+        // another pair's entry for our queue (a prefix apart) stays beside slate's new one
+        let beside = entry(
             Target::Queue(Q.into()),
             &["s3:ObjectCreated:*"],
             Some("old/"),
@@ -809,18 +957,60 @@ mod tests {
         );
         let Merge::Write(n2, lines) = merge(
             &S3Notification {
-                entries: vec![old, other_q.clone()],
+                entries: vec![beside.clone(), other_q.clone()],
                 event_bridge: false,
             },
             &want,
         ) else {
             panic!("expected a write")
         };
-        assert_eq!(n2.entries, vec![other_q.clone(), want.clone()]);
+        assert_eq!(
+            n2.entries,
+            vec![beside.clone(), other_q.clone(), want.clone()]
+        );
+        assert_eq!(lines[0], Change::Added(want.clone()));
+        // one for our queue that overlaps (a wider prefix, fewer events) is folded into one
+        // entry covering both
+        let wider = entry(
+            Target::Queue(Q.into()),
+            &["s3:ObjectCreated:Put"],
+            Some("dat"),
+            None,
+        );
+        let Merge::Write(n3, lines) = merge(
+            &S3Notification {
+                entries: vec![wider.clone()],
+                event_bridge: false,
+            },
+            &want,
+        ) else {
+            panic!("expected a write")
+        };
+        assert_eq!(n3.entries.len(), 1);
+        assert_eq!(n3.entries[0].prefix.as_deref(), Some("dat"));
+        assert_eq!(n3.entries[0].events, want.events);
         assert!(
             lines[0].line(false).starts_with("replaced entry 'x'"),
             "{lines:?}"
         );
+        assert_eq!(merge(&n3, &want), Merge::Unchanged);
+        // ... and a narrower one of ours is replaced by slate's wider entry
+        let narrow = entry(
+            Target::Queue(Q.into()),
+            &["s3:ObjectRemoved:*"],
+            Some("data/sub/"),
+            Some(".bin"),
+        );
+        let Merge::Write(n4, _) = merge(
+            &S3Notification {
+                entries: vec![narrow],
+                event_bridge: false,
+            },
+            &want,
+        ) else {
+            panic!("expected a write")
+        };
+        assert_eq!(n4.entries, vec![want.clone()]);
         // an overlapping rule of someone else's is named, not overwritten
         let clash = entry(
             Target::Queue("arn:theirs".into()),
@@ -850,16 +1040,22 @@ mod tests {
     #[test]
     fn check_names_what_cannot_deliver() {
         let ok = S3Notification {
-            entries: vec![slate_entry("data", Q)],
+            entries: vec![slate_entry("data", Target::Queue(Q.into()))],
             event_bridge: false,
         };
-        assert_eq!(check_notification(&ok, "data", Q), vec![]);
+        assert_eq!(
+            check_notification(&ok, "data", &Target::Queue(Q.into())),
+            vec![]
+        );
         // a whole-bucket entry covers the pair too
         let whole = S3Notification {
-            entries: vec![slate_entry("", Q)],
+            entries: vec![slate_entry("", Target::Queue(Q.into()))],
             event_bridge: false,
         };
-        assert_eq!(check_notification(&whole, "data/sub", Q), vec![]);
+        assert_eq!(
+            check_notification(&whole, "data/sub", &Target::Queue(Q.into())),
+            vec![]
+        );
         let cases: [(Vec<Entry>, &str, bool); 5] = [
             (vec![], "no entry for queue", true),
             (
@@ -907,7 +1103,7 @@ mod tests {
                 entries,
                 event_bridge: false,
             };
-            let f = check_notification(&n, "data", Q);
+            let f = check_notification(&n, "data", &Target::Queue(Q.into()));
             let hit = f.iter().find(|f| f.line.contains(want));
             assert!(hit.is_some(), "{want}: {f:?}");
             assert_eq!(hit.map(|f| f.broken), Some(broken), "{want}: {f:?}");
@@ -916,22 +1112,51 @@ mod tests {
     }
 
     #[test]
+    fn wildcards_match_as_iam_does() {
+        let cases = [
+            ("*", "", true),
+            ("arn:aws:s3:::b*", "arn:aws:s3:::bkt", true),
+            ("arn:aws:s3:::b*", "arn:aws:s3:::abc", false),
+            (
+                "arn:aws:sqs:*:*:slate-?",
+                "arn:aws:sqs:us-east-1:1:slate-q",
+                true,
+            ),
+            (
+                "arn:aws:sqs:*:*:slate-?",
+                "arn:aws:sqs:us-east-1:1:slate-qq",
+                false,
+            ),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ];
+        for (p, t, want) in cases {
+            assert_eq!(glob(p, t), want, "{p} ~ {t}");
+        }
+        // many stars against a long text end quickly
+        let p = "*a".repeat(40) + "b";
+        assert!(!glob(&p, &"a".repeat(2000)));
+    }
+
+    #[test]
     fn policies_are_read_and_merged() {
-        let ours = merge_policy(None, Q, "bkt").unwrap().unwrap();
-        assert_eq!(policy_refuses(Some(&ours), Q, "bkt"), None);
+        let ours = merge_policy(None, &g("bkt")).unwrap().unwrap();
+        assert_eq!(policy_refuses(Some(&ours), &g("bkt")), None);
         assert!(
-            policy_refuses(Some(&ours), Q, "another").is_some(),
+            policy_refuses(Some(&ours), &g("another")).is_some(),
             "scoped to the bucket"
         );
         assert_eq!(
-            merge_policy(Some(&ours), Q, "bkt").unwrap(),
+            merge_policy(Some(&ours), &g("bkt")).unwrap(),
             None,
             "idempotent"
         );
         // a second bucket adds its statement beside the first
-        let two = merge_policy(Some(&ours), Q, "b2").unwrap().unwrap();
-        assert_eq!(policy_refuses(Some(&two), Q, "bkt"), None);
-        assert_eq!(policy_refuses(Some(&two), Q, "b2"), None);
+        let two = merge_policy(Some(&ours), &g("b2")).unwrap().unwrap();
+        assert_eq!(policy_refuses(Some(&two), &g("bkt")), None);
+        assert_eq!(policy_refuses(Some(&two), &g("b2")), None);
         let cases = [
             (None, Some("no policy")),
             (Some("not json"), Some("no JSON")),
@@ -967,7 +1192,7 @@ mod tests {
             ),
         ];
         for (policy, want) in cases {
-            let got = policy_refuses(policy, Q, "bkt");
+            let got = policy_refuses(policy, &g("bkt"));
             match want {
                 None => assert_eq!(got, None, "{policy:?}"),
                 Some(w) => assert!(
@@ -976,15 +1201,54 @@ mod tests {
                 ),
             }
         }
+        // the grants of a fan-out: S3 → topic, topic → queue
+        let t = "arn:aws:sns:us-east-1:123456789012:fan";
+        let topic = merge_policy(None, &Grant::s3_to_topic("bkt", t))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            policy_refuses(Some(&topic), &Grant::s3_to_topic("bkt", t)),
+            None
+        );
+        assert!(policy_refuses(Some(&topic), &Grant::s3_to_queue("bkt", t)).is_some());
+        let q = merge_policy(None, &Grant::topic_to_queue(t, Q))
+            .unwrap()
+            .unwrap();
+        assert_eq!(policy_refuses(Some(&q), &Grant::topic_to_queue(t, Q)), None);
+        assert!(
+            policy_refuses(Some(&q), &g("bkt")).is_some(),
+            "a topic's grant is no bucket's"
+        );
+        assert_eq!(
+            policy_refuses(
+                Some(&q),
+                &Grant::topic_to_queue("arn:aws:sns:us-east-1:123456789012:other", Q)
+            )
+            .as_deref(),
+            Some(
+                "the queue's policy has no statement that lets topic other (sns.amazonaws.com) \
+                 sqs:SendMessage"
+            )
+        );
+        // an allow under a condition slate cannot read (SNS's default policy: the owner
+        // account) passes a check, but setup adds its own statement beside it
+        let default = r#"{"Statement":[{"Sid":"__default","Effect":"Allow","Principal":{"AWS":"*"},"Action":["SNS:Publish","SNS:Subscribe"],"Resource":"arn:aws:sns:us-east-1:123456789012:fan","Condition":{"StringEquals":{"AWS:SourceOwner":"123456789012"}}}]}"#;
+        let fan = Grant::s3_to_topic("bkt", t);
+        assert_eq!(policy_refuses(Some(default), &fan), None);
+        let merged = merge_policy(Some(default), &fan).unwrap().unwrap();
+        assert!(
+            merged.contains("__default") && merged.contains("slate-s3-bkt"),
+            "{merged}"
+        );
         // a deny is not rewritten
         let deny = r#"{"Statement":[{"Effect":"Deny","Principal":"*","Action":"sqs:*"}]}"#;
-        assert!(merge_policy(Some(deny), Q, "bkt")
+        assert!(merge_policy(Some(deny), &g("bkt"))
             .unwrap_err()
             .contains("denies"));
         // others' statements are kept
         let other = r#"{"Version":"2012-10-17","Statement":[{"Sid":"mine","Effect":"Allow","Principal":{"AWS":"arn:aws:iam::1:root"},"Action":"sqs:ReceiveMessage","Resource":"*"}]}"#;
         let merged: Value =
-            serde_json::from_str(&merge_policy(Some(other), Q, "bkt").unwrap().unwrap()).unwrap();
+            serde_json::from_str(&merge_policy(Some(other), &g("bkt")).unwrap().unwrap()).unwrap();
         let sids: Vec<_> = merged["Statement"]
             .as_array()
             .unwrap()

@@ -27,6 +27,13 @@ const PATH: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
+/// What a form body encodes: everything but unreserved characters.
+const FORM: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 pub fn encode_key(key: &str) -> String {
     utf8_percent_encode(key, PATH).to_string()
 }
@@ -321,6 +328,70 @@ impl S3CrossBucket {
             Ok((status, answer))
         })
         .await
+    }
+
+    /// One call of another AWS service's query API (SNS) with this bucket's credentials and
+    /// region: a signed form POST to `endpoint`; the status and the body of the answer.
+    pub async fn aws_query(
+        &self,
+        service: &'static str,
+        endpoint: &str,
+        form: &[(&str, &str)],
+    ) -> std::result::Result<(http::StatusCode, bytes::Bytes), String> {
+        let body = form
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{}={}",
+                    utf8_percent_encode(k, FORM),
+                    utf8_percent_encode(v, FORM)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        let what = form
+            .iter()
+            .find(|(k, _)| *k == "Action")
+            .map(|(_, v)| *v)
+            .unwrap_or(service);
+        super::retry::signed_call(service, what, || async {
+            let cred = self
+                .s3
+                .credentials()
+                .get_credential()
+                .await
+                .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
+            let mut req: Request<HttpRequestBody> = Request::builder()
+                .method("POST")
+                .uri(endpoint)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(HttpRequestBody::from(body.clone().into_bytes()))
+                .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+            AwsAuthorizer::new(&cred, service, &self.region)
+                .try_authorize(&mut req, None)
+                .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+            let resp = self
+                .http
+                .execute(req)
+                .await
+                .map_err(|e| ChunkError::Retry(e.to_string()))?;
+            let status = resp.status();
+            let answer = resp
+                .into_body()
+                .bytes()
+                .await
+                .map_err(|e| ChunkError::Retry(e.to_string()))?;
+            if status.is_server_error() || status.as_u16() == 429 {
+                return Err(ChunkError::of_status(status, what));
+            }
+            Ok((status, answer))
+        })
+        .await
+    }
+
+    /// The region the bucket's requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.region
     }
 
     /// One signed request with no body for `key` of the destination bucket (`query` with its
