@@ -85,7 +85,9 @@ async fn run_inner(args: DiffArgs) -> Result<i32, SlateError> {
     let src = Location::parse(args.src.as_deref().ok_or_else(|| missing("SRC"))?)?
         .with_copy_links(args.copy_links);
     let dst = Location::parse(args.dst.as_deref().ok_or_else(|| missing("DST"))?)?;
-    let filter = args.filters.build()?;
+    // a canary of `slate check` or the daemon in flight is no difference
+    let mut filter = args.filters.build()?;
+    filter.no_canaries = true;
 
     let json = args.json;
     let show = args.show;

@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand. `main.rs` parses, starts logging and calls
 //! [`run`]; the exit code comes from the result.
 
+pub mod check;
 pub mod cleanup;
 pub mod copy;
 pub mod db;
@@ -63,6 +64,9 @@ pub enum Command {
     /// Messages no pair could use (malformed, of a bucket no pair follows): list, show,
     /// retry through the inbox, purge.
     Deadletters(deadletters::DeadLettersArgs),
+    /// Prove that a followed pair's events flow: a canary written at SRC, its event and its
+    /// replica at DST waited for, then its delete; each step's latency (exit 1 names the break).
+    Check(check::CheckArgs),
     /// Event wiring: `setup` makes what delivers a source's change events to the daemon's
     /// queue, `check` reads it back and says what is missing.
     Events(events::EventsArgs),
@@ -96,6 +100,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Deadletters(args) => deadletters::run(args).await,
         Command::Db(args) => db::run(args).await,
         Command::Events(args) => events::run(args).await,
+        Command::Check(args) => check::run(args).await,
     }
 }
 

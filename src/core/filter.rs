@@ -239,6 +239,8 @@ pub struct Filter {
     pub max_size: Option<u64>,
     /// `--files-from`: only these keys (exact, relative to the pair's prefix).
     pub files: Option<std::sync::Arc<std::collections::HashSet<String>>>,
+    /// Leaves canary keys out (`diff`'s reports); otherwise every filter admits them.
+    pub no_canaries: bool,
 }
 
 impl std::fmt::Debug for Filter {
@@ -251,6 +253,7 @@ impl std::fmt::Debug for Filter {
             .field("min_size", &self.min_size)
             .field("max_size", &self.max_size)
             .field("files", &self.files.as_ref().map(|f| f.len()))
+            .field("no_canaries", &self.no_canaries)
             .finish()
     }
 }
@@ -281,8 +284,12 @@ impl Filter {
         &self.exclude.texts
     }
 
-    /// Whether the key is looked at. Excludes win over includes; no include means all.
+    /// Whether the key is looked at. Excludes win over includes; no include means all. A
+    /// canary's key ([`crate::core::canary`]) is always looked at, unless `no_canaries`.
     pub fn key(&self, key: &str) -> bool {
+        if crate::core::canary::is_canary(key) {
+            return !self.no_canaries;
+        }
         if self.exclude.matches(key) {
             return false;
         }

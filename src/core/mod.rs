@@ -4,6 +4,7 @@
 
 pub mod backoff;
 pub mod brake;
+pub mod canary;
 pub mod error;
 pub mod filter;
 pub mod location;

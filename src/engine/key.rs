@@ -245,8 +245,10 @@ impl Engine {
     /// Does not record: `--once` records in batches, the daemon at once.
     pub async fn copy(&self, e: &Entry) -> Result<(Outcome, [Record; 2])> {
         if let Some(b) = &self.backup {
-            // an overwrite: what the destination holds now is kept first
-            b.take(&self.ctx, &self.dst_loc, &e.rel).await?;
+            // an overwrite: what the destination holds now is kept first (a canary's is not)
+            if !crate::core::canary::is_canary(&e.rel) {
+                b.take(&self.ctx, &self.dst_loc, &e.rel).await?;
+            }
         }
         let item = copy::item_for(&self.ctx.src, &self.dst_loc, e.clone());
         let out = copy_one(&self.ctx, &item).await?;
@@ -435,9 +437,12 @@ impl Engine {
 
     pub async fn delete_at_destination(&self, key: &str) -> Result<bool> {
         let backed_up = match &self.backup {
-            // kept first; a backup that fails stops the delete (the key is retried)
-            Some(b) => b.take(&self.ctx, &self.dst_loc, key).await?,
-            None => false,
+            // kept first; a backup that fails stops the delete (the key is retried); a
+            // canary is not kept
+            Some(b) if !crate::core::canary::is_canary(key) => {
+                b.take(&self.ctx, &self.dst_loc, key).await?
+            }
+            _ => false,
         };
         let deleted = self.delete_only(key).await?;
         Ok(deleted || backed_up)
@@ -495,12 +500,16 @@ impl Engine {
         if !self.filter.key(key) {
             return Ok(Applied::Filtered);
         }
+        // a canary is admitted by every filter and passes the brake (core::canary)
+        let canary = crate::core::canary::is_canary(key);
         let (mut now, mut meta_now) = match self.probe_meta(key).await? {
             Some((e, m)) => (Some(e), m),
             None => (None, None),
         };
         if let Some(e) = &now {
-            if !self.filter.age(e.mtime, SystemTime::now()) || !self.filter.size(Some(e.size)) {
+            if !canary
+                && (!self.filter.age(e.mtime, SystemTime::now()) || !self.filter.size(Some(e.size)))
+            {
                 return Ok(Applied::Filtered);
             }
         }
@@ -520,12 +529,12 @@ impl Engine {
                 // a size filter keeps what it leaves out at the destination, as a listing's
                 // walk does (the size recorded of the source, else of the destination)
                 let size = m_src.as_ref().or(m_dst.as_ref()).map(|s| s.size);
-                if !self.filter.size(size) {
+                if !canary && !self.filter.size(size) {
                     return Ok(Applied::Filtered);
                 }
                 // the daemon's brake on mass deletes: counted in the shared state, held when
                 // the pair's window is full
-                let admitted = match self.admit_delete(released).await? {
+                let admitted = match self.admit_delete(released || canary).await? {
                     Some(Err(fresh)) => return Ok(Applied::Held { fresh }),
                     Some(Ok(id)) => Some(id),
                     None => None,

@@ -261,7 +261,8 @@ impl Walk {
                 .or(row.m_src.as_ref())
                 .and_then(|s| s.mtime_ms);
             let t = mtime.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
-            if !self.filter.age(t, self.now) {
+            let canary = crate::core::canary::is_canary(&row.key);
+            if !canary && !self.filter.age(t, self.now) {
                 continue;
             }
             // the source's size (now, else as recorded), else the destination's: a key is in or
@@ -273,7 +274,7 @@ impl Walk {
                 .or(row.m_src.as_ref())
                 .or(row.dst.as_ref())
                 .map(|s| s.size);
-            if !self.filter.size(size) {
+            if !canary && !self.filter.size(size) {
                 continue;
             }
             return Ok(Some(row));

@@ -4,6 +4,7 @@
 //! and jobs alike.
 
 pub mod backup;
+pub mod canary;
 pub mod daemon;
 pub mod expand;
 pub mod judge;

@@ -59,11 +59,24 @@ pub(crate) const PUSH_SQL: &str =
         events = inbox.events + 1,
         last_seen = excluded.last_seen, not_before = 0, attempts = 0, held = 0";
 
+/// Notes the first event of each kind of a canary key (`schema/sqlite/0014_canaries.sql`).
+fn note_canary(c: &super::db::Conn, pair_id: i64, key: &str, kind: Kind, t: i64) -> DbResult<()> {
+    if crate::core::canary::is_canary(key) {
+        c.execute(
+            "INSERT INTO canary_events (pair_id, key, kind, at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (pair_id, key, kind) DO NOTHING",
+            params![pair_id, key, kind as i64, t],
+        )?;
+    }
+    Ok(())
+}
+
 /// Stores the key rows (coalesced as [`Inbox::push`] does) and the prefixes to expand of
 /// `intake`, in the caller's transaction (a message's, or a dead letter's retry).
 pub(crate) fn push_rows(c: &super::db::Conn, intake: &Intake, t: i64) -> DbResult<()> {
     for (pair_id, key, kind, token) in &intake.rows {
         c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
+        note_canary(c, *pair_id, key, *kind, t)?;
     }
     // a new event for a prefix being expanded starts it over (the folder may hold other keys
     // now): a new generation, due at once
@@ -153,6 +166,7 @@ impl<'a> Inbox<'a> {
                         new += 1;
                     }
                     c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
+                    note_canary(c, pair_id, key, *kind, t)?;
                 }
                 Ok(new)
             })
@@ -180,6 +194,32 @@ impl<'a> Inbox<'a> {
                 Ok(())
             })
             .inspect(|_| bell().notify_waiters())
+    }
+
+    /// When the first event of each kind of canary `key` was stored: (upsert, delete), unix ms.
+    pub fn canary_events(&self, pair_id: i64, key: &str) -> Result<(Option<i64>, Option<i64>)> {
+        let rows: Vec<(i64, i64)> = self.m.read(|c| {
+            c.query_map(
+                "SELECT kind, at FROM canary_events WHERE pair_id = ?1 AND key = ?2",
+                params![pair_id, key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })?;
+        let at = |k: Kind| rows.iter().find(|(x, _)| *x == k as i64).map(|(_, t)| *t);
+        Ok((at(Kind::Upsert), at(Kind::Delete)))
+    }
+
+    /// Forgets the events of canary `key`, and those of any canary of the pair older than
+    /// `stale_ms` (a check killed before it cleaned up).
+    pub fn forget_canary(&self, pair_id: i64, key: &str, stale_ms: i64) -> Result<()> {
+        let t = now_ms();
+        self.m.with(|c| {
+            c.execute(
+                "DELETE FROM canary_events WHERE pair_id = ?1 AND (key = ?2 OR at < ?3)",
+                params![pair_id, key, t - stale_ms],
+            )
+            .map(|_| ())
+        })
     }
 
     /// The oldest expansion of a pair that is due now (a failed step waits its backoff).
