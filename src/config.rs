@@ -54,6 +54,8 @@ pub struct DaemonConfig {
     pub db: Option<String>,
     /// Full compare and repair of every pair on this schedule, e.g. "24h"; "0" disables.
     pub drift_check_interval: Option<String>,
+    /// A canary through every pair on this schedule, e.g. "5m" (default: off).
+    pub canary_interval: Option<String>,
     /// Address of the listener (webhook deliveries), e.g. "127.0.0.1:3030"; `--listen` wins.
     pub listen: Option<String>,
     /// How long dead letters are kept (e.g. "30d", the default): the daemon drops older ones
@@ -197,6 +199,12 @@ impl Config {
             if d.trim() != "0" {
                 crate::core::filter::parse_age(d)
                     .map_err(|e| bad(format!("daemon.drift_check_interval: {e}")))?;
+            }
+        }
+        if let Some(d) = &self.daemon.canary_interval {
+            if !matches!(d.trim(), "0" | "off") {
+                crate::core::filter::parse_age(d)
+                    .map_err(|e| bad(format!("daemon.canary_interval: {e}")))?;
             }
         }
         Ok(())

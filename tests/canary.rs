@@ -222,3 +222,106 @@ fn azure_through_a_storage_queue_passes() {
     assert!(left.is_empty(), "{:?}", left.keys().collect::<Vec<_>>());
     assert_eq!(daemon.stop(), Some(0));
 }
+
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let r = reqwest::blocking::get(format!("http://{addr}{path}")).expect("get");
+    (r.status().as_u16(), r.text().expect("body"))
+}
+
+fn pair_json(addr: &str) -> serde_json::Value {
+    let (st, body) = get(addr, "/pairs");
+    assert_eq!(st, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["pairs"][0].clone()
+}
+
+#[test]
+fn the_daemons_canaries_mark_a_pair_degraded_when_its_events_stop() {
+    let (bucket, queue) = sqs_bucket("cand");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let replica = dir.path().join("replica");
+    let su = format!("s3://{bucket}/data");
+    let du = replica.to_str().expect("utf-8").to_string();
+    let events = format!("sqs://{queue}");
+    let mut daemon = Daemon::start(
+        &db,
+        &su,
+        &du,
+        &[
+            "--events",
+            &events,
+            "--canary-interval",
+            "1s",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-token",
+        ],
+        &log,
+    );
+    let addr = listen_addr(&daemon.log_text()).expect("listening");
+    wait_for("a passing canary in GET /pairs", 60, || {
+        pair_json(&addr)["canary"]["ok"] == true
+    });
+    let p = pair_json(&addr);
+    assert_eq!(p["health"], "ok", "{p}");
+    assert!(p["canary"]["replica_ms"].as_u64().is_some(), "{p}");
+    let (_, metrics) = get(&addr, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("slate_canary_ok{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("slate_canary_seconds{") && l.contains("step=\"replica\"")),
+        "{metrics}"
+    );
+
+    // the bucket loses slate's entry: the next canary finds no event, the pair is degraded
+    let (st, body) = s3_raw(
+        "PUT",
+        &format!("/{bucket}?notification"),
+        "<NotificationConfiguration><CloudFunctionConfiguration><Id>theirs</Id>\
+         <CloudFunction>arn:aws:lambda:us-east-1:123456789012:function:f</CloudFunction>\
+         <Event>s3:ObjectCreated:*</Event></CloudFunctionConfiguration></NotificationConfiguration>",
+    );
+    assert_eq!(st, 200, "{body}");
+    wait_for("the pair degraded", 90, || {
+        pair_json(&addr)["health"] == "degraded"
+    });
+    let p = pair_json(&addr);
+    assert!(
+        p["canary"]["line"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no event for the canary"),
+        "{p}"
+    );
+    let (st, ready) = get(&addr, "/readyz");
+    assert_eq!(st, 200, "the pair still follows: {ready}");
+    assert!(
+        ready.contains("degraded") && ready.contains("no event for the canary"),
+        "{ready}"
+    );
+    let (_, metrics) = get(&addr, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("slate_canary_ok{") && l.ends_with(" 0")),
+        "{metrics}"
+    );
+    assert!(
+        daemon
+            .log_text()
+            .contains("canary: no event for the canary"),
+        "the log says it: {}",
+        log_tail(&daemon.log_text())
+    );
+    // nothing of the failed canaries is left at the source
+    let left = rt().block_on(read_all(&s3(&bucket), "data/.slate-canary"));
+    assert!(left.is_empty(), "{:?}", left.keys().collect::<Vec<_>>());
+    assert_eq!(daemon.stop(), Some(0));
+}

@@ -53,7 +53,7 @@ async fn run_inner(args: CheckArgs) -> Result<i32, SlateError> {
         pair.id,
         &src,
         &dst,
-        "check",
+        &crate::engine::canary::new_key("check"),
         args.timeout,
         &|line| println!("{line}"),
     )

@@ -70,6 +70,12 @@ pub struct SyncArgs {
     /// [default: the config's daemon.drift_check_interval, else 86400]
     #[arg(long)]
     pub drift_check_secs: Option<u64>,
+    /// Daemon: prove every pair's events flow on this schedule (e.g. 5m) with a canary object
+    /// under .slate-canary/ of its source (written, replicated, deleted); one that does not
+    /// make it through marks the pair degraded. Needs write access to the source.
+    /// [default: the config's daemon.canary_interval, else off]
+    #[arg(long, value_parser = parse_age, value_name = "DURATION")]
+    pub canary_interval: Option<std::time::Duration>,
     /// Daemon: how long a worker's claim on a pending key lasts without renewal (renewed every
     /// third of it while the worker lives): how soon the keys of a worker that died pass to
     /// the other workers sharing the database. Longer than the 60 s a worker waits out a
@@ -378,6 +384,15 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
             })?,
             (None, None) => std::time::Duration::from_secs(86_400),
         };
+        let canary_interval = match (args.canary_interval, cfg.daemon.canary_interval.as_deref()) {
+            (Some(d), _) => d,
+            (None, Some(d)) if d.trim() == "0" || d.trim() == "off" => std::time::Duration::ZERO,
+            (None, Some(d)) => parse_age(d).map_err(|why| SlateError::BadOption {
+                option: "daemon.canary_interval".into(),
+                why,
+            })?,
+            (None, None) => std::time::Duration::ZERO,
+        };
         // one shutdown for every pair
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -439,6 +454,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                     events: job.events,
                     name: job.named,
                     delete_brake: job.brake,
+                    canary_interval,
                 },
             })
             .collect();

@@ -229,22 +229,62 @@ where
     }
 }
 
-/// One canary run on the pair `pair_id` (`src` -> `dst`, followed by a daemon on `db`): each
-/// step waits at most `timeout`. `say` is told each step as it happens. The canary is removed
-/// from both sides whatever happened, and its rows from the state.
+/// A new canary key (relative to a pair's prefix) for `who` (`check`, `daemon`).
+pub fn new_key(who: &str) -> String {
+    let host = crate::state::inbox::worker().host.clone();
+    crate::core::canary::key(who, &host, std::process::id(), now_ms())
+}
+
+/// Removes canary `rel` from both sides, and its rows from the state (a run cut short: a
+/// daemon stopping mid-run).
+pub async fn remove(db: Arc<Manifest>, pair_id: i64, src: &Location, dst: &Location, rel: &str) {
+    if let (Ok(s), Ok(d)) = (Side::open(src), Side::open(dst)) {
+        cleanup(&db, pair_id, &s, &d, rel, true).await;
+    }
+}
+
+async fn cleanup(
+    db: &Arc<Manifest>,
+    pair_id: i64,
+    src: &Side,
+    dst: &Side,
+    rel: &str,
+    at_dst: bool,
+) {
+    let _ = delete(src, rel).await;
+    if at_dst {
+        let _ = delete(dst, rel).await;
+    }
+    // a local side keeps no empty canary folder (another canary in it keeps it)
+    for side in [src, dst] {
+        if let Side::Local { loc } = side {
+            let _ = tokio::fs::remove_dir(
+                std::path::Path::new(&loc.prefix).join(crate::core::canary::DIR),
+            )
+            .await;
+        }
+    }
+    let (db, k) = (db.clone(), rel.to_string());
+    let _ = blocking(move || Inbox::new(&db).forget_canary(pair_id, &k, STALE.as_millis() as i64))
+        .await;
+}
+
+/// One canary run on the pair `pair_id` (`src` -> `dst`, followed by a daemon on `db`) with
+/// the key `rel` ([`new_key`]): each step waits at most `timeout`. `say` is told each step as
+/// it happens. The canary is removed from both sides whatever happened, and its rows from
+/// the state.
 pub async fn run(
     db: Arc<Manifest>,
     pair_id: i64,
     src: &Location,
     dst: &Location,
-    who: &str,
+    rel: &str,
     timeout: Duration,
     say: &(dyn Fn(String) + Send + Sync),
 ) -> Result<Report> {
     let src_side = Side::open(src)?;
     let dst_side = Side::open(dst)?;
-    let host = crate::state::inbox::worker().host.clone();
-    let rel = crate::core::canary::key(who, &host, std::process::id(), now_ms());
+    let rel = rel.to_string();
     let body = format!("slate canary {rel}\n").into_bytes();
     let len = body.len();
     let mut report = Report {
@@ -298,22 +338,15 @@ pub async fn run(
     .await;
     // whatever happened, no canary is left behind (the destination's too: a daemon that
     // missed the delete would not remove it)
-    let _ = delete(&src_side, &rel).await;
-    if report.gone.is_none() {
-        let _ = delete(&dst_side, &rel).await;
-    }
-    // a local side keeps no empty canary folder (another canary in it keeps it)
-    for side in [&src_side, &dst_side] {
-        if let Side::Local { loc } = side {
-            let _ = tokio::fs::remove_dir(
-                std::path::Path::new(&loc.prefix).join(crate::core::canary::DIR),
-            )
-            .await;
-        }
-    }
-    let (db2, k) = (db.clone(), rel.clone());
-    let _ = blocking(move || Inbox::new(&db2).forget_canary(pair_id, &k, STALE.as_millis() as i64))
-        .await;
+    cleanup(
+        &db,
+        pair_id,
+        &src_side,
+        &dst_side,
+        &rel,
+        report.gone.is_none(),
+    )
+    .await;
     result.map(|_| report)
 }
 

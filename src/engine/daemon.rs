@@ -62,6 +62,8 @@ pub struct DaemonOptions {
     /// The brake on the deletes the daemon applies (`--delete-brake`, a pair's
     /// `delete_brake`).
     pub delete_brake: crate::core::brake::BrakePolicy,
+    /// A canary through the pair on this schedule (zero: never); see `engine::canary`.
+    pub canary_interval: Duration,
 }
 
 /// One pair for [`run_all`].
@@ -412,6 +414,14 @@ pub async fn run_all(
                 }
             }
         });
+        if !p.opts.canary_interval.is_zero() {
+            tokio::spawn(canaries(
+                db.clone(),
+                p.clone(),
+                handle.clone(),
+                stop.clone(),
+            ));
+        }
         let (db, stop) = (db.clone(), stop.clone());
         tasks.push(tokio::spawn(supervise(db, p, handle, stop)));
     }
@@ -422,6 +432,77 @@ pub async fn run_all(
         c.abort();
     }
     Ok(handles)
+}
+
+/// Runs a canary through the pair every `canary_interval` while it follows its events; a
+/// canary that does not make it through marks the pair degraded (`/readyz`, `GET /pairs`,
+/// the dashboard, `slate_canary_ok`) until one does.
+async fn canaries(
+    db: Arc<Manifest>,
+    p: PairRun,
+    handle: Arc<PairHandle>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let every = p.opts.canary_interval;
+    // each half may take the interval, at most two minutes, at least ten seconds
+    let timeout = every
+        .min(Duration::from_secs(120))
+        .max(Duration::from_secs(10));
+    let mut last_ok_ms = 0;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|v| *v) => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        if handle.state() != PairState::Following {
+            continue;
+        }
+        let say = |line: String| tracing::debug!(pair = %handle.label, "canary: {line}");
+        let key = super::canary::new_key("daemon");
+        let run = tokio::select! {
+            _ = stop.wait_for(|v| *v) => None,
+            r = super::canary::run(db.clone(), handle.pair_id, &p.src, &p.dst, &key, timeout, &say) => Some(r),
+        };
+        let Some(run) = run else {
+            // stopping mid-run: the canary goes, not left for a person to wonder about
+            super::canary::remove(db.clone(), handle.pair_id, &p.src, &p.dst, &key).await;
+            return;
+        };
+        let now = crate::core::metrics::unix_ms();
+        let status = match run {
+            Ok(r) => {
+                let ok = r.verdict() == super::canary::Verdict::Ok;
+                let line = r.summary(&p.src.to_string(), &p.dst.to_string(), timeout);
+                if ok {
+                    last_ok_ms = now;
+                    tracing::debug!(pair = %handle.label, "{line}");
+                } else {
+                    tracing::warn!(pair = %handle.label, "canary: {line}");
+                }
+                crate::engine::running::CanaryStatus {
+                    at_ms: now,
+                    ok,
+                    line,
+                    replica_ms: r.replica.map(|d| d.as_millis() as u64),
+                    gone_ms: r.gone.map(|d| d.as_millis() as u64),
+                    last_ok_ms,
+                }
+            }
+            Err(e) => {
+                let line = format!("the canary could not run: {}", one_line(&e));
+                tracing::warn!(pair = %handle.label, "{line}");
+                crate::engine::running::CanaryStatus {
+                    at_ms: now,
+                    ok: false,
+                    line,
+                    replica_ms: None,
+                    gone_ms: None,
+                    last_ok_ms,
+                }
+            }
+        };
+        handle.set_canary(status);
+    }
 }
 
 /// Runs one pair, restarting its loop with a backoff when it fails, until `stop`.

@@ -69,6 +69,21 @@ impl PairState {
     }
 }
 
+/// The newest canary run of a pair's daemon (`canary_interval`, see `engine::canary`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CanaryStatus {
+    /// When the run ended (unix ms).
+    pub at_ms: u64,
+    pub ok: bool,
+    /// The run's line: the latencies, or where the chain broke.
+    pub line: String,
+    /// Write → replica and delete → replica gone, ms.
+    pub replica_ms: Option<u64>,
+    pub gone_ms: Option<u64>,
+    /// The last run that passed (0: none yet).
+    pub last_ok_ms: u64,
+}
+
 /// One pair the daemon runs.
 #[derive(Debug)]
 pub struct PairHandle {
@@ -82,6 +97,8 @@ pub struct PairHandle {
     state: tokio::sync::watch::Sender<PairState>,
     /// The pair's delete brake (its window is what `GET /pairs` counts over).
     pub delete_brake: std::sync::Mutex<crate::core::brake::BrakePolicy>,
+    /// The newest canary run, when the daemon runs canaries.
+    canary: std::sync::Mutex<Option<CanaryStatus>>,
 }
 
 impl PairHandle {
@@ -94,7 +111,24 @@ impl PairHandle {
             intake: Default::default(),
             state: tokio::sync::watch::Sender::new(PairState::Starting),
             delete_brake: Default::default(),
+            canary: Default::default(),
         })
+    }
+
+    /// The newest canary run (None: canaries are off, or none ran yet).
+    pub fn canary(&self) -> Option<CanaryStatus> {
+        self.canary.lock().ok().and_then(|c| c.clone())
+    }
+
+    pub fn set_canary(&self, c: CanaryStatus) {
+        if let Ok(mut g) = self.canary.lock() {
+            *g = Some(c);
+        }
+    }
+
+    /// Why the pair is degraded: its newest canary did not make it through.
+    pub fn degraded(&self) -> Option<String> {
+        self.canary().filter(|c| !c.ok).map(|c| c.line)
     }
 
     /// The pair's delete brake now.

@@ -508,8 +508,18 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
                 "state": state.as_ref().map(PairState::name),
                 "error": match &state { Some(PairState::Failed { error, .. }) => Some(error.clone()), _ => None },
                 "restarts": d.as_ref().map(|d| d.restarts.load(Relaxed)),
+                // the newest canary of the daemon's (`canary_interval`), when it runs them
+                "canary": live.and_then(|x| x.canary()).map(|c| json!({
+                    "ok": c.ok,
+                    "at": ms(c.at_ms),
+                    "line": c.line,
+                    "replica_ms": c.replica_ms,
+                    "gone_ms": c.gone_ms,
+                    "last_ok_at": ms(c.last_ok_ms),
+                })),
                 "health": match &state {
                     Some(PairState::Failed { .. }) => "failed",
+                    _ if live.is_some_and(|x| x.degraded().is_some()) => "degraded",
                     _ => health(live.is_some(), st.pending, lag.unwrap_or(0), last_applied, now),
                 },
             })

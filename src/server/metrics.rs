@@ -93,6 +93,11 @@ async fn readyz(State(s): State<Arc<Server>>) -> Response {
             if let PairState::Failed { error, .. } = st {
                 v["error"] = serde_json::json!(error);
             }
+            // a canary that did not make it through: the pair follows, but its events may
+            // not arrive (said here; the answer stays ready, as for a delete brake)
+            if let Some(why) = p.degraded() {
+                v["degraded"] = serde_json::json!(why);
+            }
             v
         })
         .collect();
@@ -472,6 +477,34 @@ fn encode_supervision(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]
         "1 while the pair follows its events; 0 while it starts, after it failed (until it restarts) and once it stopped.",
         up,
     )?;
+    // canaries: only pairs that ran one
+    let ran: Vec<_> = pairs
+        .iter()
+        .filter_map(|p| p.canary().map(|c| (p, c)))
+        .collect();
+    if !ran.is_empty() {
+        family(
+            encoder,
+            ("slate_canary_ok", MetricType::Gauge),
+            "1 when the pair's newest canary made it through (written, replicated, deleted), else 0: its events may not arrive.",
+            ran.iter()
+                .map(|(p, c)| -> (PairLabel, u64) { ([("pair", p.label.as_str())], c.ok as u64) }),
+        )?;
+        let mut enc = encoder.encode_descriptor(
+            "slate_canary_seconds",
+            "The newest passing canary's latency: write to replica (step=\"replica\"), delete to replica gone (step=\"gone\").",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (p, c) in &ran {
+            for (step, v) in [("replica", c.replica_ms), ("gone", c.gone_ms)] {
+                if let Some(ms) = v {
+                    enc.encode_family(&[("pair", p.label.as_str()), ("step", step)])?
+                        .encode_gauge(&(ms as f64 / 1000.0))?;
+                }
+            }
+        }
+    }
     per_pair(
         encoder,
         pairs,
