@@ -56,6 +56,9 @@ pub struct DaemonConfig {
     pub drift_check_interval: Option<String>,
     /// A canary through every pair on this schedule, e.g. "5m" (default: off).
     pub canary_interval: Option<String>,
+    /// The freshness objective: changes at the replica within this long of the source's
+    /// write, e.g. "15m" (the default).
+    pub freshness_target: Option<String>,
     /// Address of the listener (webhook deliveries), e.g. "127.0.0.1:3030"; `--listen` wins.
     pub listen: Option<String>,
     /// How long dead letters are kept (e.g. "30d", the default): the daemon drops older ones
@@ -200,6 +203,10 @@ impl Config {
                 crate::core::filter::parse_age(d)
                     .map_err(|e| bad(format!("daemon.drift_check_interval: {e}")))?;
             }
+        }
+        if let Some(d) = &self.daemon.freshness_target {
+            crate::core::filter::parse_age(d)
+                .map_err(|e| bad(format!("daemon.freshness_target: {e}")))?;
         }
         if let Some(d) = &self.daemon.canary_interval {
             if !matches!(d.trim(), "0" | "off") {

@@ -325,3 +325,146 @@ fn the_daemons_canaries_mark_a_pair_degraded_when_its_events_stop() {
     assert!(left.is_empty(), "{:?}", left.keys().collect::<Vec<_>>());
     assert_eq!(daemon.stop(), Some(0));
 }
+
+#[test]
+fn a_burst_of_changes_is_measured_against_the_freshness_objective() {
+    let (bucket, queue) = sqs_bucket("fresh");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let replica = dir.path().join("replica");
+    let su = format!("s3://{bucket}/data");
+    let du = replica.to_str().expect("utf-8").to_string();
+    let mut daemon = Daemon::start(
+        &db,
+        &su,
+        &du,
+        &[
+            "--events",
+            &format!("sqs://{queue}"),
+            "--freshness-target",
+            "5m",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-token",
+        ],
+        &log,
+    );
+    let addr = listen_addr(&daemon.log_text()).expect("listening");
+    // 100 changes through the bucket's own notifications
+    let burst: BTreeMap<String, Vec<u8>> = (0..100)
+        .map(|i| (format!("b{i:03}.bin"), bytes(500 + i, 64)))
+        .collect();
+    rt().block_on(seed(&s3(&bucket), "data", &burst));
+    wait_for("the burst at the replica", 120, || {
+        read_local(&replica) == burst
+    });
+    wait_for("100 changes measured", 30, || {
+        pair_json(&addr)["freshness"]["applied"].as_u64() >= Some(100)
+    });
+    let f = pair_json(&addr)["freshness"].clone();
+    assert_eq!(f["target_secs"], 300, "{f}");
+    assert_eq!(f["within_target_ratio"], 1.0, "{f}");
+    assert_eq!(f["applied"], f["within_target"], "{f}");
+    let hour = f["last_hour"].as_array().cloned().unwrap_or_default();
+    assert!(!hour.is_empty(), "{f}");
+    let minutes: u64 = hour.iter().filter_map(|m| m["applied"].as_u64()).sum();
+    assert_eq!(Some(minutes), f["applied"].as_u64(), "{f}");
+    // a change the source made an hour before its event came (a daemon down, a queue that
+    // held it): late by the event's own time, past the target
+    let key = "data/late.bin";
+    rt().block_on(seed(
+        &s3(&bucket),
+        "data",
+        &[("late.bin".to_string(), bytes(9, 10))].into(),
+    ));
+    wait_for("late.bin at the replica", 60, || {
+        replica.join("late.bin").exists()
+    });
+    let hour_ago = chrono::Utc::now() - chrono::Duration::hours(1);
+    let body = serde_json::json!({"Records": [{
+        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+        "eventTime": hour_ago.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        "eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": bucket}, "object": {"key": key, "size": 12, "sequencer": "FFFFFFFFFFFFFFFFFF"}}
+    }]})
+    .to_string();
+    // the object changes with it, so that the event is applied as a change; the bucket's own
+    // notifications are off for this (they would bring a fresh event for the same change)
+    let (st, answer) = s3_raw(
+        "PUT",
+        &format!("/{bucket}?notification"),
+        "<NotificationConfiguration><CloudFunctionConfiguration><Id>theirs</Id>\
+         <CloudFunction>arn:aws:lambda:us-east-1:123456789012:function:f</CloudFunction>\
+         <Event>s3:ObjectCreated:*</Event></CloudFunctionConfiguration></NotificationConfiguration>",
+    );
+    assert_eq!(st, 200, "{answer}");
+    rt().block_on(seed(
+        &s3(&bucket),
+        "data",
+        &[("late.bin".to_string(), bytes(10, 12))].into(),
+    ));
+    rt().block_on(async {
+        let c = sqs_client().await;
+        let url = c
+            .get_queue_url()
+            .queue_name(&queue)
+            .send()
+            .await
+            .expect("url")
+            .queue_url
+            .expect("url");
+        c.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .expect("send")
+    });
+    wait_for("a change counted past the target", 60, || {
+        let f = pair_json(&addr)["freshness"].clone();
+        f["within_target"].as_u64() < f["applied"].as_u64()
+    });
+    let f = pair_json(&addr)["freshness"].clone();
+    let ratio = f["within_target_ratio"].as_f64().unwrap_or(1.0);
+    assert!(ratio < 1.0 && ratio > 0.9, "{f}");
+    let (_, metrics) = get(&addr, "/metrics");
+    let line = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {metrics}"))
+            .to_string()
+    };
+    let count: f64 = line("slate_source_to_replica_seconds_count{")
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(count >= 102.0, "{metrics}");
+    // the late change is in the top bucket: over 15 minutes
+    assert!(
+        line("slate_source_to_replica_seconds_sum{")
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .is_some_and(|s| s > 3000.0),
+        "{metrics}"
+    );
+    assert!(
+        line("slate_freshness_within_target_ratio{").contains("0.9"),
+        "{metrics}"
+    );
+    assert!(
+        line("slate_freshness_target_seconds{").ends_with(" 300.0"),
+        "{metrics}"
+    );
+    assert!(
+        line("slate_oldest_pending_seconds{").ends_with(" 0.0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("slate_last_event_age_seconds{"),
+        "{metrics}"
+    );
+    assert_eq!(daemon.stop(), Some(0));
+}

@@ -865,7 +865,7 @@ fn hostile_directory_events_stay_inside_the_pair() {
                 );
             }
         }
-        for (key, _, _) in &routed.rows {
+        for (key, _, _, _) in &routed.rows {
             assert!(!key.is_empty() && !key.contains('\0'), "{name}: {key:?}");
         }
     }

@@ -76,6 +76,11 @@ pub struct SyncArgs {
     /// [default: the config's daemon.canary_interval, else off]
     #[arg(long, value_parser = parse_age, value_name = "DURATION")]
     pub canary_interval: Option<std::time::Duration>,
+    /// Daemon: the freshness objective, changes at the replica within this long of the
+    /// source's write; the share that makes it is reported (/metrics, GET /pairs, the
+    /// dashboard). [default: the config's daemon.freshness_target, else 15m]
+    #[arg(long, value_parser = parse_age, value_name = "DURATION")]
+    pub freshness_target: Option<std::time::Duration>,
     /// Daemon: how long a worker's claim on a pending key lasts without renewal (renewed every
     /// third of it while the worker lives): how soon the keys of a worker that died pass to
     /// the other workers sharing the database. Longer than the 60 s a worker waits out a
@@ -384,6 +389,17 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
             })?,
             (None, None) => std::time::Duration::from_secs(86_400),
         };
+        let freshness_target = match (
+            args.freshness_target,
+            cfg.daemon.freshness_target.as_deref(),
+        ) {
+            (Some(d), _) => d,
+            (None, Some(d)) => parse_age(d).map_err(|why| SlateError::BadOption {
+                option: "daemon.freshness_target".into(),
+                why,
+            })?,
+            (None, None) => std::time::Duration::from_secs(15 * 60),
+        };
         let canary_interval = match (args.canary_interval, cfg.daemon.canary_interval.as_deref()) {
             (Some(d), _) => d,
             (None, Some(d)) if d.trim() == "0" || d.trim() == "off" => std::time::Duration::ZERO,
@@ -455,6 +471,7 @@ async fn run_inner(args: SyncArgs) -> Result<i32, SlateError> {
                     name: job.named,
                     delete_brake: job.brake,
                     canary_interval,
+                    freshness_target,
                 },
             })
             .collect();

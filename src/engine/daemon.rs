@@ -64,6 +64,8 @@ pub struct DaemonOptions {
     pub delete_brake: crate::core::brake::BrakePolicy,
     /// A canary through the pair on this schedule (zero: never); see `engine::canary`.
     pub canary_interval: Duration,
+    /// The freshness objective: changes at the replica within this long of the source's write.
+    pub freshness_target: Duration,
 }
 
 /// One pair for [`run_all`].
@@ -365,6 +367,11 @@ pub async fn run_all(
         if let Ok(mut b) = handle.delete_brake.lock() {
             *b = p.opts.delete_brake.clone();
         }
+        handle
+            .stats
+            .freshness
+            .target_ms
+            .store(p.opts.freshness_target.as_millis() as u64, Relaxed);
         let target = Target {
             pair_id: info.id,
             scope: Scope::of(&p.src),
@@ -633,7 +640,7 @@ async fn store_watch_batch(
             for k in batch.keys {
                 match std::fs::symlink_metadata(root2.join(&k)) {
                     Ok(m) if m.is_dir() => intake.prefixes.push((pair_id, format!("{k}/"))),
-                    Ok(_) => intake.rows.push((pair_id, k, Kind::Upsert, None)),
+                    Ok(_) => intake.rows.push((pair_id, k, Kind::Upsert, None, None)),
                     Err(_) => {
                         // gone: the key itself, and (when it was a folder) whatever the
                         // manifest holds under it; a file's delete is no prefix event
@@ -644,7 +651,7 @@ async fn store_watch_batch(
                         {
                             intake.prefixes.push((pair_id, under));
                         }
-                        intake.rows.push((pair_id, k, Kind::Delete, None));
+                        intake.rows.push((pair_id, k, Kind::Delete, None, None));
                     }
                 }
             }
@@ -891,7 +898,7 @@ async fn run_pair(
                 "backfill: objects failed; they are retried as pending keys");
             let rows: Vec<_> = keys
                 .into_iter()
-                .map(|k| (pair_id, k, Kind::Upsert, None))
+                .map(|k| (pair_id, k, Kind::Upsert, None, None))
                 .collect();
             let m = db.clone();
             blocking(move || {
@@ -1217,9 +1224,20 @@ async fn apply_pending(
             stats.applied.fetch_add(1, Relaxed);
             stats.lag.observe_ms(lag);
             stats.lag_ms_last.store(lag, Relaxed);
-            stats
-                .last_applied_ms
-                .store(crate::core::metrics::unix_ms(), Relaxed);
+            let now = crate::core::metrics::unix_ms();
+            stats.last_applied_ms.store(now, Relaxed);
+            // the freshness objective counts the changes that reached the replica, from the
+            // source's write (the event's time; its arrival when it carries none). A clock
+            // ahead of ours counts as 0.
+            if matches!(
+                a,
+                Applied::Copied { .. } | Applied::Deleted | Applied::MetaUpdated
+            ) {
+                let written = p.event_at.unwrap_or(p.first_seen).min(p.first_seen);
+                stats
+                    .freshness
+                    .observe((now as i64 - written).max(0) as u64, now);
+            }
             match a {
                 Applied::Copied { bytes } => {
                     stats.bytes_copied.fetch_add(bytes, Relaxed);

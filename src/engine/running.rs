@@ -42,6 +42,104 @@ pub struct DaemonStats {
     pub lag: crate::core::metrics::LagHistogram,
     /// Times the pair's loop failed and was restarted.
     pub restarts: AtomicU64,
+    /// The freshness objective: source write (the provider's event time; the first event's
+    /// arrival when events carry none) → replica, per key whose replica changed.
+    pub freshness: Freshness,
+}
+
+/// Minutes the freshness chart keeps.
+pub const FRESHNESS_MINUTES: usize = 60;
+
+/// A pair's freshness: how long changes take from the source's write to the replica, against
+/// the pair's target (`freshness_target`, 15 minutes by default: the objective AWS's
+/// Replication Time Control states), as S3 RTC reports it: the share within the target.
+#[derive(Debug)]
+pub struct Freshness {
+    pub target_ms: AtomicU64,
+    /// Source write → replica of every change applied.
+    pub histogram: crate::core::metrics::LagHistogram,
+    /// Changes applied, and those within the target.
+    pub applied: AtomicU64,
+    pub within: AtomicU64,
+    /// The last hour, a slot a minute: (unix minute, changes, within target, the largest ms).
+    minutes: std::sync::Mutex<std::collections::VecDeque<MinuteSlot>>,
+}
+
+/// One minute of [`Freshness`]: when, how many, how many within the target, the slowest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinuteSlot {
+    pub minute: u64,
+    pub applied: u64,
+    pub within: u64,
+    pub max_ms: u64,
+}
+
+impl Default for Freshness {
+    fn default() -> Self {
+        Freshness {
+            target_ms: AtomicU64::new(15 * 60 * 1000),
+            histogram: Default::default(),
+            applied: AtomicU64::new(0),
+            within: AtomicU64::new(0),
+            minutes: Default::default(),
+        }
+    }
+}
+
+impl Freshness {
+    /// Counts one change that reached the replica `ms` after the source's write, at `now_ms`.
+    pub fn observe(&self, ms: u64, now_ms: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let within = ms <= self.target_ms.load(Relaxed);
+        self.histogram.observe_ms(ms);
+        self.applied.fetch_add(1, Relaxed);
+        if within {
+            self.within.fetch_add(1, Relaxed);
+        }
+        let minute = now_ms / 60_000;
+        if let Ok(mut m) = self.minutes.lock() {
+            match m.back_mut() {
+                Some(s) if s.minute == minute => {
+                    s.applied += 1;
+                    s.within += u64::from(within);
+                    s.max_ms = s.max_ms.max(ms);
+                }
+                _ => m.push_back(MinuteSlot {
+                    minute,
+                    applied: 1,
+                    within: u64::from(within),
+                    max_ms: ms,
+                }),
+            }
+            while m
+                .front()
+                .is_some_and(|s| s.minute + FRESHNESS_MINUTES as u64 <= minute)
+            {
+                m.pop_front();
+            }
+        }
+    }
+
+    /// The share of changes applied within the target (None before the first).
+    pub fn ratio(&self) -> Option<f64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.applied.load(Relaxed);
+        (n > 0).then(|| self.within.load(Relaxed) as f64 / n as f64)
+    }
+
+    /// The minutes of the last hour before `now_ms` that saw changes, oldest first.
+    pub fn last_hour(&self, now_ms: u64) -> Vec<MinuteSlot> {
+        let minute = now_ms / 60_000;
+        self.minutes
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter(|s| s.minute + (FRESHNESS_MINUTES as u64) > minute)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Where a pair's daemon is.

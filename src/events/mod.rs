@@ -100,6 +100,19 @@ pub struct ChangeEvent {
     pub id: Option<String>,
 }
 
+/// A provider's event time as unix milliseconds: RFC 3339 with any fraction (S3's
+/// milliseconds, Event Grid's seven digits, Pub/Sub's microseconds) and zone; a time without
+/// a zone (moto's, some S3-compatibles') is UTC. None for anything else.
+pub fn event_ms(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Some(t.timestamp_millis());
+    }
+    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+        .ok()
+        .map(|t| t.and_utc().timestamp_millis())
+}
+
 /// A per-key ordering token. Tokens of different providers are incomparable, and so are
 /// tokens of different keys (the caller's duty: nothing here knows the key).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -502,6 +515,24 @@ mod tests {
         Token::Gcs {
             generation,
             metageneration,
+        }
+    }
+
+    #[test]
+    fn event_times_from_every_provider() {
+        let cases = [
+            ("2016-11-06T21:32:00.000Z", Some(1_478_467_920_000)),
+            ("2017-06-26T18:41:00.9584103Z", Some(1_498_502_460_958)),
+            ("2024-05-01T12:00:00.123456Z", Some(1_714_564_800_123)),
+            ("2024-05-01T14:00:00+02:00", Some(1_714_564_800_000)),
+            ("2024-05-01T12:00:00.5", Some(1_714_564_800_500)),
+            ("1970-01-01T00:00:00.000Z", Some(0)),
+            ("yesterday", None),
+            ("", None),
+            ("2024-13-01T00:00:00Z", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(event_ms(text), want, "{text}");
         }
     }
 

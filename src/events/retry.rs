@@ -74,7 +74,9 @@ pub fn route(l: &Letter, pairs: &[(i64, Location)]) -> Intake {
     if l.source == "apply" {
         match (l.pair_id, std::str::from_utf8(&l.raw)) {
             (Some(p), Ok(key)) if pairs.iter().any(|(id, _)| *id == p) => {
-                intake.rows.push((p, key.to_string(), Kind::Upsert, None));
+                intake
+                    .rows
+                    .push((p, key.to_string(), Kind::Upsert, None, None));
             }
             _ => intake.dead.push(keep("its pair is gone".into(), l.pair_id)),
         }
@@ -124,7 +126,7 @@ pub fn route(l: &Letter, pairs: &[(i64, Location)]) -> Intake {
             routed
                 .rows
                 .into_iter()
-                .map(|(k, kind, tok)| (*id, k, kind, tok)),
+                .map(|(k, kind, tok, at)| (*id, k, kind, tok, at)),
         );
         intake
             .prefixes
@@ -232,13 +234,13 @@ mod tests {
         // kept for its own pair's key: still counted under that pair
         assert_eq!(route(&letter("sqs", odd), &pairs).dead[0].pair_id, Some(7));
         let got = route(&letter("sqs", s3), &pairs);
-        assert_eq!(got.rows[0], (7, "k".to_string(), Kind::Upsert, None));
+        assert_eq!(got.rows[0], (7, "k".to_string(), Kind::Upsert, None, None));
         // a key the daemon could not apply goes back to its pair
         let mut apply = letter("apply", "a/b");
         apply.pair_id = Some(7);
         assert_eq!(
             route(&apply, &pairs).rows,
-            vec![(7, "a/b".to_string(), Kind::Upsert, None)]
+            vec![(7, "a/b".to_string(), Kind::Upsert, None, None)]
         );
     }
 }

@@ -15,7 +15,9 @@ use crate::state::inbox::{DeadLetter, Inbox, Intake, Kind};
 use crate::state::manifest::Manifest;
 
 /// One inbox row to be: key relative to the pair's prefix, what happened, ordering token.
-pub type Row = (String, Kind, Option<String>);
+/// A key of one pair's: the relative key, the event's kind, its ordering token, and the
+/// provider's time of the change (unix ms) when the event says it.
+pub type Row = (String, Kind, Option<String>, Option<i64>);
 
 /// Where the keys of one pair live at its source: bucket (container) and prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,7 +135,8 @@ impl Routed {
                             };
                             let token =
                                 ev.sequencer.as_ref().map(|t| token_text(t, &ev.kind));
-                            self.rows.push((rel.to_string(), kind, token));
+                            let at = ev.event_time.as_deref().and_then(super::event_ms);
+                            self.rows.push((rel.to_string(), kind, token, at));
                         }
                         None => self.outside.push(format!(
                             "event for {what}://{}/{} is outside the pair's source {what}://{}/{}",
@@ -445,7 +448,7 @@ impl Fanout {
                             routed
                                 .rows
                                 .into_iter()
-                                .map(|(k, kind, tok)| (t.pair_id, k, kind, tok)),
+                                .map(|(k, kind, tok, at)| (t.pair_id, k, kind, tok, at)),
                         );
                         intake
                             .prefixes
@@ -537,7 +540,7 @@ mod tests {
             );
             match want {
                 Some(rel) => {
-                    assert_eq!(r.rows, vec![(rel.to_string(), Kind::Delete, None)]);
+                    assert_eq!(r.rows, vec![(rel.to_string(), Kind::Delete, None, None)]);
                     assert!(r.dead.is_empty());
                 }
                 None => {
@@ -626,7 +629,7 @@ mod tests {
         ]);
         let mut r = Routed::default();
         r.add(parsed.clone(), &scope, "az");
-        assert_eq!(r.rows, vec![("k".to_string(), Kind::Upsert, None)]);
+        assert_eq!(r.rows, vec![("k".to_string(), Kind::Upsert, None, None)]);
         assert!(r.dead.is_empty() && r.prefixes.is_empty(), "{r:?}");
         assert_eq!(r.ignored, 0);
         assert_eq!(
@@ -861,7 +864,8 @@ mod tests {
             vec![(
                 "k".to_string(),
                 Kind::Upsert,
-                Some("00000000000000000007.00000000000000000001.0".into())
+                Some("00000000000000000007.00000000000000000001.0".into()),
+                None
             )]
         );
         assert_eq!(r.prefixes, vec!["d/".to_string()]);

@@ -508,6 +508,23 @@ async fn pairs(State(api): State<Arc<Server>>) -> Response {
                 "state": state.as_ref().map(PairState::name),
                 "error": match &state { Some(PairState::Failed { error, .. }) => Some(error.clone()), _ => None },
                 "restarts": d.as_ref().map(|d| d.restarts.load(Relaxed)),
+                // the freshness objective: source write → replica against the target
+                "freshness": d.as_ref().map(|d| {
+                    let f = &d.freshness;
+                    json!({
+                        "target_secs": f.target_ms.load(Relaxed) / 1000,
+                        "applied": f.applied.load(Relaxed),
+                        "within_target": f.within.load(Relaxed),
+                        "within_target_ratio": f.ratio(),
+                        "oldest_pending_secs": st.oldest_ms.map(|t| ((now as i64 - t).max(0)) / 1000),
+                        "last_hour": f.last_hour(now).iter().map(|m| json!({
+                            "at": rfc3339((m.minute * 60_000) as i64),
+                            "applied": m.applied,
+                            "within_target": m.within,
+                            "max_ms": m.max_ms,
+                        })).collect::<Vec<_>>(),
+                    })
+                }),
                 // the newest canary of the daemon's (`canary_interval`), when it runs them
                 "canary": live.and_then(|x| x.canary()).map(|c| json!({
                     "ok": c.ok,

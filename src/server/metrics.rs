@@ -377,7 +377,83 @@ fn encode_pairs(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> f
     }
     encode_keys(encoder, pairs)?;
     encode_lag(encoder, pairs)?;
+    encode_freshness(encoder, pairs)?;
     encode_supervision(encoder, pairs)
+}
+
+/// A gauge family of seconds, one sample per row.
+fn seconds<'a>(
+    encoder: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    rows: impl IntoIterator<Item = (PairLabel<'a>, f64)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        family.encode_family(&labels)?.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
+/// The freshness objective of each pair: the histogram of source write → replica, the target,
+/// the share within it (as S3 Replication Time Control reports), and the time since the
+/// pair's last event.
+fn encode_freshness(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(
+        "slate_source_to_replica_seconds",
+        "Time from a change at the source (the provider's event time; the event's arrival when it carries none) to the replica, per change applied.",
+        None,
+        MetricType::Histogram,
+    )?;
+    for p in pairs {
+        let labels: PairLabel = [("pair", p.label.as_str())];
+        p.stats
+            .freshness
+            .histogram
+            .encode(family.encode_family(&labels)?)?;
+    }
+    seconds(
+        encoder,
+        (
+            "slate_freshness_target_seconds",
+            "The pair's freshness objective (freshness_target).",
+        ),
+        pairs.iter().map(|p| {
+            (
+                [("pair", p.label.as_str())],
+                p.stats.freshness.target_ms.load(Relaxed) as f64 / 1000.0,
+            )
+        }),
+    )?;
+    seconds(
+        encoder,
+        (
+            "slate_freshness_within_target_ratio",
+            "The share of the changes applied since start that reached the replica within the target (pairs that applied one).",
+        ),
+        pairs.iter().filter_map(|p| {
+            p.stats
+                .freshness
+                .ratio()
+                .map(|r| ([("pair", p.label.as_str())], r))
+        }),
+    )?;
+    let now = crate::core::metrics::unix_ms();
+    seconds(
+        encoder,
+        (
+            "slate_last_event_age_seconds",
+            "Time since the pair's last change event (pairs that received one).",
+        ),
+        pairs.iter().filter_map(|p| {
+            let at = p.intake.last_event_ms.load(Relaxed);
+            (at > 0).then(|| {
+                (
+                    [("pair", p.label.as_str())],
+                    now.saturating_sub(at) as f64 / 1000.0,
+                )
+            })
+        }),
+    )
 }
 
 /// `slate_keys_total{pair,result}`.
@@ -539,6 +615,20 @@ fn encode_inbox(
         ("slate_dead_letters", MetricType::Gauge),
         "Messages kept as dead letters that belong to the pair (slate_dead_letters_unowned counts those of no pair).",
         gauge(|s| s.dead_letters),
+    )?;
+    let now = crate::core::metrics::unix_ms() as i64;
+    seconds(
+        encoder,
+        (
+            "slate_oldest_pending_seconds",
+            "Age of the oldest key not yet applied (its first event's arrival; held deletes left out); 0 when none waits.",
+        ),
+        pairs.iter().zip(stats).map(|(p, s)| {
+            (
+                [("pair", p.label.as_str())],
+                s.oldest_ms.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0),
+            )
+        }),
     )
 }
 

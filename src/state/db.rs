@@ -588,7 +588,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/sqlite/0011_deadletters.sql"),
     include_str!("../../schema/sqlite/0012_brake.sql"),
     include_str!("../../schema/sqlite/0013_entries.sql"),
-    include_str!("../../schema/sqlite/0014_canaries.sql"),
+    include_str!("../../schema/sqlite/0014_canaries_freshness.sql"),
 ];
 
 /// PostgreSQL migrations, applied in order; the table `slate_schema` holds the last one
@@ -600,7 +600,7 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/postgres/0004_deadletters.sql"),
     include_str!("../../schema/postgres/0005_brake.sql"),
     include_str!("../../schema/postgres/0006_entries.sql"),
-    include_str!("../../schema/postgres/0007_canaries.sql"),
+    include_str!("../../schema/postgres/0007_canaries_freshness.sql"),
 ];
 
 /// Connections of a SQLite database that only read.

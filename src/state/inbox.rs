@@ -26,6 +26,8 @@ pub struct Pending {
     pub events: u64,
     /// When the first coalesced event arrived (unix ms): for the lag metric.
     pub first_seen: i64,
+    /// The provider's time of the newest change an event named (unix ms), when events say.
+    pub event_at: Option<i64>,
     pub attempts: u32,
     /// A held delete an operator released: it passes the delete brake.
     pub released: bool,
@@ -36,6 +38,9 @@ pub struct Pending {
 pub struct Stats {
     pub pending: u64,
     pub dead_letters: u64,
+    /// When the oldest pending key's first event arrived (unix ms); held deletes, which wait
+    /// for an operator, left out.
+    pub oldest_ms: Option<i64>,
 }
 
 use super::clock::now_ms;
@@ -50,16 +55,19 @@ pub fn bell() -> &'static tokio::sync::Notify {
 /// but a row with any untokened event stays untokened (it must be applied whatever the tokens
 /// say); a new event makes the key due at once and restarts its backoff.
 pub(crate) const PUSH_SQL: &str =
-    "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen)
-     VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5)
+    "INSERT INTO inbox (pair_id, key, kind, token, events, first_seen, last_seen, event_at)
+     VALUES (?1, ?2, ?3, ?4, 1, ?5, ?5, ?6)
      ON CONFLICT (pair_id, key) DO UPDATE SET kind = excluded.kind,
+        event_at = CASE WHEN excluded.event_at IS NULL THEN inbox.event_at
+                        WHEN inbox.event_at IS NULL OR excluded.event_at > inbox.event_at
+                        THEN excluded.event_at ELSE inbox.event_at END,
         token = CASE WHEN inbox.token IS NULL OR excluded.token IS NULL THEN NULL
                      WHEN excluded.token > inbox.token THEN excluded.token
                      ELSE inbox.token END,
         events = inbox.events + 1,
         last_seen = excluded.last_seen, not_before = 0, attempts = 0, held = 0";
 
-/// Notes the first event of each kind of a canary key (`schema/sqlite/0014_canaries.sql`).
+/// Notes the first event of each kind of a canary key (`schema/sqlite/0014_canaries_freshness.sql`).
 fn note_canary(c: &super::db::Conn, pair_id: i64, key: &str, kind: Kind, t: i64) -> DbResult<()> {
     if crate::core::canary::is_canary(key) {
         c.execute(
@@ -74,8 +82,8 @@ fn note_canary(c: &super::db::Conn, pair_id: i64, key: &str, kind: Kind, t: i64)
 /// Stores the key rows (coalesced as [`Inbox::push`] does) and the prefixes to expand of
 /// `intake`, in the caller's transaction (a message's, or a dead letter's retry).
 pub(crate) fn push_rows(c: &super::db::Conn, intake: &Intake, t: i64) -> DbResult<()> {
-    for (pair_id, key, kind, token) in &intake.rows {
-        c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
+    for (pair_id, key, kind, token, at) in &intake.rows {
+        c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t, at])?;
         note_canary(c, *pair_id, key, *kind, t)?;
     }
     // a new event for a prefix being expanded starts it over (the folder may hold other keys
@@ -92,11 +100,15 @@ pub(crate) fn push_rows(c: &super::db::Conn, intake: &Intake, t: i64) -> DbResul
     Ok(())
 }
 
+/// One key of an [`Intake`]: (pair, key, kind, ordering token, the provider's change time).
+pub type IntakeRow = (i64, String, Kind, Option<String>, Option<i64>);
+
 /// What one batch of messages names, for every pair it feeds: stored by [`Inbox::store`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Intake {
-    /// (pair, key relative to the pair's prefix, what happened, ordering token).
-    pub rows: Vec<(i64, String, Kind, Option<String>)>,
+    /// (pair, key relative to the pair's prefix, what happened, ordering token, the
+    /// provider's time of the change in unix ms).
+    pub rows: Vec<IntakeRow>,
     /// (pair, prefix to expand: relative, '' or ending with '/').
     pub prefixes: Vec<(i64, String)>,
     /// Messages kept as dead letters (one row per message).
@@ -165,7 +177,10 @@ impl<'a> Inbox<'a> {
                     )? {
                         new += 1;
                     }
-                    c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
+                    c.execute(
+                        PUSH_SQL,
+                        params![pair_id, key, *kind as i64, token, t, None::<i64>],
+                    )?;
                     note_canary(c, pair_id, key, *kind, t)?;
                 }
                 Ok(new)
@@ -274,7 +289,12 @@ impl<'a> Inbox<'a> {
         self.m
             .with(|c| {
                 for (key, kind, token) in rows {
-                    c.execute(PUSH_SQL, params![pair_id, key, *kind as i64, token, t])?;
+                    c.execute(
+                        PUSH_SQL,
+                        params![pair_id, key, *kind as i64, token, t, None::<i64>],
+                    )?;
+                    // a canary found by a folder's expansion arrived by its folder's event
+                    note_canary(c, pair_id, key, *kind, t)?;
                 }
                 if finished {
                     c.execute(
@@ -318,7 +338,7 @@ impl<'a> Inbox<'a> {
         // read in the index's order (pair, first_seen, key): a take reads what it takes
         self.m.read(|c| {
             c.query_map(
-                "SELECT key, kind, token, events, first_seen, attempts, held FROM inbox
+                "SELECT key, kind, token, events, first_seen, attempts, held, event_at FROM inbox
                  WHERE pair_id = ?1 AND not_before <= ?2 ORDER BY first_seen, key LIMIT ?3",
                 params![pair_id, t, limit as i64],
                 pending_row,
@@ -388,6 +408,11 @@ impl<'a> Inbox<'a> {
                 dead_letters: count(
                     "SELECT COUNT(*) FROM dead_letters WHERE pair_id = ?1",
                     params![pair_id],
+                )?,
+                oldest_ms: c.query_row(
+                    "SELECT MIN(first_seen) FROM inbox WHERE pair_id = ?1 AND held <> 1",
+                    params![pair_id],
+                    |r| r.get::<_, Option<i64>>(0),
                 )?,
             })
         })
@@ -560,6 +585,7 @@ fn pending_row(r: &Row) -> DbResult<Pending> {
         first_seen: r.get(4)?,
         attempts: r.get::<_, i64>(5)? as u32,
         released: r.get::<_, i64>(6)? == 2,
+        event_at: r.get(7)?,
     })
 }
 
@@ -592,7 +618,7 @@ impl Inbox<'_> {
                 SELECT pair_id, key FROM inbox
                 WHERE pair_id = ?1 AND not_before <= ?2 AND claim_until <= ?2
                 ORDER BY first_seen, key LIMIT ?6{lock})
-             RETURNING key, kind, token, events, first_seen, attempts, held"
+             RETURNING key, kind, token, events, first_seen, attempts, held, event_at"
         );
         let mut rows = self.m.with_locking(|c| {
             c.query_map(
@@ -772,8 +798,57 @@ mod tests {
         concurrent_claims_never_share_a_key,
         a_key_is_finished_only_by_its_holder,
         the_brake_holds_only_the_delete_it_was_asked_about,
-        keys_finished_together_are_settled_in_one_go
+        keys_finished_together_are_settled_in_one_go,
+        event_times_keep_the_newest_and_every_path_stores_keys
     );
+
+    /// A key's pending row keeps the newest time an event gave (an event without one keeps
+    /// it); keys pushed by a folder's expansion and canary events are stored too.
+    fn event_times_keep_the_newest_and_every_path_stores_keys(loc: &Location) {
+        let m = Manifest::open_at(loc).unwrap();
+        let p = m.pair("s3://a", "s3://times").unwrap().id;
+        let ib = Inbox::new(&m);
+        let row = |k: &str, kind: Kind, at: Option<i64>| (p, k.to_string(), kind, None, at);
+        let intake = Intake {
+            rows: vec![
+                row("k", Kind::Upsert, Some(2_000)),
+                row("k", Kind::Upsert, Some(1_000)),
+                row("k", Kind::Upsert, None),
+                row("n", Kind::Upsert, None),
+                row(".slate-canary/c", Kind::Upsert, Some(5)),
+                row(".slate-canary/c", Kind::Delete, None),
+            ],
+            prefixes: vec![(p, "d/".into())],
+            ..Default::default()
+        };
+        ib.store(&intake).unwrap();
+        let got = ib.take(p, 10).unwrap();
+        let at = |k: &str| got.iter().find(|x| x.key == k).map(|x| x.event_at);
+        assert_eq!(at("k"), Some(Some(2_000)));
+        assert_eq!(at("n"), Some(None));
+        let (up, del) = ib.canary_events(p, ".slate-canary/c").unwrap();
+        assert!(up.is_some() && del.is_some(), "{up:?} {del:?}");
+        ib.forget_canary(p, ".slate-canary/c", 86_400_000).unwrap();
+        assert_eq!(
+            ib.canary_events(p, ".slate-canary/c").unwrap(),
+            (None, None)
+        );
+        // a step of the folder's expansion stores what it found
+        let x = ib.next_expansion(p).unwrap().expect("the expansion");
+        ib.expansion_step(
+            p,
+            &x,
+            &[("d/found".into(), Kind::Upsert, None)],
+            0,
+            "",
+            true,
+        )
+        .unwrap();
+        assert!(
+            ib.take(p, 10).unwrap().iter().any(|x| x.key == "d/found"),
+            "the expansion's key is pending"
+        );
+    }
 
     /// A daemon settles what finished together in one transaction: applied keys go (unless
     /// an event came meanwhile: then they are freed for another reconcile), a key no retry
@@ -1107,11 +1182,13 @@ mod tests {
         assert!(ib.take(p, 10).unwrap().is_empty());
         ib.dead_letter(Some(p), "sqs", b"{not json", "malformed JSON")
             .unwrap();
+        // the oldest pending key: k1, since its first event (a backoff does not make it younger)
         assert_eq!(
             ib.stats(p).unwrap(),
             Stats {
                 pending: 1,
-                dead_letters: 1
+                dead_letters: 1,
+                oldest_ms: Some(again[0].first_seen),
             }
         );
     }

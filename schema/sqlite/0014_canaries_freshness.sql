@@ -10,3 +10,8 @@ CREATE TABLE canary_events (
     at      INTEGER NOT NULL,          -- unix ms the event was stored
     PRIMARY KEY (pair_id, key, kind)
 ) WITHOUT ROWID;
+
+-- The freshness objective (issue 26): the provider's time of the newest change the events of
+-- a pending key named (unix ms; NULL when the events carry none, as inotify's), so that the
+-- daemon measures source write → replica besides event → replica.
+ALTER TABLE inbox ADD COLUMN event_at INTEGER;
