@@ -6,7 +6,8 @@
 // that is running and will stay so for a while; PAIR_ID a pair the server reports. Checks:
 //   1. the job's row shows live progress: `.progress[data-done]` grows while `.state` says
 //      running, and the page follows the job on /jobs/JOB_ID/events;
-//   2. the pair's row has text in its .lag, .backlog and .health cells;
+//   2. the pair's row has text in its .lag, .backlog, .health and .freshness cells, and the
+//      freshness cell its chart of the last hour;
 //   3. the form, sent with a bad source (nope://x), shows the API's error in #new-job-error,
 //      next to the field the API names;
 //   4. the page logs no console error and throws nothing (only the 400 of check 3 is expected).
@@ -126,7 +127,7 @@ try {
   const prow = `#pairs tr[data-pair-id="${pairId}"]`;
   await page.waitForSelector(prow, { timeout: Math.min(left(), 10000) }).catch(() =>
     fail(`no row ${prow} within 10 s`));
-  for (const cell of [".lag", ".backlog", ".health"]) {
+  for (const cell of [".lag", ".backlog", ".health", ".freshness"]) {
     const text = await page.$eval(prow, (tr, c) => {
       const td = tr.querySelector(c);
       return td ? td.textContent.trim() : null;
@@ -134,6 +135,12 @@ try {
     if (text === null) fail(`${prow} has no ${cell} cell`);
     if (!text) fail(`${prow} ${cell} is empty`);
   }
+  // the freshness chart of the last hour: an SVG with the target's line
+  const chart = await page.$eval(prow, (tr) => {
+    const svg = tr.querySelector(".freshness svg.chart");
+    return svg ? svg.querySelectorAll("line").length : -1;
+  });
+  if (chart < 1) fail(`${prow} .freshness has no chart with its target line`);
 
   // 3. the form with a bad source
   await page.selectOption('#new-job [name="kind"]', "copy");
