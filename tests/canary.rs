@@ -36,6 +36,8 @@ fn assert_ok(out: &std::process::Output) {
         said.lines().last().unwrap_or("").starts_with("ok: "),
         "{said}"
     );
+    // the figures of the run, for whoever reads the test's output
+    eprintln!("{}", said.lines().last().unwrap_or(""));
 }
 
 fn canaries_in(root: &std::path::Path) -> usize {
