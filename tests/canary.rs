@@ -40,6 +40,19 @@ fn assert_ok(out: &std::process::Output) {
     eprintln!("{}", said.lines().last().unwrap_or(""));
 }
 
+/// Another team's deploy leaves the bucket's notification configuration with only its own
+/// entry: slate's is gone.
+fn lose_slates_entry(bucket: &str) {
+    let (st, body) = s3_raw(
+        "PUT",
+        &format!("/{bucket}?notification"),
+        "<NotificationConfiguration><CloudFunctionConfiguration><Id>theirs</Id>\
+         <CloudFunction>arn:aws:lambda:us-east-1:123456789012:function:f</CloudFunction>\
+         <Event>s3:ObjectCreated:*</Event></CloudFunctionConfiguration></NotificationConfiguration>",
+    );
+    assert_eq!(st, 200, "{body}");
+}
+
 fn canaries_in(root: &std::path::Path) -> usize {
     std::fs::read_dir(root.join(".slate-canary"))
         .map(|d| d.count())
@@ -123,14 +136,7 @@ fn s3_through_sqs_passes_and_fails_once_the_notification_entry_is_gone() {
     let out = check(&db, &su, &du, "30s");
     assert_ok(&out);
     // another team's deploy leaves the bucket without slate's entry
-    let (st, body) = s3_raw(
-        "PUT",
-        &format!("/{bucket}?notification"),
-        "<NotificationConfiguration><CloudFunctionConfiguration><Id>theirs</Id>\
-         <CloudFunction>arn:aws:lambda:us-east-1:123456789012:function:f</CloudFunction>\
-         <Event>s3:ObjectCreated:*</Event></CloudFunctionConfiguration></NotificationConfiguration>",
-    );
-    assert_eq!(st, 200, "{body}");
+    lose_slates_entry(&bucket);
     let out = check(&db, &su, &du, "3s");
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
@@ -283,14 +289,7 @@ fn the_daemons_canaries_mark_a_pair_degraded_when_its_events_stop() {
     );
 
     // the bucket loses slate's entry: the next canary finds no event, the pair is degraded
-    let (st, body) = s3_raw(
-        "PUT",
-        &format!("/{bucket}?notification"),
-        "<NotificationConfiguration><CloudFunctionConfiguration><Id>theirs</Id>\
-         <CloudFunction>arn:aws:lambda:us-east-1:123456789012:function:f</CloudFunction>\
-         <Event>s3:ObjectCreated:*</Event></CloudFunctionConfiguration></NotificationConfiguration>",
-    );
-    assert_eq!(st, 200, "{body}");
+    lose_slates_entry(&bucket);
     wait_for("the pair degraded", 90, || {
         pair_json(&addr)["health"] == "degraded"
     });
@@ -392,14 +391,7 @@ fn a_burst_of_changes_is_measured_against_the_freshness_objective() {
     .to_string();
     // the object changes with it, so that the event is applied as a change; the bucket's own
     // notifications are off for this (they would bring a fresh event for the same change)
-    let (st, answer) = s3_raw(
-        "PUT",
-        &format!("/{bucket}?notification"),
-        "<NotificationConfiguration><CloudFunctionConfiguration><Id>theirs</Id>\
-         <CloudFunction>arn:aws:lambda:us-east-1:123456789012:function:f</CloudFunction>\
-         <Event>s3:ObjectCreated:*</Event></CloudFunctionConfiguration></NotificationConfiguration>",
-    );
-    assert_eq!(st, 200, "{answer}");
+    lose_slates_entry(&bucket);
     rt().block_on(seed(
         &s3(&bucket),
         "data",

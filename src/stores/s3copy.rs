@@ -355,32 +355,13 @@ impl S3CrossBucket {
             .map(|(_, v)| *v)
             .unwrap_or(service);
         super::retry::signed_call(service, what, || async {
-            let cred = self
-                .s3
-                .credentials()
-                .get_credential()
-                .await
-                .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
-            let mut req: Request<HttpRequestBody> = Request::builder()
+            let req: Request<HttpRequestBody> = Request::builder()
                 .method("POST")
                 .uri(endpoint)
                 .header("content-type", "application/x-www-form-urlencoded")
                 .body(HttpRequestBody::from(body.clone().into_bytes()))
                 .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-            AwsAuthorizer::new(&cred, service, &self.region)
-                .try_authorize(&mut req, None)
-                .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-            let resp = self
-                .http
-                .execute(req)
-                .await
-                .map_err(|e| ChunkError::Retry(e.to_string()))?;
-            let status = resp.status();
-            let answer = resp
-                .into_body()
-                .bytes()
-                .await
-                .map_err(|e| ChunkError::Retry(e.to_string()))?;
+            let (status, _, answer) = self.send(service, req).await?;
             if status.is_server_error() || status.as_u16() == 429 {
                 return Err(ChunkError::of_status(status, what));
             }
@@ -415,21 +396,31 @@ impl S3CrossBucket {
         headers: &[(String, String)],
         body: Vec<u8>,
     ) -> std::result::Result<(http::StatusCode, http::HeaderMap, bytes::Bytes), ChunkError> {
+        let url = format!("{}/{}{query}", self.dst_bucket_url, encode_key(key));
+        let mut b = Request::builder().method(method).uri(&url);
+        for (k, v) in headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
+        let req: Request<HttpRequestBody> = b
+            .body(HttpRequestBody::from(body))
+            .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+        self.send("s3", req).await
+    }
+
+    /// Signs `req` for `service` with the bucket's credentials and region, sends it: the
+    /// status, the headers and the body of the answer.
+    async fn send(
+        &self,
+        service: &str,
+        mut req: Request<HttpRequestBody>,
+    ) -> std::result::Result<(http::StatusCode, http::HeaderMap, bytes::Bytes), ChunkError> {
         let cred = self
             .s3
             .credentials()
             .get_credential()
             .await
             .map_err(|e| ChunkError::Retry(format!("credentials: {e}")))?;
-        let url = format!("{}/{}{query}", self.dst_bucket_url, encode_key(key));
-        let mut b = Request::builder().method(method).uri(&url);
-        for (k, v) in headers {
-            b = b.header(k.as_str(), v.as_str());
-        }
-        let mut req: Request<HttpRequestBody> = b
-            .body(HttpRequestBody::from(body))
-            .map_err(|e| ChunkError::Fatal(e.to_string()))?;
-        AwsAuthorizer::new(&cred, "s3", &self.region)
+        AwsAuthorizer::new(&cred, service, &self.region)
             .try_authorize(&mut req, None)
             .map_err(|e| ChunkError::Fatal(e.to_string()))?;
         let resp = self
