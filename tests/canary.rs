@@ -363,6 +363,14 @@ fn a_burst_of_changes_is_measured_against_the_freshness_objective() {
         pair_json(&addr)["freshness"]["applied"].as_u64() >= Some(100)
     });
     let f = pair_json(&addr)["freshness"].clone();
+    // the burst's figures, for whoever reads the test's output
+    let (_, metrics) = get(&addr, "/metrics");
+    for l in metrics.lines().filter(|l| {
+        l.starts_with("slate_source_to_replica_seconds")
+            || l.starts_with("slate_replication_lag_seconds")
+    }) {
+        eprintln!("{l}");
+    }
     assert_eq!(f["target_secs"], 300, "{f}");
     assert_eq!(f["within_target_ratio"], 1.0, "{f}");
     assert_eq!(f["applied"], f["within_target"], "{f}");
