@@ -349,3 +349,32 @@ fn backup_dir_keeps_what_deletes_and_overwrites_remove() {
         head.e_tag
     );
 }
+
+#[test]
+fn a_daemon_with_no_delete_keeps_what_the_source_deletes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (src, dst, db, log) = (
+        dir.path().join("src"),
+        dir.path().join("dst"),
+        dir.path().join("s.db"),
+        dir.path().join("d.log"),
+    );
+    std::fs::create_dir_all(&src).expect("src");
+    for name in ["a.txt", "b.txt"] {
+        std::fs::write(src.join(name), name).expect("write");
+    }
+    let (su, du) = (src.display().to_string(), dst.display().to_string());
+    let mut daemon = Daemon::start(&db, &su, &du, &["--no-delete"], &log);
+    assert_eq!(count(&dst), 2, "the backfill");
+    std::fs::remove_file(src.join("b.txt")).expect("rm");
+    // a write after the delete: once it is at the destination, the delete was reconciled too
+    std::fs::write(src.join("c.txt"), b"after").expect("write");
+    wait_for("c.txt copied", 60, || dst.join("c.txt").exists());
+    wait_for("the delete's event reconciled", 60, || {
+        daemon
+            .log_text()
+            .contains("kept at the destination (--no-delete)")
+    });
+    assert!(dst.join("b.txt").exists(), "--no-delete kept b.txt");
+    assert_eq!(daemon.stop(), Some(0));
+}

@@ -967,7 +967,8 @@ async fn run_pair(
         Engine::new(db.clone(), pair_id, ctx, dst.clone())
             .with_filter(opts.sync.filter.clone())
             .with_brake(opts.delete_brake.clone())
-            .with_backup(opts.sync.backup.clone()),
+            .with_backup(opts.sync.backup.clone())
+            .with_no_delete(opts.sync.no_delete),
     );
     let expander = super::expand::Expander::new(db.clone(), pair_id, plan.src.clone());
     let mut last_drift = Instant::now();

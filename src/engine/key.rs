@@ -83,6 +83,8 @@ pub struct Engine {
     pub brake: Option<crate::core::brake::BrakePolicy>,
     /// `--backup-dir`: what a delete or an overwrite would remove goes there first.
     pub backup: Option<super::backup::Backup>,
+    /// `--no-delete`: what the source deletes stays at the destination (a canary excepted).
+    pub no_delete: bool,
 }
 
 /// The manifest's state of a listed or probed entry.
@@ -112,7 +114,13 @@ impl Engine {
             filter: Filter::default(),
             brake: None,
             backup: None,
+            no_delete: false,
         }
+    }
+
+    /// The same engine, keeping at the destination what the source deletes.
+    pub fn with_no_delete(self, no_delete: bool) -> Engine {
+        Engine { no_delete, ..self }
     }
 
     /// The same engine, keeping what deletes and overwrites would remove in `backup`.
@@ -531,6 +539,17 @@ impl Engine {
                 let size = m_src.as_ref().or(m_dst.as_ref()).map(|s| s.size);
                 if !canary && !self.filter.size(size) {
                     return Ok(Applied::Filtered);
+                }
+                if self.no_delete && !canary {
+                    // `--no-delete`: the destination keeps it; the manifest forgets the
+                    // source's side only, so a compare later sees a kept extra
+                    let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
+                    blocking(move || db.forget_side(id, manifest::Side::Src, &[k])).await?;
+                    tracing::debug!(
+                        key,
+                        "gone at the source; kept at the destination (--no-delete)"
+                    );
+                    return Ok(Applied::Unchanged);
                 }
                 // the daemon's brake on mass deletes: counted in the shared state, held when
                 // the pair's window is full
