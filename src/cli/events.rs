@@ -5,7 +5,9 @@
 //!
 //! S3 → SQS: the queue (made when missing) with a policy statement that lets the bucket
 //! send, and the bucket's notification configuration with slate's entry merged in (every
-//! other entry kept; one that overlaps is named and nothing is written).
+//! other entry kept; one that overlaps is named and nothing is written). GCS → Pub/Sub and
+//! Azure → Event Grid → Storage Queue: `events_gcs.rs` and `events_azure.rs` (rules in
+//! `events::wiring_gcs` and `events::wiring_azure`).
 
 use clap::{Args, Subcommand};
 
@@ -24,7 +26,9 @@ pub struct EventsArgs {
 pub enum EventsCommand {
     /// Make the wiring that delivers SRC's change events to the queue `--events` names, and
     /// print what changed (S3 → SQS: the queue, its policy, the bucket's notification entry,
-    /// merged with the entries others have).
+    /// merged with the entries others have; GCS → Pub/Sub: topic, IAM binding, subscription,
+    /// notification configuration; Azure: the queue, then Event Grid's system topic and
+    /// subscription through ARM, or the `az` commands and a template to run).
     Setup(SetupArgs),
     /// Read the wiring back and print what is missing or wrong, one line each; exit 1 when
     /// events cannot arrive.
@@ -33,9 +37,10 @@ pub enum EventsCommand {
 
 #[derive(Debug, Args)]
 pub struct SetupArgs {
-    /// The source whose changes are followed (s3://BUCKET/PREFIX, or a remote).
+    /// The source whose changes are followed (s3://, gs://, az://BUCKET/PREFIX, or a remote).
     pub src: String,
-    /// The queue the daemon follows: sqs://QUEUE_NAME (made when missing) or sqs://QUEUE_URL.
+    /// The queue the daemon follows: sqs://QUEUE_NAME or sqs://QUEUE_URL,
+    /// pubsub://projects/P/subscriptions/S, azqueue://ACCOUNT/QUEUE (made when missing).
     #[arg(long, value_name = "URL")]
     pub events: String,
     /// Print what would change and change nothing.
@@ -47,18 +52,38 @@ pub struct SetupArgs {
     /// topic and its own queue.
     #[arg(long, value_name = "sns://TOPIC")]
     pub fanout: Option<String>,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+/// What GCS and Azure sources take besides `--events`.
+#[derive(Debug, Args)]
+pub struct CloudArgs {
+    /// GCS: the Pub/Sub topic the bucket's notifications go to, projects/P/topics/T (made
+    /// when missing); default: the subscription's id in its project.
+    #[arg(long, value_name = "projects/P/topics/T")]
+    pub topic: Option<String>,
+    /// Azure: the subscription of the storage account, for its Event Grid system topic and
+    /// event subscription (made through Azure Resource Manager).
+    #[arg(long, env = "AZURE_SUBSCRIPTION_ID", value_name = "ID")]
+    pub subscription_id: Option<String>,
+    /// Azure: the resource group of the storage account.
+    #[arg(long, env = "AZURE_RESOURCE_GROUP", value_name = "RG")]
+    pub resource_group: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The source whose changes are followed (s3://BUCKET/PREFIX, or a remote).
+    /// The source whose changes are followed (s3://, gs://, az://BUCKET/PREFIX, or a remote).
     pub src: String,
-    /// The queue the daemon follows (sqs://…).
+    /// The queue the daemon follows (sqs://…, pubsub://…, azqueue://…).
     #[arg(long, value_name = "URL")]
     pub events: String,
     /// The SNS topic the bucket's events go through (as given to setup).
     #[arg(long, value_name = "sns://TOPIC")]
     pub fanout: Option<String>,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
 }
 
 /// The topic name of `--fanout sns://TOPIC`.
@@ -95,6 +120,18 @@ pub async fn run(args: EventsArgs) -> i32 {
     }
 }
 
+/// `--topic` names a GCS source's topic (`--subscription-id` and `--resource-group`, which may
+/// come from the environment, are left unread).
+fn not_for_s3(cloud: &CloudArgs) -> Result<(), SlateError> {
+    match &cloud.topic {
+        Some(_) => Err(SlateError::BadOption {
+            option: "--topic".into(),
+            why: "names a GCS source's Pub/Sub topic; an S3 source's SNS topic is --fanout".into(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The S3 source and the SQS queue name of a command's arguments, refused with one line when
 /// the pair of transports is not one setup knows.
 fn s3_and_queue(src: &str, events: &str) -> Result<(Location, QueueRef), SlateError> {
@@ -117,8 +154,8 @@ fn s3_and_queue(src: &str, events: &str) -> Result<(Location, QueueRef), SlateEr
         }
         (Scheme::Azure | Scheme::Gcs, _) => {
             return Err(bad(format!(
-                "'{events}': `events setup` wires S3 → SQS in this version; Azure and GCS \
-                 sources are wired as docs/USAGE.md (\"Wiring the events\") shows"
+                "'{events}': an Azure source is wired to azqueue://ACCOUNT/QUEUE, a GCS source \
+                 to pubsub://projects/P/subscriptions/S"
             )))
         }
     }
@@ -248,6 +285,11 @@ fn bucket_client(loc: &Location) -> Result<crate::stores::s3copy::S3CrossBucket,
 }
 
 async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
+    match Location::parse(&a.src)?.scheme {
+        Scheme::Gcs => return super::events_gcs::setup(&a).await,
+        Scheme::Azure => return super::events_azure::setup(&a).await,
+        _ => not_for_s3(&a.cloud)?,
+    }
     let (loc, q) = s3_and_queue(&a.src, &a.events)?;
     let topic_name = topic_of(&a.fanout)?;
     let s3 = bucket_client(&loc)?;
@@ -520,6 +562,11 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
 }
 
 async fn check(a: CheckArgs) -> Result<i32, SlateError> {
+    match Location::parse(&a.src)?.scheme {
+        Scheme::Gcs => return super::events_gcs::check(&a).await,
+        Scheme::Azure => return super::events_azure::check(&a).await,
+        _ => not_for_s3(&a.cloud)?,
+    }
     let (loc, q) = s3_and_queue(&a.src, &a.events)?;
     let topic_name = topic_of(&a.fanout)?;
     let s3 = bucket_client(&loc)?;

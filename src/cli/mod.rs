@@ -8,6 +8,8 @@ pub mod db;
 pub mod deadletters;
 pub mod diff;
 pub mod events;
+pub mod events_azure;
+pub mod events_gcs;
 pub mod filters;
 pub mod jobs;
 pub mod pairs;

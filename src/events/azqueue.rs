@@ -315,6 +315,29 @@ impl AzQueueSource {
             .map(|(_, body)| body)
     }
 
+    /// Whether the queue exists (its metadata answers; 404: not).
+    pub async fn exists(&self) -> Result<bool> {
+        let (status, _, body) = self
+            .send_signed(reqwest::Method::GET, "", &[("comp", "metadata")], "")
+            .await?;
+        match status.as_u16() {
+            404 => Ok(false),
+            _ if status.is_success() => Ok(true),
+            _ => Err(self.answer_error(&reqwest::Method::GET, status, &body)),
+        }
+    }
+
+    /// Creates the queue when it is missing: true when it was made, false when it was there
+    /// (Create Queue answers 201 and 204).
+    pub async fn ensure(&self) -> Result<bool> {
+        let (status, _, body) = self.send_signed(reqwest::Method::PUT, "", &[], "").await?;
+        match status.as_u16() {
+            201 => Ok(true),
+            _ if status.is_success() => Ok(false),
+            _ => Err(self.answer_error(&reqwest::Method::PUT, status, &body)),
+        }
+    }
+
     /// [`Self::request`], with the answer's headers.
     async fn request_full(
         &self,
@@ -323,6 +346,21 @@ impl AzQueueSource {
         query: &[(&str, &str)],
         body: &str,
     ) -> Result<(reqwest::header::HeaderMap, String)> {
+        let (status, headers, text) = self.send_signed(method.clone(), sub, query, body).await?;
+        if status.is_success() {
+            return Ok((headers, text));
+        }
+        Err(self.answer_error(&method, status, &text))
+    }
+
+    /// One signed request: the answer's status, headers and body, whatever the status.
+    async fn send_signed(
+        &self,
+        method: reqwest::Method,
+        sub: &str,
+        query: &[(&str, &str)],
+        body: &str,
+    ) -> Result<(reqwest::StatusCode, reqwest::header::HeaderMap, String)> {
         let date = chrono::Utc::now()
             .format("%a, %d %b %Y %H:%M:%S GMT")
             .to_string();
@@ -412,10 +450,17 @@ impl AzQueueSource {
             .text()
             .await
             .map_err(|e| err(format!("{method} {}: {}", self.queue_url, e.without_url())))?;
-        if status.is_success() {
-            return Ok((headers, body));
-        }
-        let code = error_code(&body);
+        Ok((status, headers, body))
+    }
+
+    /// The error of an answer that is no success, named by its code.
+    fn answer_error(
+        &self,
+        method: &reqwest::Method,
+        status: reqwest::StatusCode,
+        body: &str,
+    ) -> SlateError {
+        let code = error_code(body);
         let what = match (status.as_u16(), code.as_deref()) {
             (404, _) => "the queue does not exist".to_string(),
             (403, c) => format!(
@@ -425,7 +470,10 @@ impl AzQueueSource {
             ),
             (s, c) => format!("HTTP {s}{}", c.map(|c| format!(" {c}")).unwrap_or_default()),
         };
-        Err(err(format!("{method} {}: {what}", self.queue_url)))
+        SlateError::Queue {
+            url: self.spec.clone(),
+            detail: format!("{method} {}: {what}", self.queue_url),
+        }
     }
 
     /// Receives up to 32 messages (none when the queue is empty).

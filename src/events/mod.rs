@@ -33,6 +33,8 @@ pub mod source;
 pub mod sqs;
 pub mod watch;
 pub mod wiring;
+pub mod wiring_azure;
+pub mod wiring_gcs;
 
 mod text;
 

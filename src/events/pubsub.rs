@@ -60,8 +60,9 @@ pub struct PubSubSource {
     /// `{endpoint}/v1/projects/P/subscriptions/S`: safe to show.
     url: String,
     spec: String,
-    /// Google's application default credentials; `None` against the emulator.
-    credentials: Option<google_cloud_auth::credentials::Credentials>,
+    /// Where the API is, and Google's application default credentials (none against the
+    /// emulator).
+    endpoint: Endpoint,
     /// Short polls (the emulator) rather than long ones (Google).
     emulator: bool,
     /// The pause after the next empty pull.
@@ -92,18 +93,88 @@ pub fn subscription_name(spec: &str) -> Result<String> {
 
 /// The subscription's REST resource under `endpoint`, its ids percent-encoded.
 fn resource_url(endpoint: &str, subscription: &str) -> String {
-    let enc = |s: &str| percent_encoding::utf8_percent_encode(s, PATH_SEGMENT).to_string();
-    let parts: Vec<&str> = subscription.split('/').collect();
-    let (project, sub) = match parts.as_slice() {
-        [_, p, _, s] => (*p, *s),
-        _ => ("", subscription),
-    };
     format!(
-        "{}/v1/projects/{}/subscriptions/{}",
+        "{}{}",
         endpoint.trim_end_matches('/'),
-        enc(project),
-        enc(sub)
+        resource_path(subscription)
     )
+}
+
+/// The REST path of `projects/P/KIND/ID` (a topic, a subscription): `/v1/projects/P/KIND/ID`,
+/// the ids percent-encoded.
+pub(crate) fn resource_path(name: &str) -> String {
+    let enc = |s: &str| percent_encoding::utf8_percent_encode(s, PATH_SEGMENT).to_string();
+    let parts: Vec<&str> = name.split('/').collect();
+    let (project, kind, id) = match parts.as_slice() {
+        [_, p, k, i] => (*p, *k, *i),
+        _ => ("", "subscriptions", name),
+    };
+    format!("/v1/projects/{}/{}/{}", enc(project), enc(kind), enc(id))
+}
+
+/// Where Pub/Sub's REST API is and how it is authorised: the emulator
+/// (`PUBSUB_EMULATOR_HOST`, plain HTTP, no credentials) or Google's endpoint with the
+/// application default credentials. Shared by the pull source and `slate events setup`.
+pub(crate) struct Endpoint {
+    /// `https://pubsub.googleapis.com` or the emulator's `http://HOST:PORT`.
+    pub url: String,
+    /// `None` against the emulator.
+    pub credentials: Option<google_cloud_auth::credentials::Credentials>,
+    pub emulator: bool,
+}
+
+impl Endpoint {
+    /// From the environment; the error is one line, without a secret.
+    pub(crate) fn from_env() -> std::result::Result<Endpoint, String> {
+        let emulator = std::env::var("PUBSUB_EMULATOR_HOST")
+            .ok()
+            .filter(|h| !h.is_empty());
+        Ok(match emulator {
+            Some(host) if host.contains("://") => Endpoint {
+                url: host,
+                credentials: None,
+                emulator: true,
+            },
+            Some(host) => Endpoint {
+                url: format!("http://{host}"),
+                credentials: None,
+                emulator: true,
+            },
+            None => Endpoint {
+                url: ENDPOINT.to_string(),
+                credentials: Some(
+                    google_cloud_auth::credentials::Builder::default()
+                        .build()
+                        .map_err(|e| {
+                            format!("credentials: {}", crate::stores::side::one_line(&e))
+                        })?,
+                ),
+                emulator: false,
+            },
+        })
+    }
+
+    /// The headers that authorise a request (the access token: never logged, never in an
+    /// error); none against the emulator.
+    pub(crate) async fn auth_headers(
+        &self,
+    ) -> std::result::Result<Option<http::HeaderMap>, String> {
+        let Some(c) = &self.credentials else {
+            return Ok(None);
+        };
+        match c.headers(http::Extensions::new()).await {
+            Ok(google_cloud_auth::credentials::CacheableResource::New { data, .. }) => {
+                Ok(Some(data))
+            }
+            Ok(google_cloud_auth::credentials::CacheableResource::NotModified) => {
+                Err("credentials: no headers".into())
+            }
+            Err(e) => Err(format!(
+                "credentials: {}",
+                crate::stores::side::one_line(&e)
+            )),
+        }
+    }
 }
 
 impl PubSubSource {
@@ -115,34 +186,17 @@ impl PubSubSource {
             url: spec.to_string(),
             detail,
         };
-        let emulator = std::env::var("PUBSUB_EMULATOR_HOST")
-            .ok()
-            .filter(|h| !h.is_empty());
-        let (endpoint, credentials) = match &emulator {
-            Some(host) if host.contains("://") => (host.clone(), None),
-            Some(host) => (format!("http://{host}"), None),
-            None => {
-                let c = google_cloud_auth::credentials::Builder::default()
-                    .build()
-                    .map_err(|e| {
-                        err(format!(
-                            "credentials: {}",
-                            crate::stores::side::one_line(&e)
-                        ))
-                    })?;
-                (ENDPOINT.to_string(), Some(c))
-            }
-        };
+        let endpoint = Endpoint::from_env().map_err(err)?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| err(e.without_url().to_string()))?;
         Ok(PubSubSource {
             http,
-            url: resource_url(&endpoint, &subscription),
+            url: resource_url(&endpoint.url, &subscription),
             spec: spec.to_string(),
-            credentials,
-            emulator: emulator.is_some(),
+            emulator: endpoint.emulator,
+            endpoint,
             idle: IDLE_MIN,
         })
     }
@@ -168,22 +222,8 @@ impl PubSubSource {
         if let Some(h) = hold {
             req = req.header("x-server-timeout", h.as_secs().to_string());
         }
-        if let Some(c) = &self.credentials {
-            // the headers carry the access token: never logged, never in an error
-            match c.headers(http::Extensions::new()).await {
-                Ok(google_cloud_auth::credentials::CacheableResource::New { data, .. }) => {
-                    req = req.headers(data);
-                }
-                Ok(google_cloud_auth::credentials::CacheableResource::NotModified) => {
-                    return Err(err("credentials: no headers".into()));
-                }
-                Err(e) => {
-                    return Err(err(format!(
-                        "credentials: {}",
-                        crate::stores::side::one_line(&e)
-                    )))
-                }
-            }
+        if let Some(h) = self.endpoint.auth_headers().await.map_err(err)? {
+            req = req.headers(h);
         }
         let resp = req
             .send()
@@ -414,6 +454,10 @@ mod tests {
         assert_eq!(
             resource_url(ENDPOINT, "projects/p-1/subscriptions/a.b~c_d+e%f"),
             "https://pubsub.googleapis.com/v1/projects/p-1/subscriptions/a.b~c_d%2Be%25f"
+        );
+        assert_eq!(
+            resource_path("projects/p1/topics/t+1"),
+            "/v1/projects/p1/topics/t%2B1"
         );
     }
 

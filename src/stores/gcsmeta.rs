@@ -1,6 +1,8 @@
 //! GCS metadata updated in place (the JSON API's objects.patch), which object_store does not
 //! offer: a metadata-only change at the source reaches a GCS replica without its bytes being
-//! copied again. Authorised with object_store's own GCS credential chain.
+//! copied again. Authorised with object_store's own GCS credential chain. The same signed
+//! JSON calls serve `slate events setup` (a bucket's notification configurations, the
+//! project's GCS service agent): [`GcsPatch::storage_call`].
 
 use http::Request;
 use object_store::client::{HttpClient, HttpConnector, HttpRequestBody};
@@ -23,6 +25,8 @@ pub struct GcsPatch {
     objects_url: String,
     /// `https://storage.googleapis.com/BUCKET`: the XML API, where multipart uploads live.
     xml_url: String,
+    /// `https://storage.googleapis.com/storage/v1` (or the emulator's): the JSON API.
+    api_url: String,
     /// Requests go unsigned (`GOOGLE_SKIP_SIGNATURE`, a remote's `anonymous = true`), as
     /// object_store's own then go: no token is asked for.
     anonymous: bool,
@@ -61,6 +65,7 @@ impl GcsPatch {
             http,
             objects_url: format!("{base}/storage/v1/b/{bucket}/o"),
             xml_url: format!("{base}/{bucket}"),
+            api_url: format!("{base}/storage/v1"),
             anonymous,
         })
     }
@@ -142,6 +147,29 @@ impl GcsPatch {
                 _ => return Ok(Some(parts)),
             }
         }
+    }
+
+    /// One signed JSON API call, `{api}{path}` (`/storage/v1` is the API's root): the status
+    /// and the JSON answer (`{}` when empty or not JSON) of whatever the server answered but
+    /// a 5xx or a 429, which are tried again. An error is one line without the token.
+    pub async fn storage_call(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<Value>,
+    ) -> std::result::Result<(u16, Value), String> {
+        let url = format!("{}{path}", self.api_url);
+        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        signed_call("gs", &url, || async {
+            let (status, text) = self.send(method, &url, bytes.clone()).await?;
+            if status.is_server_error() || status.as_u16() == 429 {
+                return Err(ChunkError::of_status(status, method));
+            }
+            let v = serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
+            Ok((status.as_u16(), v))
+        })
+        .await
+        .map_err(|e| format!("{method} {url}: {e}"))
     }
 
     /// One authorised request without a body: the answer's text, None for a 404.
