@@ -48,16 +48,18 @@ async fn run_inner(args: CheckArgs) -> Result<i32, SlateError> {
                 "knows no pair {src} -> {dst}: start the daemon on it with this database first"
             ),
         })?;
-    let report = crate::engine::canary::run(
-        manifest,
-        pair.id,
-        &src,
-        &dst,
-        &crate::engine::canary::new_key("check"),
-        args.timeout,
-        &|line| println!("{line}"),
-    )
-    .await?;
+    let key = crate::engine::canary::new_key("check", pair.id);
+    let say = |line: String| println!("{line}");
+    let run = tokio::select! {
+        r = crate::engine::canary::run(manifest.clone(), pair.id, &src, &dst, &key, args.timeout, &say) => Some(r),
+        _ = super::shutdown_signal() => None,
+    };
+    let Some(report) = run else {
+        // interrupted: the canary goes from both sides before the exit
+        crate::engine::canary::remove(manifest, pair.id, &src, &dst, &key).await;
+        return Err(SlateError::Interrupted);
+    };
+    let report = report?;
     let line = report.summary(&src.to_string(), &dst.to_string(), args.timeout);
     Ok(match report.verdict() {
         crate::engine::canary::Verdict::Ok => {

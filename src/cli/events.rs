@@ -319,14 +319,16 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
         .as_ref()
         .map(|(_, arn, _)| arn.clone())
         .unwrap_or_else(|| format!("arn:aws:sqs:{region}:ACCOUNT:{}", q.name));
-    // fanning out, the queue's own entries go: it gets its events through the topic now, and
-    // would get each twice
+    // fanning out, the queue's own entries that the topic's covers go: the queue gets those
+    // events through the topic now, and would get each twice. Its entries for other prefixes
+    // (another pair's on the same queue) stay.
     let superseded: Vec<wiring::Entry> = if topic_name.is_some() {
         let direct = Target::Queue(planned_queue.clone());
+        let mine = wiring::slate_entry(&loc.prefix, direct.clone());
         let (gone, kept) = current
             .entries
             .drain(..)
-            .partition(|e: &wiring::Entry| e.target == direct);
+            .partition(|e: &wiring::Entry| e.target == direct && wiring::covers(&mine, e));
         current.entries = kept;
         gone
     } else {
@@ -472,7 +474,7 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
                 .await
                 .map_err(sns_err)?
                 .iter()
-                .any(|s| s.protocol == "sqs" && s.endpoint == queue_arn)
+                .any(|s| s.protocol == "sqs" && s.endpoint == queue_arn && s.confirmed)
         };
         if subscribed {
             println!("queue {} is subscribed to the topic", q.name);
@@ -615,7 +617,7 @@ async fn check(a: CheckArgs) -> Result<i32, SlateError> {
                 .await
                 .map_err(sns_err)?
                 .iter()
-                .any(|s| s.protocol == "sqs" && s.endpoint == queue_arn)
+                .any(|s| s.protocol == "sqs" && s.endpoint == queue_arn && s.confirmed)
             {
                 findings.push(broken(format!(
                     "queue {} is not subscribed to topic {t}",

@@ -12,8 +12,10 @@ pub fn is_canary(rel: &str) -> bool {
     rel.starts_with(DIR)
 }
 
-/// A canary key for `who` (`check`, `daemon`) at `at_ms`, unique per host and process.
-pub fn key(who: &str, host: &str, pid: u32, at_ms: i64) -> String {
+/// A canary key for `who` (`check`, `daemon`) of pair `pair` at `at_ms`, the process's
+/// `seq`-th: unique per host, process, pair and run (pairs that share a source and start
+/// their canaries in the same millisecond write two objects).
+pub fn key(who: &str, host: &str, pid: u32, pair: i64, at_ms: i64, seq: u64) -> String {
     let host: String = host
         .chars()
         .map(|c| {
@@ -25,7 +27,7 @@ pub fn key(who: &str, host: &str, pid: u32, at_ms: i64) -> String {
         })
         .take(63)
         .collect();
-    format!("{DIR}{who}-{host}-{pid}-{at_ms}")
+    format!("{DIR}{who}-{host}-{pid}-p{pair}-{at_ms}-{seq}")
 }
 
 #[cfg(test)]
@@ -34,8 +36,19 @@ mod tests {
 
     #[test]
     fn canary_keys_are_recognised() {
-        let k = key("check", "node 1.example", 42, 1_700_000_000_000);
-        assert_eq!(k, ".slate-canary/check-node_1_example-42-1700000000000");
+        let k = key("check", "node 1.example", 42, 7, 1_700_000_000_000, 3);
+        assert_eq!(
+            k,
+            ".slate-canary/check-node_1_example-42-p7-1700000000000-3"
+        );
+        assert_ne!(
+            k,
+            key("check", "node 1.example", 42, 8, 1_700_000_000_000, 3)
+        );
+        assert_ne!(
+            k,
+            key("check", "node 1.example", 42, 7, 1_700_000_000_000, 4)
+        );
         assert!(is_canary(&k));
         for (rel, want) in [
             (".slate-canary/x", true),

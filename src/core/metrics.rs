@@ -45,7 +45,21 @@ impl Default for LagHistogram {
     }
 }
 
+/// Upper bounds of the freshness buckets in milliseconds: the lag buckets, then up to an hour,
+/// so that a target of 15 minutes (the default) or 30 is a bucket's bound.
+pub const FRESHNESS_BUCKETS_MS: [u64; 16] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 900_000,
+    1_800_000, 3_600_000, 7_200_000,
+];
+
 impl LagHistogram {
+    /// A histogram over [`FRESHNESS_BUCKETS_MS`].
+    pub fn freshness() -> LagHistogram {
+        LagHistogram(Histogram::new(
+            FRESHNESS_BUCKETS_MS.iter().map(|&ms| ms as f64 / 1000.0),
+        ))
+    }
+
     /// Counts one lag of `ms` milliseconds.
     pub fn observe_ms(&self, ms: u64) {
         self.0.observe(ms as f64 / 1000.0);

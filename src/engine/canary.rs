@@ -229,10 +229,12 @@ where
     }
 }
 
-/// A new canary key (relative to a pair's prefix) for `who` (`check`, `daemon`).
-pub fn new_key(who: &str) -> String {
+/// A new canary key (relative to a pair's prefix) for `who` (`check`, `daemon`) of `pair_id`.
+pub fn new_key(who: &str, pair_id: i64) -> String {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let host = crate::state::inbox::worker().host.clone();
-    crate::core::canary::key(who, &host, std::process::id(), now_ms())
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::core::canary::key(who, &host, std::process::id(), pair_id, now_ms(), seq)
 }
 
 /// Removes canary `rel` from both sides, and its rows from the state (a run cut short: a

@@ -422,12 +422,13 @@ pub async fn run_all(
             }
         });
         if !p.opts.canary_interval.is_zero() {
-            tokio::spawn(canaries(
+            // awaited with the pairs: a canary cut short by the stop is removed before exit
+            tasks.push(tokio::spawn(canaries(
                 db.clone(),
                 p.clone(),
                 handle.clone(),
                 stop.clone(),
-            ));
+            )));
         }
         let (db, stop) = (db.clone(), stop.clone());
         tasks.push(tokio::spawn(supervise(db, p, handle, stop)));
@@ -465,7 +466,7 @@ async fn canaries(
             continue;
         }
         let say = |line: String| tracing::debug!(pair = %handle.label, "canary: {line}");
-        let key = super::canary::new_key("daemon");
+        let key = super::canary::new_key("daemon", handle.pair_id);
         let run = tokio::select! {
             _ = stop.wait_for(|v| *v) => None,
             r = super::canary::run(db.clone(), handle.pair_id, &p.src, &p.dst, &key, timeout, &say) => Some(r),

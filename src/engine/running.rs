@@ -78,7 +78,7 @@ impl Default for Freshness {
     fn default() -> Self {
         Freshness {
             target_ms: AtomicU64::new(15 * 60 * 1000),
-            histogram: Default::default(),
+            histogram: crate::core::metrics::LagHistogram::freshness(),
             applied: AtomicU64::new(0),
             within: AtomicU64::new(0),
             minutes: Default::default(),

@@ -26,6 +26,9 @@ pub fn topic_name(arn: &str) -> &str {
 pub struct Subscription {
     pub protocol: String,
     pub endpoint: String,
+    /// False while SNS waits for the endpoint to confirm (`PendingConfirmation`): nothing is
+    /// delivered to it yet.
+    pub confirmed: bool,
 }
 
 /// The topic ARNs of a `ListTopics` page and its `NextToken`.
@@ -87,6 +90,7 @@ pub fn parse_subscriptions(xml: &str) -> Result<(Vec<Subscription>, Option<Strin
     struct M {
         protocol: Option<String>,
         endpoint: Option<String>,
+        subscription_arn: Option<String>,
     }
     let r: Resp =
         quick_xml::de::from_str(xml).map_err(|e| format!("ListSubscriptionsByTopic: {e}"))?;
@@ -99,6 +103,7 @@ pub fn parse_subscriptions(xml: &str) -> Result<(Vec<Subscription>, Option<Strin
             .map(|m| Subscription {
                 protocol: m.protocol.unwrap_or_default(),
                 endpoint: m.endpoint.unwrap_or_default(),
+                confirmed: m.subscription_arn.is_some_and(|a| a.starts_with("arn:")),
             })
             .collect(),
         r.next_token.filter(|t| !t.is_empty()),
@@ -290,15 +295,24 @@ mod tests {
 
         let subs = r#"<ListSubscriptionsByTopicResponse><ListSubscriptionsByTopicResult>
 <Subscriptions><member><TopicArn>t</TopicArn><Protocol>sqs</Protocol>
-<SubscriptionArn>s</SubscriptionArn><Owner>1</Owner><Endpoint>arn:aws:sqs:us-east-1:1:q</Endpoint></member>
+<SubscriptionArn>arn:aws:sns:us-east-1:1:t:abc</SubscriptionArn><Owner>1</Owner><Endpoint>arn:aws:sqs:us-east-1:1:q</Endpoint></member>
+<member><Protocol>sqs</Protocol><SubscriptionArn>PendingConfirmation</SubscriptionArn><Endpoint>arn:aws:sqs:us-east-1:2:q</Endpoint></member>
 </Subscriptions></ListSubscriptionsByTopicResult></ListSubscriptionsByTopicResponse>"#;
         let (s, next) = parse_subscriptions(subs).unwrap();
         assert_eq!(
             s,
-            vec![Subscription {
-                protocol: "sqs".into(),
-                endpoint: "arn:aws:sqs:us-east-1:1:q".into()
-            }]
+            vec![
+                Subscription {
+                    protocol: "sqs".into(),
+                    endpoint: "arn:aws:sqs:us-east-1:1:q".into(),
+                    confirmed: true,
+                },
+                Subscription {
+                    protocol: "sqs".into(),
+                    endpoint: "arn:aws:sqs:us-east-1:2:q".into(),
+                    confirmed: false,
+                }
+            ]
         );
         assert_eq!(next, None);
 

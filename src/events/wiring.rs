@@ -291,11 +291,23 @@ pub fn filter_prefix(pair_prefix: &str) -> Option<String> {
 pub fn slate_entry(pair_prefix: &str, target: Target) -> Entry {
     let arn = target.arn();
     let name = arn.rsplit(':').next().unwrap_or(arn);
+    // S3 wants the ids of one configuration unique: two pairs' entries for one queue differ
+    // by their prefix
+    let prefix = filter_prefix(pair_prefix);
+    let id = match &prefix {
+        None => format!("{SLATE_ID_PREFIX}{name}"),
+        Some(p) => {
+            let h = p.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            format!("{SLATE_ID_PREFIX}{name}-{:08x}", h as u32)
+        }
+    };
     Entry {
-        id: Some(format!("{SLATE_ID_PREFIX}{name}")),
+        id: Some(id),
         target,
         events: S3_EVENTS.iter().map(|s| s.to_string()).collect(),
-        prefix: filter_prefix(pair_prefix),
+        prefix,
         suffix: None,
     }
 }
@@ -380,6 +392,24 @@ pub fn merge(current: &S3Notification, want: &Entry) -> Merge {
             next.entries.push(e.clone());
         }
     }
+    // the folded entry covers more than slate's: it must not meet anyone's either (S3 would
+    // refuse the whole configuration after the queue and policies were changed)
+    let clashes: Vec<String> = next
+        .entries
+        .iter()
+        .filter(|e| overlaps(e, &new))
+        .map(|e| {
+            format!(
+                "{} overlaps {} (slate's entry folded with its earlier ones for the same \
+                 target): S3 refuses two such rules; narrow one of them",
+                e.describe(),
+                new.describe()
+            )
+        })
+        .collect();
+    if !clashes.is_empty() {
+        return Merge::Conflict(clashes);
+    }
     let kept = next.entries.len();
     next.entries.push(new.clone());
     lines.push(Change::Added(new));
@@ -390,7 +420,7 @@ pub fn merge(current: &S3Notification, want: &Entry) -> Merge {
 }
 
 /// Whether entry `have` sends every event `want` asks for, of every key `want` covers.
-fn covers(have: &Entry, want: &Entry) -> bool {
+pub fn covers(have: &Entry, want: &Entry) -> bool {
     let prefix = match (&have.prefix, &want.prefix) {
         (None, _) => true,
         (Some(h), Some(w)) => w.starts_with(h.as_str()),
@@ -915,7 +945,21 @@ mod tests {
     fn merge_keeps_others_replaces_ours_and_refuses_overlaps() {
         let want = slate_entry("data", Target::Queue(Q.into()));
         assert_eq!(want.prefix.as_deref(), Some("data/"));
-        assert_eq!(want.id.as_deref(), Some("slate-slate-q"));
+        assert!(
+            want.id
+                .as_deref()
+                .is_some_and(|i| i.starts_with("slate-slate-q-")),
+            "{want:?}"
+        );
+        assert_ne!(
+            slate_entry("other", Target::Queue(Q.into())).id,
+            want.id,
+            "two prefixes on one queue: two ids"
+        );
+        assert_eq!(
+            slate_entry("", Target::Queue(Q.into())).id.as_deref(),
+            Some("slate-slate-q")
+        );
         let other_q = entry(
             Target::Queue("arn:other".into()),
             &["s3:ObjectCreated:*"],
@@ -945,7 +989,7 @@ mod tests {
         assert_eq!(lines[1].line(true), "would keep 2 other entries");
         assert!(lines[0]
             .line(true)
-            .starts_with("would add entry 'slate-slate-q' (queue "));
+            .starts_with("would add entry 'slate-slate-q-"));
         // the same again changes nothing
         assert_eq!(merge(&next, &want), Merge::Unchanged);
         // another pair's entry for our queue (a prefix apart) stays beside slate's new one
@@ -1011,6 +1055,29 @@ mod tests {
             panic!("expected a write")
         };
         assert_eq!(n4.entries, vec![want.clone()]);
+        // folding ours must not make slate's entry meet someone else's
+        let ours_wide = entry(
+            Target::Queue(Q.into()),
+            &["s3:ObjectCreated:*"],
+            Some("a/"),
+            None,
+        );
+        let theirs_deeper = entry(
+            Target::Queue("arn:theirs".into()),
+            &["s3:ObjectRemoved:*"],
+            Some("a/c/"),
+            None,
+        );
+        match merge(
+            &S3Notification {
+                entries: vec![ours_wide, theirs_deeper],
+                event_bridge: false,
+            },
+            &slate_entry("a/b", Target::Queue(Q.into())),
+        ) {
+            Merge::Conflict(lines) => assert!(lines[0].contains("arn:theirs"), "{lines:?}"),
+            other => panic!("expected a conflict: {other:?}"),
+        }
         // an overlapping rule of someone else's is named, not overwritten
         let clash = entry(
             Target::Queue("arn:theirs".into()),

@@ -381,12 +381,17 @@ fn encode_pairs(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) -> f
     encode_supervision(encoder, pairs)
 }
 
-/// A gauge family of seconds, one sample per row.
+/// A gauge family of seconds, one sample per row; none at all when there is no row (a family
+/// without samples is noise to a scraper).
 fn seconds<'a>(
     encoder: &mut DescriptorEncoder,
     (name, help): (&str, &str),
     rows: impl IntoIterator<Item = (PairLabel<'a>, f64)>,
 ) -> fmt::Result {
+    let rows: Vec<_> = rows.into_iter().collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in rows {
         family.encode_family(&labels)?.encode_gauge(&v)?;
@@ -566,18 +571,24 @@ fn encode_supervision(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]
             ran.iter()
                 .map(|(p, c)| -> (PairLabel, u64) { ([("pair", p.label.as_str())], c.ok as u64) }),
         )?;
-        let mut enc = encoder.encode_descriptor(
-            "slate_canary_seconds",
-            "The newest passing canary's latency: write to replica (step=\"replica\"), delete to replica gone (step=\"gone\").",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (p, c) in &ran {
-            for (step, v) in [("replica", c.replica_ms), ("gone", c.gone_ms)] {
-                if let Some(ms) = v {
-                    enc.encode_family(&[("pair", p.label.as_str()), ("step", step)])?
-                        .encode_gauge(&(ms as f64 / 1000.0))?;
-                }
+        let steps: Vec<_> = ran
+            .iter()
+            .flat_map(|(p, c)| {
+                [("replica", c.replica_ms), ("gone", c.gone_ms)]
+                    .into_iter()
+                    .filter_map(move |(step, v)| v.map(|ms| (p.label.as_str(), step, ms)))
+            })
+            .collect();
+        if !steps.is_empty() {
+            let mut enc = encoder.encode_descriptor(
+                "slate_canary_seconds",
+                "The newest canary run's latencies that it reached: write to replica (step=\"replica\"), delete to replica gone (step=\"gone\").",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (pair, step, ms) in steps {
+                enc.encode_family(&[("pair", pair), ("step", step)])?
+                    .encode_gauge(&(ms as f64 / 1000.0))?;
             }
         }
     }
