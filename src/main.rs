@@ -7,6 +7,13 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
+/// Threads for blocking work: file reads and writes, database calls, folder walks. Tokio's
+/// default of 512 let the daemon's 128 keys in flight over local folders hold over 500 threads
+/// (most of them waiting on the database's one writer), each with its stack and a share of
+/// the allocator's arenas; past this many the work queues instead. Local disks and the
+/// database gain nothing from more at once.
+const BLOCKING_THREADS: usize = 128;
+
 fn main() {
     let cli = match slate::cli::Cli::try_parse() {
         Ok(cli) => cli,
@@ -53,6 +60,7 @@ fn main() {
         .with(no_echoes)
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(BLOCKING_THREADS)
         .enable_all()
         .build()
     {

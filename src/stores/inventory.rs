@@ -431,9 +431,9 @@ impl Report {
         }
         let kind = self.kind;
         let url = self.url.clone();
-        let sent = tokio::task::spawn_blocking(move || sorter.drain(kind, &tx))
+        let sent = super::list::producer(move || sorter.drain(kind, &tx))
             .await
-            .map_err(|e| failed(&url, e.to_string()))??;
+            .map_err(|e| failed(&url, e))??;
         drop(tmp);
         Ok(sent)
     }

@@ -180,18 +180,33 @@ pub async fn list_spread(
                 return Ok(0);
             }
             let range = range.clone();
-            tokio::task::spawn_blocking(move || walk_local(&root, follow, &range, &tx))
+            producer(move || walk_local(&root, follow, &range, &tx))
                 .await
-                .map_err(|e| SlateError::List {
-                    url,
-                    detail: e.to_string(),
-                })?
+                .map_err(|detail| SlateError::List { url, detail })?
         }
     }
 }
 
 /// Prefixes listed at once when the source fans out into "folders".
 const LIST_FANOUT: usize = 8;
+
+/// Runs a producer that waits on its consumer (a blocking send into a bounded channel) on a
+/// thread of its own. On the runtime's blocking pool, which is capped, enough such producers
+/// at once would hold every thread while their consumers wait for one (a database call), and
+/// nothing would move. The error is the thread's panic, in words.
+pub(crate) async fn producer<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("slate-producer".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    rx.await
+        .map_err(|_| "internal: a listing thread panicked".to_string())
+}
 
 /// Folders listed at once below each first-level folder (as many as a listing's requests in
 /// flight: a tree of small folders is bound by round trips, one per folder).
