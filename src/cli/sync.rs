@@ -53,7 +53,8 @@ pub struct SyncArgs {
     #[arg(long)]
     pub once: bool,
     /// Daemon: where change events come from, for a cloud source: S3 `sqs://QUEUE_NAME` or
-    /// `sqs://https://…`; Azure `azqueue://ACCOUNT/QUEUE` (Event Grid → Storage Queue) or
+    /// `sqs://https://…`; Azure `azqueue://ACCOUNT/QUEUE` (Event Grid → Storage Queue),
+    /// `changefeed://ACCOUNT` (the account's change feed, read from a stored cursor) or
     /// `webhook`; GCS `pubsub://projects/P/subscriptions/S` (pull) or `webhook` (Pub/Sub
     /// push). Local folders need none (inotify). Pairs of one process that name the same
     /// queue share one consumer of it, which feeds each of them.

@@ -34,6 +34,7 @@ use crate::copy::{self, Counters};
 use crate::core::backoff::Backoff;
 use crate::core::error::{Result, SlateError};
 use crate::core::location::{Location, Scheme};
+use crate::events::changefeed::ChangeFeedSource;
 use crate::events::push::Hub;
 use crate::events::route::{Fanout, Scope, Target};
 use crate::events::source::{consume, consume_widening, ConsumerStats, Widening};
@@ -90,6 +91,9 @@ pub enum EventSource {
     PubSub(String),
     /// Event Grid or Pub/Sub push deliveries on slate's listener.
     Webhook,
+    /// Azure's change feed of the account (`changefeed://ACCOUNT`), read from a stored
+    /// cursor by one worker at a time.
+    ChangeFeed(String),
 }
 
 impl EventSource {
@@ -103,7 +107,7 @@ impl EventSource {
         let accepted = match src.scheme {
             Scheme::Local => "none (inotify)",
             Scheme::S3 => "sqs://QUEUE_NAME or sqs://QUEUE_URL",
-            Scheme::Azure => "azqueue://ACCOUNT/QUEUE or webhook",
+            Scheme::Azure => "azqueue://ACCOUNT/QUEUE, changefeed://ACCOUNT or webhook",
             Scheme::Gcs => "pubsub://projects/P/subscriptions/S or webhook (Pub/Sub push)",
         };
         match (src.scheme, spec) {
@@ -111,6 +115,11 @@ impl EventSource {
             (Scheme::S3, Some(s)) if s.starts_with("sqs://") => Ok(EventSource::Sqs(s.into())),
             (Scheme::Azure, Some(s)) if s.starts_with("azqueue://") => {
                 Ok(EventSource::AzQueue(s.into()))
+            }
+            (Scheme::Azure, Some(s)) if s.starts_with("changefeed://") => {
+                crate::events::changefeed::parse_spec(s)
+                    .map_err(|why| bad(format!("{s}: {why}")))?;
+                Ok(EventSource::ChangeFeed(s.into()))
             }
             (Scheme::Gcs, Some(s)) if s.starts_with("pubsub://") => {
                 Ok(EventSource::PubSub(s.into()))
@@ -127,7 +136,10 @@ impl EventSource {
     /// letters of no pair are counted under.
     pub fn spec(&self) -> String {
         match self {
-            EventSource::Sqs(s) | EventSource::AzQueue(s) | EventSource::PubSub(s) => s.clone(),
+            EventSource::Sqs(s)
+            | EventSource::AzQueue(s)
+            | EventSource::PubSub(s)
+            | EventSource::ChangeFeed(s) => s.clone(),
             EventSource::Webhook => "webhook".into(),
             EventSource::Watch => "watch".into(),
         }
@@ -219,13 +231,18 @@ const SQS_RECEIVERS: (usize, usize) = (4, 64);
 /// start, exit 2) and runs it until `stop`, storing for every pair in its fan-out.
 async fn start_consumers(
     queues: BTreeMap<EventSource, Arc<Fanout>>,
+    feeds: BTreeMap<EventSource, Location>,
+    db: &Arc<Manifest>,
     running: &Running,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let mut tasks = Vec::new();
     for (source, fanout) in queues {
         let spec = match &source {
-            EventSource::Sqs(s) | EventSource::AzQueue(s) | EventSource::PubSub(s) => s.clone(),
+            EventSource::Sqs(s)
+            | EventSource::AzQueue(s)
+            | EventSource::PubSub(s)
+            | EventSource::ChangeFeed(s) => s.clone(),
             EventSource::Watch | EventSource::Webhook => continue,
         };
         let stats = Arc::new(ConsumerStats::new(&spec));
@@ -264,10 +281,107 @@ async fn start_consumers(
                     stopped(stop.clone()),
                 )));
             }
+            EventSource::ChangeFeed(spec) => {
+                let Some(src) = feeds.get(&EventSource::ChangeFeed(spec.clone())) else {
+                    continue;
+                };
+                // connected now, so that a feed that cannot be read fails the start
+                let feed =
+                    ChangeFeedSource::connect(&spec, src, fanout.clone(), db.clone()).await?;
+                tasks.push(tokio::spawn(follow_feed(
+                    feed,
+                    spec,
+                    src.clone(),
+                    fanout,
+                    stats,
+                    db.clone(),
+                    stop.clone(),
+                )));
+            }
             EventSource::Watch | EventSource::Webhook => {}
         }
     }
     Ok(tasks)
+}
+
+/// Reads a change feed while this worker holds its lease (`changefeed:SPEC`): one reader per
+/// feed among the workers of a database, the others waiting to take over. A lease lost (a
+/// renewal too late) ends the reading; it starts again from the stored cursor once the lease
+/// is back.
+async fn follow_feed(
+    feed: ChangeFeedSource,
+    spec: String,
+    src: Location,
+    fanout: Arc<Fanout>,
+    stats: Arc<ConsumerStats>,
+    db: Arc<Manifest>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut feed = Some(feed);
+    let name = format!("changefeed:{spec}");
+    loop {
+        let take = super::lease::PairLease::take_named(
+            &db,
+            &name,
+            &spec,
+            "reading the change feed",
+            super::lease::Wait::Yes,
+        );
+        let lease = tokio::select! {
+            l = take => l,
+            _ = stop.wait_for(|v| *v) => return,
+        };
+        let lease = match lease {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(feed = %spec, error = %e, "cannot take the change feed's lease; trying again");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                    _ = stop.wait_for(|v| *v) => return,
+                }
+            }
+        };
+        let source = match feed.take() {
+            Some(f) => f,
+            // after a lost lease: from the cursor stored since (another worker read on)
+            None => {
+                let opened = loop {
+                    match ChangeFeedSource::connect(&spec, &src, fanout.clone(), db.clone()).await {
+                        Ok(f) => break f,
+                        Err(e) => {
+                            tracing::warn!(feed = %spec, error = %e, "cannot open the change feed; trying again");
+                            tokio::select! {
+                                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                                _ = stop.wait_for(|v| *v) => return,
+                            }
+                        }
+                    }
+                };
+                opened
+            }
+        };
+        tracing::info!(feed = %spec, "this worker reads the change feed");
+        let lost = lease.lost_flag();
+        let mut stopping = stop.clone();
+        let ended = async move {
+            loop {
+                tokio::select! {
+                    _ = stopping.wait_for(|v| *v) => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                        if lost.load(Relaxed) {
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        consume(source, fanout.clone(), stats.clone(), ended).await;
+        lease.release().await;
+        if *stop.borrow() {
+            return;
+        }
+        tracing::warn!(feed = %spec, "this worker lost the change feed's lease; it waits to take it again");
+    }
 }
 
 /// How long the `applies` rows (who applied which key, when) are kept.
@@ -351,6 +465,8 @@ pub async fn run_all(
     prune_dead_letters_hourly(db.clone(), stop.clone());
     report_requests_per_hour(stop.clone(), health_every());
     let mut queues: BTreeMap<EventSource, Arc<Fanout>> = BTreeMap::new();
+    // a change feed is read with the credentials of the first pair it feeds
+    let mut feeds: BTreeMap<EventSource, Location> = BTreeMap::new();
     let mut handles = Vec::new();
     for p in &pairs {
         let source = EventSource::choose(&p.src, p.opts.events.as_deref())?;
@@ -378,7 +494,13 @@ pub async fn run_all(
             stats: handle.intake.clone(),
         };
         match &source {
-            EventSource::Sqs(_) | EventSource::AzQueue(_) | EventSource::PubSub(_) => {
+            EventSource::Sqs(_)
+            | EventSource::AzQueue(_)
+            | EventSource::PubSub(_)
+            | EventSource::ChangeFeed(_) => {
+                if matches!(source, EventSource::ChangeFeed(_)) {
+                    feeds.entry(source.clone()).or_insert_with(|| p.src.clone());
+                }
                 let what = p.src.scheme.short();
                 queues
                     .entry(source.clone())
@@ -405,7 +527,7 @@ pub async fn run_all(
         h.set_ready();
     }
     // events first, so that nothing changing during a backfill is missed
-    let consumers = start_consumers(queues, &running, stop.clone()).await?;
+    let consumers = start_consumers(queues, feeds, &db, &running, stop.clone()).await?;
     let mut tasks = Vec::new();
     for (p, handle) in pairs.into_iter().zip(handles.iter().cloned()) {
         // a pair's state changes are logged as they happen

@@ -198,7 +198,7 @@ fn dir_prefix(mut dir: String) -> String {
 }
 
 /// Container and blob name from `/blobServices/default/containers/{c}/blobs/{name…}`.
-fn subject_blob(v: &Value, path: &str) -> Result<(String, String), ParseError> {
+pub(crate) fn subject_blob(v: &Value, path: &str) -> Result<(String, String), ParseError> {
     let what = join(path, "subject");
     let subject = req_str(v, "subject", path)?;
     let rest = subject.strip_prefix(SUBJECT_PREFIX).ok_or_else(|| {

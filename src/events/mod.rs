@@ -21,6 +21,7 @@
 //! slate's listener).
 
 pub mod azqueue;
+pub mod changefeed;
 pub mod eventgrid;
 pub mod gcs;
 pub mod pubsub;

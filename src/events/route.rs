@@ -391,9 +391,23 @@ impl Fanout {
     /// bucket outside every pair's prefix are counted and ignored. Only after this returns Ok
     /// may the messages be acknowledged.
     pub async fn store(&self, source: &'static str, batch: Vec<Received>) -> Result<()> {
+        self.store_at(source, batch, None).await
+    }
+
+    /// [`Fanout::store`], and `cursor` (a log-like source's position after `batch`: feed,
+    /// cursor) in the same transaction.
+    pub async fn store_at(
+        &self,
+        source: &'static str,
+        batch: Vec<Received>,
+        cursor: Option<(String, String)>,
+    ) -> Result<()> {
         let targets = self.targets();
         let scopes: Vec<Scope> = targets.iter().map(|t| t.scope.clone()).collect();
-        let mut intake = Intake::default();
+        let mut intake = Intake {
+            cursor,
+            ..Default::default()
+        };
         // per target: messages that named it, rows, ignored, prefixes
         let mut touched = vec![(0u64, 0u64, 0u64, 0u64); targets.len()];
         let mut outside = 0u64;

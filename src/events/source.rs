@@ -52,6 +52,14 @@ pub trait Source: Send + 'static {
     async fn nack(&mut self, acks: Vec<Self::Ack>) {
         drop(acks);
     }
+
+    /// A log-like source (Azure's change feed, read from a cursor rather than acknowledged)
+    /// says where the batch it handed out last ends, as (feed, cursor): stored in the
+    /// transaction that stores the batch's events, so that a restart reads on from there.
+    /// Queues have none.
+    fn checkpoint(&self) -> Option<(String, String)> {
+        None
+    }
 }
 
 /// Counters and state of one consumer (one queue), for `/readyz`, `GET /pairs` and metrics.
@@ -318,7 +326,8 @@ async fn consume_with<S: Source>(
         if !after(batch.len()) {
             return;
         }
-        if batch.is_empty() {
+        let checkpoint = source.checkpoint();
+        if batch.is_empty() && checkpoint.is_none() {
             continue;
         }
         stats.messages.fetch_add(batch.len() as u64, Relaxed);
@@ -332,7 +341,7 @@ async fn consume_with<S: Source>(
                 parsed: m.parsed,
             });
         }
-        match fanout.store(source.name(), items).await {
+        match fanout.store_at(source.name(), items, checkpoint).await {
             Ok(()) => {
                 let failed = source.ack(acks).await;
                 if failed > 0 {

@@ -589,6 +589,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/sqlite/0012_brake.sql"),
     include_str!("../../schema/sqlite/0013_entries.sql"),
     include_str!("../../schema/sqlite/0014_canaries_freshness.sql"),
+    include_str!("../../schema/sqlite/0015_feed_cursors.sql"),
 ];
 
 /// PostgreSQL migrations, applied in order; the table `slate_schema` holds the last one
@@ -601,6 +602,7 @@ const POSTGRES_MIGRATIONS: &[&str] = &[
     include_str!("../../schema/postgres/0005_brake.sql"),
     include_str!("../../schema/postgres/0006_entries.sql"),
     include_str!("../../schema/postgres/0007_canaries_freshness.sql"),
+    include_str!("../../schema/postgres/0008_feed_cursors.sql"),
 ];
 
 /// Connections of a SQLite database that only read.

@@ -113,6 +113,9 @@ pub struct Intake {
     pub prefixes: Vec<(i64, String)>,
     /// Messages kept as dead letters (one row per message).
     pub dead: Vec<DeadLetter>,
+    /// (feed, cursor): where a log-like source (Azure's change feed) was read to, committed
+    /// with the rows of the records before it (`schema/sqlite/0015_feed_cursors.sql`).
+    pub cursor: Option<(String, String)>,
 }
 
 /// A message kept as a dead letter: stored once per message, whatever it held.
@@ -135,7 +138,10 @@ pub struct DeadLetter {
 
 impl Intake {
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty() && self.prefixes.is_empty() && self.dead.is_empty()
+        self.rows.is_empty()
+            && self.prefixes.is_empty()
+            && self.dead.is_empty()
+            && self.cursor.is_none()
     }
 }
 
@@ -206,9 +212,30 @@ impl<'a> Inbox<'a> {
                         params![d.pair_id, d.source, d.queue, d.raw, d.decoded, d.reason, t],
                     )?;
                 }
+                if let Some((feed, cursor)) = &intake.cursor {
+                    c.execute(
+                        "INSERT INTO feed_cursors (feed, cursor, updated_at) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (feed) DO UPDATE SET cursor = excluded.cursor,
+                             updated_at = excluded.updated_at",
+                        params![feed, cursor, t],
+                    )?;
+                }
                 Ok(())
             })
             .inspect(|_| bell().notify_waiters())
+    }
+
+    /// Where the log-like source `feed` was read to (see [`Intake::cursor`]); `None` before
+    /// its first batch is stored.
+    pub fn feed_cursor(&self, feed: &str) -> Result<Option<String>> {
+        self.m.read(|c| {
+            c.query_row(
+                "SELECT cursor FROM feed_cursors WHERE feed = ?1",
+                params![feed],
+                |r| r.get(0),
+            )
+            .optional()
+        })
     }
 
     /// When the first event of each kind of canary `key` was stored: (upsert, delete), unix ms.

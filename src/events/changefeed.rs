@@ -1,0 +1,699 @@
+//! Azure Blob Storage's change feed as an event source (`changefeed://ACCOUNT`).
+//!
+//! Azure keeps an ordered, durable log of an account's blob changes in the container
+//! `$blobchangefeed`:
+//!
+//! - `idx/segments/YYYY/MM/DD/HHMM/meta.json`: one manifest per segment (an hour of changes):
+//!   its `status` (`Finalized` once complete) and `chunkFilePaths`, the folders of its shards
+//!   (`$blobchangefeed/log/NN/YYYY/MM/DD/HHMM/`);
+//! - in each shard folder, chunk files `00000.avro`, `00001.avro`, … (Avro object container
+//!   files, appended to while the segment is open), one record per change: `eventType`
+//!   (`BlobCreated`, `BlobDeleted`, `BlobPropertiesUpdated`, …), `subject`
+//!   (`/blobServices/default/containers/C/blobs/NAME`), `eventTime`, `id` and `data` (`etag`,
+//!   `contentLength`, `sequencer`, …).
+//!
+//! The source reads segment after segment, shard after shard, chunk after chunk, and hands out
+//! each chunk's records as messages. Its [`Cursor`] (the segment, and per shard the chunk and
+//! how many of its records were taken) is stored in the transaction that stores the events of
+//! the records before it ([`Source::checkpoint`]), so a daemon killed at any moment resumes at
+//! the first record whose events were not stored. A re-read of a record stored already (a
+//! batch whose transaction failed) only repeats an upsert or a delete, which the engine
+//! decides again from the stores.
+//!
+//! Unlike Event Grid, the feed records Set Blob Metadata and Set Blob Properties
+//! (`BlobPropertiesUpdated`): they reach the replica as upserts, which the engine applies as
+//! metadata-only updates when the bytes are unchanged.
+//!
+//! Records of containers no pair follows are counted as ignored (the whole account's changes
+//! are in the feed), never dead-lettered.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use object_store::path::Path as StorePath;
+use object_store::ObjectStore;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::route::Fanout;
+use super::source::{Message, Source};
+use super::{ChangeEvent, EventKind, Parsed, Token};
+use crate::core::error::{Result, SlateError};
+use crate::core::location::Location;
+use crate::state::inbox::Inbox;
+use crate::state::manifest::Manifest;
+
+/// The container Azure writes the feed to.
+pub const CONTAINER: &str = "$blobchangefeed";
+
+/// Where segment manifests are listed.
+const SEGMENTS: &str = "idx/segments/";
+
+/// Records handed out at once at most.
+const BATCH: usize = 500;
+
+/// How often the feed is looked at again once everything in it is read.
+const POLL: Duration = Duration::from_secs(10);
+
+/// Where the feed was read to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The segment being read: its manifest (`idx/segments/…/meta.json`); empty: the first
+    /// segment that appears.
+    pub segment: String,
+    /// Per shard folder of the segment (`log/NN/…/`): the chunk being read and how many of
+    /// its records were taken.
+    #[serde(default)]
+    pub shards: BTreeMap<String, ShardPos>,
+}
+
+/// A shard's position: records taken of `chunk` (the chunks before it are done).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardPos {
+    pub chunk: String,
+    pub records: u64,
+}
+
+/// A segment's manifest, as far as the reader needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub finalized: bool,
+    /// Shard folders, relative to the container, each ending with `/`.
+    pub shards: Vec<String>,
+}
+
+/// Reads a segment's `meta.json`.
+pub fn parse_segment(text: &str) -> std::result::Result<Segment, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let status = v.get("status").and_then(Value::as_str).ok_or("no status")?;
+    let paths = v
+        .get("chunkFilePaths")
+        .and_then(Value::as_array)
+        .ok_or("no chunkFilePaths")?;
+    let mut shards = Vec::with_capacity(paths.len());
+    for p in paths {
+        let p = p.as_str().ok_or("a chunkFilePaths entry is not a string")?;
+        let rel = p
+            .strip_prefix(CONTAINER)
+            .map(|r| r.trim_start_matches('/'))
+            .unwrap_or(p);
+        if rel.is_empty() || rel.contains("..") {
+            return Err(format!(
+                "chunkFilePaths entry {p:?} is not a folder of the feed"
+            ));
+        }
+        let mut rel = rel.to_string();
+        if !rel.ends_with('/') {
+            rel.push('/');
+        }
+        shards.push(rel);
+    }
+    Ok(Segment {
+        finalized: status.eq_ignore_ascii_case("Finalized"),
+        shards,
+    })
+}
+
+/// `meta/segments.json`'s `lastConsumable`, for the log.
+fn last_consumable(text: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    v.get("lastConsumable")?.as_str().map(str::to_string)
+}
+
+/// What one record of the feed means for the pairs: `followed` says whether a pair follows a
+/// container. Upserts: `BlobCreated`, `BlobPropertiesUpdated` (Set Blob Metadata/Properties)
+/// and `BlobTierChanged`; deletes: `BlobDeleted`; the rest (snapshots, asynchronous copies
+/// begun, restore points) changes no current blob. A record of a container no pair follows
+/// is ignored.
+pub fn record_event(
+    v: &Value,
+    followed: &dyn Fn(&str) -> bool,
+) -> std::result::Result<Parsed, String> {
+    let kind = match v.get("eventType").and_then(Value::as_str) {
+        Some("BlobCreated" | "BlobPropertiesUpdated" | "BlobTierChanged") => EventKind::Upsert,
+        Some("BlobDeleted") => EventKind::Delete,
+        Some(_) => return Ok(Parsed::Ignore("changefeed: event type not handled")),
+        None => return Err("changefeed record: no eventType".into()),
+    };
+    let (bucket, key) =
+        super::eventgrid::subject_blob(v, "").map_err(|e| format!("changefeed record: {e}"))?;
+    if !followed(&bucket) {
+        return Ok(Parsed::Ignore("changefeed: a container no pair follows"));
+    }
+    let data = v.get("data");
+    let text = |name: &str| {
+        data.and_then(|d| d.get(name))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    Ok(Parsed::Events(vec![ChangeEvent {
+        bucket,
+        key,
+        kind,
+        etag: text("etag"),
+        size: data
+            .and_then(|d| d.get("contentLength"))
+            .and_then(Value::as_u64),
+        sequencer: text("sequencer").map(Token::EventGrid),
+        event_time: v
+            .get("eventTime")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        id: v.get("id").and_then(Value::as_str).map(str::to_string),
+    }]))
+}
+
+/// Decodes a chunk file: every record as JSON. A chunk of a segment still open may end in a
+/// block being written: its records up to there are returned with `torn` set.
+pub fn decode_chunk(bytes: &[u8]) -> std::result::Result<(Vec<Value>, bool), String> {
+    let reader = apache_avro::Reader::new(bytes).map_err(|e| format!("not an Avro file: {e}"))?;
+    let mut out = Vec::new();
+    for r in reader {
+        match r {
+            Ok(v) => out.push(Value::try_from(v).map_err(|e| format!("a record: {e}"))?),
+            Err(_) => return Ok((out, true)),
+        }
+    }
+    Ok((out, false))
+}
+
+/// `changefeed://ACCOUNT[?poll=DURATION]`: the account and how often to look again.
+pub fn parse_spec(spec: &str) -> std::result::Result<(String, Duration), String> {
+    let rest = spec
+        .strip_prefix("changefeed://")
+        .ok_or("expected changefeed://ACCOUNT")?;
+    let (account, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let account = account.trim_end_matches('/');
+    if account.is_empty() || !account.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(
+            "the account is 3-24 lowercase letters and digits (changefeed://ACCOUNT)".into(),
+        );
+    }
+    let mut poll = POLL;
+    for kv in query.split('&').filter(|s| !s.is_empty()) {
+        match kv.split_once('=') {
+            Some(("poll", v)) => {
+                poll = crate::core::filter::parse_age(v).map_err(|e| format!("poll: {e}"))?;
+            }
+            _ => {
+                return Err(format!(
+                    "unknown parameter {kv:?} (changefeed://ACCOUNT?poll=10s)"
+                ))
+            }
+        }
+    }
+    Ok((account.to_string(), poll))
+}
+
+/// A record read and not yet handed out: its JSON, and the shard position after it.
+struct Pending {
+    record: Value,
+    shard: String,
+    chunk: String,
+    after: u64,
+}
+
+/// The change feed of one account, read from the cursor stored under `spec`.
+pub struct ChangeFeedSource {
+    spec: String,
+    store: Arc<dyn ObjectStore>,
+    fanout: Arc<Fanout>,
+    poll: Duration,
+    /// Stored with the last batch whose events were stored.
+    committed: Cursor,
+    /// After the last record handed out.
+    handed: Cursor,
+    /// Where reading goes on (after the records in `pending`).
+    read: Cursor,
+    pending: VecDeque<Pending>,
+    /// Chunks read to their end, by size when read: one not grown is not fetched again.
+    done: BTreeMap<String, u64>,
+}
+
+impl ChangeFeedSource {
+    /// Opens the feed of the account of `src` (an `az://` location: its credentials, which
+    /// must reach `$blobchangefeed`), feeding `fanout`, from the cursor stored in `db`.
+    pub async fn connect(
+        spec: &str,
+        src: &Location,
+        fanout: Arc<Fanout>,
+        db: Arc<Manifest>,
+    ) -> Result<ChangeFeedSource> {
+        let bad = |why: String| SlateError::BadOption {
+            option: "--events".into(),
+            why: format!("{spec}: {why}"),
+        };
+        let (account, poll) = parse_spec(spec).map_err(bad)?;
+        let mut loc = src.clone();
+        loc.bucket = CONTAINER.into();
+        loc.prefix = String::new();
+        let (b, _) = crate::stores::azure_builder(&loc)?;
+        let named = b
+            .get_config_value(&object_store::azure::AzureConfigKey::AccountName)
+            .unwrap_or_else(|| "devstoreaccount1".into());
+        if named != account {
+            return Err(bad(format!(
+                "{src} is in the account {named}, not {account}"
+            )));
+        }
+        let store = crate::stores::build_paged(&loc)?.store;
+        let err = |e: String| SlateError::Store {
+            url: format!("{spec} ({CONTAINER})"),
+            detail: e,
+        };
+        // the feed must be readable now: a container SAS of the pair's container is not enough
+        let first = store
+            .list_with_delimiter(Some(&StorePath::from("meta")))
+            .await
+            .map_err(|e| err(format!("cannot read the change feed (is it enabled, and do the credentials reach {CONTAINER}?): {e}")))?;
+        drop(first);
+        let key = spec.split('?').next().unwrap_or(spec).to_string();
+        let (d, k) = (db.clone(), key.clone());
+        let stored = crate::state::blocking(move || Inbox::new(&d).feed_cursor(&k)).await?;
+        let mut source = ChangeFeedSource {
+            spec: key,
+            store,
+            fanout,
+            poll,
+            committed: Cursor::default(),
+            handed: Cursor::default(),
+            read: Cursor::default(),
+            pending: VecDeque::new(),
+            done: BTreeMap::new(),
+        };
+        let cursor = match stored {
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| err(format!("the stored cursor is not readable ({e}): {text}")))?,
+            None => {
+                // the first start: the backfill covers what came before; the newest segment is
+                // read again from its start, so nothing in between is missed
+                let last = source.segments().await?.pop().unwrap_or_default();
+                tracing::info!(feed = %source.spec, segment = %last,
+                    "change feed: no cursor yet; reading from the newest segment");
+                let start = Cursor {
+                    segment: last,
+                    shards: BTreeMap::new(),
+                };
+                // stored at once: a restart before the first record reads on from here, not
+                // from the newest segment of its own start (which would skip what came between)
+                let intake = crate::state::inbox::Intake {
+                    cursor: Some((
+                        source.spec.clone(),
+                        serde_json::to_string(&start).map_err(|e| err(e.to_string()))?,
+                    )),
+                    ..Default::default()
+                };
+                crate::state::blocking(move || Inbox::new(&db).store(&intake)).await?;
+                start
+            }
+        };
+        if let Ok(text) = source.get_text("meta/segments.json").await {
+            tracing::info!(feed = %source.spec, segment = %cursor.segment,
+                last_consumable = last_consumable(&text).unwrap_or_default(),
+                "change feed: reading on from the cursor");
+        }
+        source.committed = cursor.clone();
+        source.handed = cursor.clone();
+        source.read = cursor;
+        Ok(source)
+    }
+
+    fn store_err(&self, e: impl std::fmt::Display) -> SlateError {
+        SlateError::Store {
+            url: format!("{} ({CONTAINER})", self.spec),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Every segment manifest, oldest first.
+    async fn segments(&self) -> Result<Vec<String>> {
+        let mut out: Vec<String> = self
+            .store
+            .list(Some(&StorePath::from(SEGMENTS)))
+            .map_ok(|m| m.location.to_string())
+            .try_collect()
+            .await
+            .map_err(|e| self.store_err(e))?;
+        out.retain(|p| p.ends_with("/meta.json"));
+        out.sort();
+        Ok(out)
+    }
+
+    async fn get_text(&self, path: &str) -> Result<String> {
+        let bytes = self.get(path).await?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.store_err(format!("{path}: not UTF-8")))
+    }
+
+    async fn get(&self, path: &str) -> Result<bytes::Bytes> {
+        let r = self
+            .store
+            .get_opts(&StorePath::from(path), object_store::GetOptions::default())
+            .await
+            .map_err(|e| self.store_err(format!("{path}: {e}")))?;
+        r.bytes()
+            .await
+            .map_err(|e| self.store_err(format!("{path}: {e}")))
+    }
+
+    /// Chunk files of a shard folder with their sizes, in order.
+    async fn chunks(&self, shard: &str) -> Result<Vec<(String, u64)>> {
+        let mut out: Vec<(String, u64)> = self
+            .store
+            .list(Some(&StorePath::from(shard.trim_end_matches('/'))))
+            .map_ok(|m| (m.location.to_string(), m.size))
+            .try_collect()
+            .await
+            .map_err(|e| self.store_err(e))?;
+        out.retain(|(p, _)| p.ends_with(".avro"));
+        out.sort();
+        Ok(out)
+    }
+
+    /// Reads on from `self.read` until some records are pending or the feed is read to its
+    /// end for now. Moves `self.read` past finished segments.
+    async fn fill(&mut self) -> Result<()> {
+        loop {
+            let segments = self.segments().await?;
+            // the segment to read: the cursor's, or the first after it when it is gone
+            let seg = if self.read.segment.is_empty() {
+                match segments.first() {
+                    Some(s) => s.clone(),
+                    None => return Ok(()),
+                }
+            } else if segments.contains(&self.read.segment) {
+                self.read.segment.clone()
+            } else {
+                match segments.iter().find(|s| **s > self.read.segment) {
+                    Some(s) => {
+                        tracing::warn!(feed = %self.spec, gone = %self.read.segment, next = %s,
+                            "change feed: the cursor's segment is gone (the feed's retention?); reading on from the next");
+                        s.clone()
+                    }
+                    None => return Ok(()),
+                }
+            };
+            if seg != self.read.segment {
+                self.read = Cursor {
+                    segment: seg.clone(),
+                    shards: BTreeMap::new(),
+                };
+            }
+            let manifest = self.get_text(&seg).await?;
+            let segment =
+                parse_segment(&manifest).map_err(|e| self.store_err(format!("{seg}: {e}")))?;
+            for shard in &segment.shards {
+                let pos = self.read.shards.get(shard).cloned().unwrap_or_default();
+                for (chunk, size) in self.chunks(shard).await? {
+                    if !pos.chunk.is_empty() && chunk < pos.chunk {
+                        continue; // read before
+                    }
+                    if self.done.get(&chunk) == Some(&size) {
+                        continue; // read to its end, not grown since
+                    }
+                    let taken = if chunk == pos.chunk { pos.records } else { 0 };
+                    let bytes = self.get(&chunk).await?;
+                    let (records, torn) = decode_chunk(&bytes)
+                        .map_err(|e| self.store_err(format!("{chunk}: {e}")))?;
+                    if torn && segment.finalized {
+                        return Err(self.store_err(format!(
+                            "{chunk}: a damaged block after {} records of a finalized segment",
+                            records.len()
+                        )));
+                    }
+                    if !torn {
+                        self.done.insert(chunk.clone(), size);
+                    }
+                    let total = records.len() as u64;
+                    if total > taken {
+                        for (i, record) in records.into_iter().enumerate().skip(taken as usize) {
+                            self.pending.push_back(Pending {
+                                record,
+                                shard: shard.clone(),
+                                chunk: chunk.clone(),
+                                after: i as u64 + 1,
+                            });
+                        }
+                        self.read.shards.insert(
+                            shard.clone(),
+                            ShardPos {
+                                chunk: chunk.clone(),
+                                records: total,
+                            },
+                        );
+                        return Ok(());
+                    }
+                    // nothing new here: the shard's position moves to this chunk's end
+                    self.read.shards.insert(
+                        shard.clone(),
+                        ShardPos {
+                            chunk,
+                            records: total.max(taken),
+                        },
+                    );
+                }
+            }
+            // every shard read to its end: on to the next segment once this one is final
+            let next = segments.iter().find(|s| **s > seg);
+            match (segment.finalized, next) {
+                (true, Some(next)) => {
+                    self.read = Cursor {
+                        segment: next.clone(),
+                        shards: BTreeMap::new(),
+                    };
+                    self.done.clear();
+                    if self.pending.is_empty() {
+                        // the move is worth storing: a restart skips this segment
+                        self.handed = self.read.clone();
+                        return Ok(());
+                    }
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Source for ChangeFeedSource {
+    type Ack = ();
+
+    fn name(&self) -> &'static str {
+        "changefeed"
+    }
+
+    fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    async fn next_batch(&mut self) -> Result<Vec<Message<()>>> {
+        if self.pending.is_empty() {
+            let before = self.handed.clone();
+            self.fill().await?;
+            if self.pending.is_empty() {
+                if self.handed == before {
+                    tokio::time::sleep(self.poll).await;
+                }
+                return Ok(Vec::new());
+            }
+        }
+        let targets = self.fanout.targets();
+        let followed = |c: &str| targets.iter().any(|t| t.scope.bucket == c);
+        let mut out = Vec::new();
+        while out.len() < BATCH {
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            let raw = serde_json::to_vec(&p.record).unwrap_or_default();
+            let parsed = record_event(&p.record, &followed);
+            self.handed.segment = self.read.segment.clone();
+            self.handed.shards.insert(
+                p.shard,
+                ShardPos {
+                    chunk: p.chunk,
+                    records: p.after,
+                },
+            );
+            out.push(Message {
+                raw,
+                decoded: None,
+                parsed,
+                ack: (),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn ack(&mut self, _acks: Vec<()>) -> usize {
+        self.committed = self.handed.clone();
+        0
+    }
+
+    async fn nack(&mut self, _acks: Vec<()>) {
+        // read again from what was stored last
+        self.pending.clear();
+        self.done.clear();
+        self.handed = self.committed.clone();
+        self.read = self.committed.clone();
+    }
+
+    fn checkpoint(&self) -> Option<(String, String)> {
+        if self.handed == self.committed {
+            return None;
+        }
+        serde_json::to_string(&self.handed)
+            .ok()
+            .map(|c| (self.spec.clone(), c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_become_events_of_followed_containers() {
+        let rec = |t: &str, subject: &str| {
+            json!({"schemaVersion": 4, "topic": "/subscriptions/x/resourceGroups/g/providers/Microsoft.Storage/storageAccounts/acct",
+                "subject": subject, "eventType": t, "eventTime": "2026-12-01T10:00:00.1234567Z",
+                "id": "e1", "data": {"api": "PutBlob", "etag": "0x8D", "contentLength": 5,
+                "sequencer": "00000000000000010000000000000002000000000000001f", "blobType": "BlockBlob"}})
+        };
+        let followed = |c: &str| c == "src";
+        let table: &[(&str, &str, Option<EventKind>)] = &[
+            (
+                "BlobCreated",
+                "/blobServices/default/containers/src/blobs/a/b.txt",
+                Some(EventKind::Upsert),
+            ),
+            (
+                "BlobPropertiesUpdated",
+                "/blobServices/default/containers/src/blobs/m",
+                Some(EventKind::Upsert),
+            ),
+            (
+                "BlobTierChanged",
+                "/blobServices/default/containers/src/blobs/t",
+                Some(EventKind::Upsert),
+            ),
+            (
+                "BlobDeleted",
+                "/blobServices/default/containers/src/blobs/d",
+                Some(EventKind::Delete),
+            ),
+            (
+                "BlobSnapshotCreated",
+                "/blobServices/default/containers/src/blobs/s",
+                None,
+            ),
+            (
+                "BlobAsyncOperationInitiated",
+                "/blobServices/default/containers/src/blobs/c",
+                None,
+            ),
+            (
+                "RestorePointMarkerCreated",
+                "/blobServices/default/containers/src/blobs/r",
+                None,
+            ),
+            (
+                "BlobCreated",
+                "/blobServices/default/containers/other/blobs/x",
+                None,
+            ),
+        ];
+        for (t, subject, want) in table {
+            let got = record_event(&rec(t, subject), &followed).unwrap();
+            match (want, got) {
+                (Some(kind), Parsed::Events(evs)) => {
+                    assert_eq!(evs.len(), 1, "{t}");
+                    let e = &evs[0];
+                    assert_eq!(e.kind, *kind, "{t}");
+                    assert_eq!(e.bucket, "src");
+                    assert!(
+                        subject.ends_with(&format!("/blobs/{}", e.key)),
+                        "{t}: {}",
+                        e.key
+                    );
+                    assert_eq!(e.etag.as_deref(), Some("0x8D"));
+                    assert_eq!(e.size, Some(5));
+                    assert!(matches!(&e.sequencer, Some(Token::EventGrid(s)) if s.ends_with("1f")));
+                    assert_eq!(
+                        e.event_time.as_deref(),
+                        Some("2026-12-01T10:00:00.1234567Z")
+                    );
+                }
+                (None, Parsed::Ignore(_)) => {}
+                (w, g) => panic!("{t} {subject}: wanted {w:?}, got {g:?}"),
+            }
+        }
+        // malformed records are errors (dead letters), not silently dropped
+        assert!(record_event(&json!({"subject": "/x"}), &followed).is_err());
+        assert!(record_event(
+            &json!({"eventType": "BlobCreated", "subject": "/nope"}),
+            &followed
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn segment_manifests_name_their_shards() {
+        let text = r#"{"version":0,"begin":"2026-12-01T10:00:00.000Z","intervalSecs":3600,
+            "status":"Finalized","config":{"version":0},
+            "chunkFilePaths":["$blobchangefeed/log/00/2026/12/01/1000/","$blobchangefeed/log/01/2026/12/01/1000"]}"#;
+        let s = parse_segment(text).unwrap();
+        assert!(s.finalized);
+        assert_eq!(
+            s.shards,
+            vec!["log/00/2026/12/01/1000/", "log/01/2026/12/01/1000/"]
+        );
+        let open = parse_segment(&text.replace("Finalized", "Publishing")).unwrap();
+        assert!(!open.finalized);
+        assert!(parse_segment("{}").is_err());
+        assert!(parse_segment(
+            r#"{"status":"Finalized","chunkFilePaths":["$blobchangefeed/../x"]}"#
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn specs_name_an_account_and_a_poll() {
+        assert_eq!(
+            parse_spec("changefeed://acct").unwrap(),
+            ("acct".to_string(), POLL)
+        );
+        assert_eq!(
+            parse_spec("changefeed://acct?poll=200ms").unwrap().1,
+            Duration::from_millis(200)
+        );
+        for bad in [
+            "changefeed://",
+            "changefeed://a/b",
+            "azqueue://a/q",
+            "changefeed://a?x=1",
+        ] {
+            assert!(parse_spec(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cursors_round_trip_as_json() {
+        let mut c = Cursor {
+            segment: "idx/segments/2026/12/01/1000/meta.json".into(),
+            shards: BTreeMap::new(),
+        };
+        c.shards.insert(
+            "log/00/2026/12/01/1000/".into(),
+            ShardPos {
+                chunk: "log/00/2026/12/01/1000/00001.avro".into(),
+                records: 17,
+            },
+        );
+        let text = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Cursor>(&text).unwrap(), c);
+    }
+}
