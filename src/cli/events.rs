@@ -584,13 +584,18 @@ async fn check(a: CheckArgs) -> Result<i32, SlateError> {
     };
     let mut findings = Vec::new();
     let broken = |line: String| wiring::Finding { broken: true, line };
+    let warning = |line: String| wiring::Finding {
+        broken: false,
+        line,
+    };
     let target = match &topic_name {
         None => {
-            if let Some(why) = wiring::policy_refuses(
-                policy.as_deref(),
-                &wiring::Grant::s3_to_queue(&loc.bucket, &queue_arn),
-            ) {
+            let g = wiring::Grant::s3_to_queue(&loc.bucket, &queue_arn);
+            if let Some(why) = wiring::policy_refuses(policy.as_deref(), &g) {
                 findings.push(broken(why));
+            }
+            if let Some(why) = wiring::policy_doubts(policy.as_deref(), &g) {
+                findings.push(warning(why));
             }
             Target::Queue(queue_arn.clone())
         }
@@ -600,17 +605,23 @@ async fn check(a: CheckArgs) -> Result<i32, SlateError> {
                 return Ok(1);
             };
             let topic_policy = sns.policy(&topic_arn).await.map_err(sns_err)?;
-            if let Some(why) = wiring::policy_refuses(
-                topic_policy.as_deref(),
-                &wiring::Grant::s3_to_topic(&loc.bucket, &topic_arn),
-            ) {
-                findings.push(broken(why));
-            }
-            if let Some(why) = wiring::policy_refuses(
-                policy.as_deref(),
-                &wiring::Grant::topic_to_queue(&topic_arn, &queue_arn),
-            ) {
-                findings.push(broken(why));
+            let grants = [
+                (
+                    topic_policy.as_deref(),
+                    wiring::Grant::s3_to_topic(&loc.bucket, &topic_arn),
+                ),
+                (
+                    policy.as_deref(),
+                    wiring::Grant::topic_to_queue(&topic_arn, &queue_arn),
+                ),
+            ];
+            for (p, g) in &grants {
+                if let Some(why) = wiring::policy_refuses(*p, g) {
+                    findings.push(broken(why));
+                }
+                if let Some(why) = wiring::policy_doubts(*p, g) {
+                    findings.push(warning(why));
+                }
             }
             if !sns
                 .subscriptions(&topic_arn)

@@ -635,49 +635,119 @@ impl Grant {
         })
     }
 
-    /// Whether statement `s` applies to this call. A condition slate cannot evaluate (an
-    /// account, an IP, a time) holds when `lenient`, and does not otherwise: `check` reads a
-    /// policy leniently (a deny or an allow that may apply is taken to), `setup` adds its own
-    /// statement unless one surely lets the call through.
-    fn applies(&self, s: &Value, lenient: bool) -> bool {
-        let principal = match s.get("Principal") {
-            Some(Value::String(p)) => p == "*",
-            Some(Value::Object(m)) => {
-                as_list(m.get("Service")).iter().any(|x| x == self.service)
+    /// Whether statement `s` applies to this call, as IAM evaluates it for what slate knows
+    /// of the call: the service principal, the action, the resource, `aws:SourceArn` and
+    /// `aws:SecureTransport` (AWS's services deliver over TLS). `Principal`, `Action` and
+    /// `Resource` and their `Not…` forms are read; a condition on any other key (an account,
+    /// an IP, a time), or an operator slate does not know, makes the answer [`Tri::Maybe`].
+    fn applies(&self, s: &Value) -> Tri {
+        let principal_in = |p: &Value| match p {
+            Value::String(p) => p == "*",
+            Value::Object(m) => {
+                as_list(m.get("Service"))
+                    .iter()
+                    .any(|x| glob(x, self.service))
                     || as_list(m.get("AWS")).iter().any(|x| x == "*")
             }
             _ => false,
         };
-        let action = as_list(s.get("Action"))
-            .iter()
-            .any(|a| glob(&a.to_ascii_lowercase(), &self.action.to_ascii_lowercase()));
-        let resource = {
-            let r = as_list(s.get("Resource"));
-            r.is_empty() || r.iter().any(|r| glob(r, &self.resource))
+        let principal = match (s.get("Principal"), s.get("NotPrincipal")) {
+            (Some(p), _) => principal_in(p),
+            (None, Some(np)) => !principal_in(np),
+            (None, None) => false,
         };
-        let source = &self.source_arn;
-        let condition = match s.get("Condition").and_then(Value::as_object) {
-            None => true,
-            Some(c) => c.iter().all(|(op, kv)| {
-                let Some(kv) = kv.as_object() else {
-                    return false;
-                };
-                kv.iter().all(|(k, v)| {
-                    if !k.eq_ignore_ascii_case("aws:SourceArn") {
-                        return lenient;
-                    }
-                    let vals = as_list(Some(v));
-                    match op.as_str() {
-                        "ArnLike" | "StringLike" => vals.iter().any(|p| glob(p, source)),
-                        "ArnEquals" | "StringEquals" => vals.iter().any(|p| p == source),
-                        "ArnNotLike" | "StringNotLike" => !vals.iter().any(|p| glob(p, source)),
-                        "ArnNotEquals" | "StringNotEquals" => !vals.iter().any(|p| p == source),
-                        _ => true,
-                    }
-                })
-            }),
+        let action_in = |v: Option<&Value>| {
+            as_list(v)
+                .iter()
+                .any(|a| glob(&a.to_ascii_lowercase(), &self.action.to_ascii_lowercase()))
         };
-        principal && action && resource && condition
+        let action = match (s.get("Action"), s.get("NotAction")) {
+            (Some(_), _) => action_in(s.get("Action")),
+            (None, Some(_)) => !action_in(s.get("NotAction")),
+            (None, None) => false,
+        };
+        let resource_in = |v: Option<&Value>| as_list(v).iter().any(|r| glob(r, &self.resource));
+        let resource = match (s.get("Resource"), s.get("NotResource")) {
+            (Some(r), _) => as_list(Some(r)).is_empty() || resource_in(Some(r)),
+            (None, Some(_)) => !resource_in(s.get("NotResource")),
+            (None, None) => true,
+        };
+        if !(principal && action && resource) {
+            return Tri::No;
+        }
+        let Some(c) = s.get("Condition") else {
+            return Tri::Yes;
+        };
+        let Some(c) = c.as_object() else {
+            return Tri::Maybe;
+        };
+        let mut all = Tri::Yes;
+        for (op, kv) in c {
+            let Some(kv) = kv.as_object() else {
+                return Tri::Maybe;
+            };
+            for (k, v) in kv {
+                all = all.and(self.condition(op, k, &as_list(Some(v))));
+            }
+        }
+        all
+    }
+
+    /// One condition: `op` on key `key` against `vals`.
+    fn condition(&self, op: &str, key: &str, vals: &[String]) -> Tri {
+        let op = op
+            .strip_prefix("ForAnyValue:")
+            .or_else(|| op.strip_prefix("ForAllValues:"))
+            .unwrap_or(op);
+        // every key slate knows is present in the call, so `…IfExists` is the plain operator
+        let op = op.strip_suffix("IfExists").unwrap_or(op);
+        let known = match key.to_ascii_lowercase().as_str() {
+            "aws:sourcearn" => self.source_arn.clone(),
+            "aws:securetransport" => "true".to_string(),
+            _ => return Tri::Maybe,
+        };
+        let x = known.as_str();
+        let any = |f: &dyn Fn(&str) -> bool| vals.iter().any(|v| f(v));
+        Tri::from(match op {
+            "StringEquals" | "ArnEquals" => any(&|v| v == x),
+            "StringNotEquals" | "ArnNotEquals" => !any(&|v| v == x),
+            "StringEqualsIgnoreCase" => any(&|v| v.eq_ignore_ascii_case(x)),
+            "StringNotEqualsIgnoreCase" => !any(&|v| v.eq_ignore_ascii_case(x)),
+            "StringLike" | "ArnLike" => any(&|v| glob(v, x)),
+            "StringNotLike" | "ArnNotLike" => !any(&|v| glob(v, x)),
+            "Bool" => any(&|v| v.eq_ignore_ascii_case(x)),
+            // the key is present: `Null: true` (absent) fails, `Null: false` holds
+            "Null" => any(&|v| v.eq_ignore_ascii_case("false")),
+            _ => return Tri::Maybe,
+        })
+    }
+}
+
+/// An answer that may be unknown: whether a statement applies to a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tri {
+    Yes,
+    No,
+    Maybe,
+}
+
+impl Tri {
+    fn and(self, o: Tri) -> Tri {
+        match (self, o) {
+            (Tri::No, _) | (_, Tri::No) => Tri::No,
+            (Tri::Maybe, _) | (_, Tri::Maybe) => Tri::Maybe,
+            _ => Tri::Yes,
+        }
+    }
+}
+
+impl From<bool> for Tri {
+    fn from(b: bool) -> Tri {
+        if b {
+            Tri::Yes
+        } else {
+            Tri::No
+        }
     }
 }
 
@@ -716,12 +786,50 @@ fn glob(pattern: &str, text: &str) -> bool {
     p[i..].iter().all(|&c| c == '*')
 }
 
-/// Whether a resource's policy lets `g` happen: None when it does, else why not. Conditions
-/// slate cannot evaluate are taken to hold.
+/// Whether a resource's policy lets `g` happen: None when it does, else why not. An allow
+/// whose conditions slate cannot evaluate is taken to hold; a deny is reported only when it
+/// surely applies (see [`policy_doubts`] for one that may).
 pub fn policy_refuses(policy: Option<&str>, g: &Grant) -> Option<String> {
     refuses(policy, g, true)
 }
 
+/// A deny of the policy that may apply to `g`, under a condition slate cannot evaluate (a
+/// source account, an IP, a time): what `events check` warns of.
+pub fn policy_doubts(policy: Option<&str>, g: &Grant) -> Option<String> {
+    let statements = statements(policy?)?;
+    let d = statements
+        .iter()
+        .find(|s| effect(s, "Deny") && g.applies(s) == Tri::Maybe)?;
+    Some(format!(
+        "the {}'s policy may deny {} {} ({}: a condition slate cannot evaluate)",
+        g.what,
+        g.who(),
+        g.action,
+        sid(d)
+    ))
+}
+
+fn statements(text: &str) -> Option<Vec<Value>> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    Some(match v.get("Statement") {
+        Some(Value::Array(a)) => a.clone(),
+        Some(o @ Value::Object(_)) => vec![o.clone()],
+        _ => Vec::new(),
+    })
+}
+
+fn sid(s: &Value) -> String {
+    s.get("Sid")
+        .and_then(Value::as_str)
+        .map(|x| format!("statement '{x}'"))
+        .unwrap_or_else(|| "a statement".into())
+}
+
+fn effect(s: &Value, e: &str) -> bool {
+    s.get("Effect").and_then(Value::as_str) == Some(e)
+}
+
+/// `lenient_allow`: an allow that may apply counts (check), or does not (setup adds its own).
 fn refuses(policy: Option<&str>, g: &Grant, lenient_allow: bool) -> Option<String> {
     let what = g.what;
     let Some(text) = policy.filter(|p| !p.trim().is_empty()) else {
@@ -730,25 +838,13 @@ fn refuses(policy: Option<&str>, g: &Grant, lenient_allow: bool) -> Option<Strin
             g.who()
         ));
     };
-    let v: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => return Some(format!("the {what}'s policy is no JSON ({e})")),
-    };
-    let statements = match v.get("Statement") {
-        Some(Value::Array(a)) => a.clone(),
-        Some(o @ Value::Object(_)) => vec![o.clone()],
-        _ => Vec::new(),
-    };
-    let sid = |s: &Value| {
-        s.get("Sid")
-            .and_then(Value::as_str)
-            .map(|x| format!("statement '{x}'"))
-            .unwrap_or_else(|| "a statement".into())
-    };
-    let effect = |s: &Value, e: &str| s.get("Effect").and_then(Value::as_str) == Some(e);
+    if let Err(e) = serde_json::from_str::<Value>(text) {
+        return Some(format!("the {what}'s policy is no JSON ({e})"));
+    }
+    let statements = statements(text).unwrap_or_default();
     if let Some(d) = statements
         .iter()
-        .find(|s| effect(s, "Deny") && g.applies(s, true))
+        .find(|s| effect(s, "Deny") && g.applies(s) == Tri::Yes)
     {
         return Some(format!(
             "the {what}'s policy denies {} {} ({})",
@@ -757,10 +853,12 @@ fn refuses(policy: Option<&str>, g: &Grant, lenient_allow: bool) -> Option<Strin
             sid(d)
         ));
     }
-    if statements
-        .iter()
-        .any(|s| effect(s, "Allow") && g.applies(s, lenient_allow))
-    {
+    let allows = |s: &Value| match g.applies(s) {
+        Tri::Yes => true,
+        Tri::Maybe => lenient_allow,
+        Tri::No => false,
+    };
+    if statements.iter().any(|s| effect(s, "Allow") && allows(s)) {
         None
     } else {
         Some(format!(
@@ -1257,6 +1355,64 @@ mod tests {
                 ),
                 Some("denies bucket bkt sqs:SendMessage (statement 'nope')"),
             ),
+            // the common TLS-only deny: AWS's services deliver over TLS, so it does not apply
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"tls","Effect":"Deny","Principal":"*","Action":"*","Condition":{"Bool":{"aws:SecureTransport":"false"}}}]}"#,
+                ),
+                None,
+            ),
+            // …IfExists on a key the call has is the plain operator
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"others","Effect":"Deny","Principal":"*","Action":"sqs:SendMessage","Condition":{"ArnNotLikeIfExists":{"aws:SourceArn":"arn:aws:s3:::bkt"}}}]}"#,
+                ),
+                None,
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"others","Effect":"Deny","Principal":"*","Action":"sqs:SendMessage","Condition":{"ArnNotLikeIfExists":{"aws:SourceArn":"arn:aws:s3:::other"}}}]}"#,
+                ),
+                Some("denies bucket bkt sqs:SendMessage (statement 'others')"),
+            ),
+            // NotPrincipal, NotAction, NotResource deny everything they do not name
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"np","Effect":"Deny","NotPrincipal":{"AWS":"arn:aws:iam::1:root"},"Action":"sqs:*"}]}"#,
+                ),
+                Some("(statement 'np')"),
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"np","Effect":"Deny","NotPrincipal":{"Service":"s3.amazonaws.com"},"Action":"sqs:*"}]}"#,
+                ),
+                None,
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"na","Effect":"Deny","Principal":"*","NotAction":"sqs:ReceiveMessage"}]}"#,
+                ),
+                Some("(statement 'na')"),
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"nr","Effect":"Deny","Principal":"*","Action":"sqs:*","NotResource":"arn:aws:sqs:*:*:other"}]}"#,
+                ),
+                Some("(statement 'nr')"),
+            ),
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"nr","Effect":"Deny","Principal":"*","Action":"sqs:*","NotResource":"arn:aws:sqs:*:*:slate-*"}]}"#,
+                ),
+                None,
+            ),
+            // a deny on a key slate cannot evaluate is no sure refusal (policy_doubts says it)
+            (
+                Some(
+                    r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"acct","Effect":"Deny","Principal":"*","Action":"sqs:*","Condition":{"StringNotEquals":{"aws:SourceAccount":"123"}}}]}"#,
+                ),
+                None,
+            ),
         ];
         for (policy, want) in cases {
             let got = policy_refuses(policy, &g("bkt"));
@@ -1307,6 +1463,14 @@ mod tests {
             merged.contains("__default") && merged.contains("slate-s3-bkt"),
             "{merged}"
         );
+        // a deny that may apply is a doubt, not a refusal; one that cannot, neither
+        let acct = r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sqs:*"},{"Sid":"acct","Effect":"Deny","Principal":"*","Action":"sqs:*","Condition":{"StringNotEquals":{"aws:SourceAccount":"123"}}}]}"#;
+        assert!(policy_doubts(Some(acct), &g("bkt"))
+            .is_some_and(|d| d.contains("may deny bucket bkt") && d.contains("'acct'")));
+        assert_eq!(merge_policy(Some(acct), &g("bkt")).unwrap(), None);
+        let tls = r#"{"Statement":[{"Effect":"Deny","Principal":"*","Action":"*","Condition":{"Bool":{"aws:SecureTransport":"false"}}}]}"#;
+        assert_eq!(policy_doubts(Some(tls), &g("bkt")), None);
+        assert!(merge_policy(Some(tls), &g("bkt")).unwrap().is_some());
         // a deny is not rewritten
         let deny = r#"{"Statement":[{"Effect":"Deny","Principal":"*","Action":"sqs:*"}]}"#;
         assert!(merge_policy(Some(deny), &g("bkt"))
