@@ -456,6 +456,19 @@ fn a_burst_of_changes_is_measured_against_the_freshness_objective() {
         line("slate_freshness_within_target_ratio{").contains("0.9"),
         "{metrics}"
     );
+    // the counts behind the ratio (a windowed ratio in PromQL): one change past the target
+    let value = |name: &str| -> u64 {
+        line(name)
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (all, within) = (
+        value("slate_freshness_changes_total{"),
+        value("slate_freshness_changes_within_target_total{"),
+    );
+    assert!(all >= 102 && within + 1 == all, "{metrics}");
     assert!(
         line("slate_freshness_target_seconds{").ends_with(" 300.0"),
         "{metrics}"

@@ -1352,11 +1352,13 @@ async fn apply_pending(
             stats.last_applied_ms.store(now, Relaxed);
             // the freshness objective counts the changes that reached the replica, from the
             // source's write (the event's time; its arrival when it carries none). A clock
-            // ahead of ours counts as 0.
+            // ahead of ours counts as 0. A canary is slate's own write: it measures the path,
+            // not the users' changes, and stays out.
             if matches!(
                 a,
                 Applied::Copied { .. } | Applied::Deleted | Applied::MetaUpdated
-            ) {
+            ) && !crate::core::canary::is_canary(&p.key)
+            {
                 let written = p.event_at.unwrap_or(p.first_seen).min(p.first_seen);
                 stats
                     .freshness

@@ -442,6 +442,26 @@ fn encode_freshness(encoder: &mut DescriptorEncoder, pairs: &[Arc<PairHandle>]) 
                 .map(|r| ([("pair", p.label.as_str())], r))
         }),
     )?;
+    // the counts behind the ratio, so that PromQL can take it over any window:
+    // rate(…within_target_total[1h]) / rate(…changes_total[1h])
+    per_pair(
+        encoder,
+        pairs,
+        (
+            "slate_freshness_changes",
+            "Changes that reached the replica (the freshness objective's count; canaries left out).",
+        ),
+        |p| p.stats.freshness.applied.load(Relaxed),
+    )?;
+    per_pair(
+        encoder,
+        pairs,
+        (
+            "slate_freshness_changes_within_target",
+            "Changes that reached the replica within the freshness target.",
+        ),
+        |p| p.stats.freshness.within.load(Relaxed),
+    )?;
     let now = crate::core::metrics::unix_ms();
     seconds(
         encoder,
