@@ -284,21 +284,59 @@ fn bucket_client(loc: &Location) -> Result<crate::stores::s3copy::S3CrossBucket,
     })
 }
 
+/// What setup and check of an S3 bucket's wiring start from: the pair's bucket, the queue,
+/// the fan-out topic's name, the bucket's own signed client and an SQS client.
+struct S3Wiring {
+    loc: Location,
+    q: QueueRef,
+    topic_name: Option<String>,
+    s3: crate::stores::s3copy::S3CrossBucket,
+    sqs: aws_sdk_sqs::Client,
+}
+
+impl S3Wiring {
+    async fn open(
+        src: &str,
+        events: &str,
+        fanout: &Option<String>,
+    ) -> Result<S3Wiring, SlateError> {
+        let (loc, q) = s3_and_queue(src, events)?;
+        let topic_name = topic_of(fanout)?;
+        let s3 = bucket_client(&loc)?;
+        let sqs = crate::events::sqs::client().await;
+        Ok(S3Wiring {
+            loc,
+            q,
+            topic_name,
+            s3,
+            sqs,
+        })
+    }
+}
+
+/// An SNS call's failure, named by the `--fanout` topic.
+fn fanout_err(fanout: &Option<String>) -> impl Fn(String) -> SlateError + Copy + '_ {
+    move |e: String| SlateError::Queue {
+        url: fanout.clone().unwrap_or_default(),
+        detail: e,
+    }
+}
+
 async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
     match Location::parse(&a.src)?.scheme {
         Scheme::Gcs => return super::events_gcs::setup(&a).await,
         Scheme::Azure => return super::events_azure::setup(&a).await,
         _ => not_for_s3(&a.cloud)?,
     }
-    let (loc, q) = s3_and_queue(&a.src, &a.events)?;
-    let topic_name = topic_of(&a.fanout)?;
-    let s3 = bucket_client(&loc)?;
-    let sqs = crate::events::sqs::client().await;
+    let S3Wiring {
+        loc,
+        q,
+        topic_name,
+        s3,
+        sqs,
+    } = S3Wiring::open(&a.src, &a.events, &a.fanout).await?;
     let sns = Sns::new(&s3);
-    let sns_err = |e: String| SlateError::Queue {
-        url: a.fanout.clone().unwrap_or_default(),
-        detail: e,
-    };
+    let sns_err = fanout_err(&a.fanout);
     let region = s3.region().to_string();
     // Everything is read and planned before anything is changed: a configuration whose
     // entries overlap slate's leaves the queue, the topic and the bucket as they were.
@@ -569,15 +607,15 @@ async fn check(a: CheckArgs) -> Result<i32, SlateError> {
         Scheme::Azure => return super::events_azure::check(&a).await,
         _ => not_for_s3(&a.cloud)?,
     }
-    let (loc, q) = s3_and_queue(&a.src, &a.events)?;
-    let topic_name = topic_of(&a.fanout)?;
-    let s3 = bucket_client(&loc)?;
-    let sqs = crate::events::sqs::client().await;
+    let S3Wiring {
+        loc,
+        q,
+        topic_name,
+        s3,
+        sqs,
+    } = S3Wiring::open(&a.src, &a.events, &a.fanout).await?;
     let sns = Sns::new(&s3);
-    let sns_err = |e: String| SlateError::Queue {
-        url: a.fanout.clone().unwrap_or_default(),
-        detail: e,
-    };
+    let sns_err = fanout_err(&a.fanout);
     let Some((_, queue_arn, policy)) = queue_state(&sqs, &q).await? else {
         println!("broken: there is no SQS queue {}", q.name);
         return Ok(1);
