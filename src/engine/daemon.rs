@@ -37,7 +37,7 @@ use crate::core::location::{Location, Scheme};
 use crate::events::changefeed::ChangeFeedSource;
 use crate::events::push::Hub;
 use crate::events::route::{Fanout, Scope, Target};
-use crate::events::source::{consume, consume_widening, ConsumerStats, Widening};
+use crate::events::source::{consume, consume_widening, ConsumerStats, Source, Widening};
 use crate::events::watch;
 use crate::state::blocking;
 use crate::state::inbox::{self, Inbox, Intake, Kind};
@@ -286,8 +286,7 @@ async fn start_consumers(
                     continue;
                 };
                 // connected now, so that a feed that cannot be read fails the start
-                let feed =
-                    ChangeFeedSource::connect(&spec, src, fanout.clone(), db.clone()).await?;
+                let feed = ChangeFeedSource::connect(&spec, src, fanout.clone()).await?;
                 tasks.push(tokio::spawn(follow_feed(
                     feed,
                     spec,
@@ -317,8 +316,9 @@ async fn follow_feed(
     db: Arc<Manifest>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    // one lease per account, whatever ?poll= a worker's config says
+    let name = format!("changefeed:{}", feed.spec());
     let mut feed = Some(feed);
-    let name = format!("changefeed:{spec}");
     loop {
         let take = super::lease::PairLease::take_named(
             &db,
@@ -346,7 +346,7 @@ async fn follow_feed(
             // after a lost lease: from the cursor stored since (another worker read on)
             None => {
                 let opened = loop {
-                    match ChangeFeedSource::connect(&spec, &src, fanout.clone(), db.clone()).await {
+                    match ChangeFeedSource::connect(&spec, &src, fanout.clone()).await {
                         Ok(f) => break f,
                         Err(e) => {
                             tracing::warn!(feed = %spec, error = %e, "cannot open the change feed; trying again");
@@ -360,6 +360,17 @@ async fn follow_feed(
                 opened
             }
         };
+        // from the cursor as stored now: the last reader's, not what this worker read at its start
+        let mut source = source;
+        if let Err(e) = source.load_cursor(&db).await {
+            tracing::warn!(feed = %spec, error = %e, "cannot read the change feed's cursor; trying again");
+            lease.release().await;
+            feed = Some(source);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                _ = stop.wait_for(|v| *v) => return,
+            }
+        }
         tracing::info!(feed = %spec, "this worker reads the change feed");
         let lost = lease.lost_flag();
         let mut stopping = stop.clone();
@@ -498,7 +509,25 @@ pub async fn run_all(
             | EventSource::AzQueue(_)
             | EventSource::PubSub(_)
             | EventSource::ChangeFeed(_) => {
-                if matches!(source, EventSource::ChangeFeed(_)) {
+                if let EventSource::ChangeFeed(spec) = &source {
+                    let account = |s: &str| {
+                        crate::events::changefeed::parse_spec(s)
+                            .map(|(a, _)| a)
+                            .unwrap_or_default()
+                    };
+                    if let Some(other) = feeds.keys().find_map(|k| match k {
+                        EventSource::ChangeFeed(o) if o != spec && account(o) == account(spec) => {
+                            Some(o.clone())
+                        }
+                        _ => None,
+                    }) {
+                        return Err(SlateError::BadOption {
+                            option: "--events".into(),
+                            why: format!(
+                                "{spec} and {other} name one account's change feed: give every pair the same"
+                            ),
+                        });
+                    }
                     feeds.entry(source.clone()).or_insert_with(|| p.src.clone());
                 }
                 let what = p.src.scheme.short();

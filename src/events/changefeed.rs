@@ -34,7 +34,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use object_store::path::Path as StorePath;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -169,16 +169,25 @@ pub fn record_event(
 
 /// Decodes a chunk file: every record as JSON. A chunk of a segment still open may end in a
 /// block being written: its records up to there are returned with `torn` set.
-pub fn decode_chunk(bytes: &[u8]) -> std::result::Result<(Vec<Value>, bool), String> {
-    let reader = apache_avro::Reader::new(bytes).map_err(|e| format!("not an Avro file: {e}"))?;
+///
+/// A chunk just created (empty, or not yet a whole header) is torn with no records. A record
+/// that decodes but cannot be read as JSON becomes `{"undecodable": why}`, which
+/// [`record_event`] refuses: a dead letter, not a feed stuck on it.
+pub fn decode_chunk(bytes: &[u8]) -> (Vec<Value>, bool) {
+    let Ok(reader) = apache_avro::Reader::new(bytes) else {
+        return (Vec::new(), true);
+    };
     let mut out = Vec::new();
     for r in reader {
         match r {
-            Ok(v) => out.push(Value::try_from(v).map_err(|e| format!("a record: {e}"))?),
-            Err(_) => return Ok((out, true)),
+            Ok(v) => out.push(
+                Value::try_from(v)
+                    .unwrap_or_else(|e| serde_json::json!({ "undecodable": e.to_string() })),
+            ),
+            Err(_) => return (out, true),
         }
     }
-    Ok((out, false))
+    (out, false)
 }
 
 /// `changefeed://ACCOUNT[?poll=DURATION]`: the account and how often to look again.
@@ -209,6 +218,11 @@ pub fn parse_spec(spec: &str) -> std::result::Result<(String, Duration), String>
     Ok((account.to_string(), poll))
 }
 
+/// The name a feed's cursor and lease go by: `changefeed://ACCOUNT`, whatever `?poll=`.
+pub fn feed_key(account: &str) -> String {
+    format!("changefeed://{account}")
+}
+
 /// A record read and not yet handed out: its JSON, and the shard position after it.
 struct Pending {
     record: Value,
@@ -236,12 +250,12 @@ pub struct ChangeFeedSource {
 
 impl ChangeFeedSource {
     /// Opens the feed of the account of `src` (an `az://` location: its credentials, which
-    /// must reach `$blobchangefeed`), feeding `fanout`, from the cursor stored in `db`.
+    /// must reach `$blobchangefeed`), feeding `fanout`. The feed is read once here (credentials
+    /// that cannot fail the start); where reading starts is [`ChangeFeedSource::load_cursor`]'s.
     pub async fn connect(
         spec: &str,
         src: &Location,
         fanout: Arc<Fanout>,
-        db: Arc<Manifest>,
     ) -> Result<ChangeFeedSource> {
         let bad = |why: String| SlateError::BadOption {
             option: "--events".into(),
@@ -271,11 +285,8 @@ impl ChangeFeedSource {
             .await
             .map_err(|e| err(format!("cannot read the change feed (is it enabled, and do the credentials reach {CONTAINER}?): {e}")))?;
         drop(first);
-        let key = spec.split('?').next().unwrap_or(spec).to_string();
-        let (d, k) = (db.clone(), key.clone());
-        let stored = crate::state::blocking(move || Inbox::new(&d).feed_cursor(&k)).await?;
-        let mut source = ChangeFeedSource {
-            spec: key,
+        Ok(ChangeFeedSource {
+            spec: feed_key(&account),
             store,
             fanout,
             poll,
@@ -284,42 +295,51 @@ impl ChangeFeedSource {
             read: Cursor::default(),
             pending: VecDeque::new(),
             done: BTreeMap::new(),
+        })
+    }
+
+    /// Reads the stored cursor and goes on from there: called by the worker that has just
+    /// taken the feed's lease, so that it starts where the last reader's stored events end.
+    /// Without one, the newest segment is the start (the backfill covers what came before),
+    /// stored at once unless another worker stored one first.
+    pub async fn load_cursor(&mut self, db: &Arc<Manifest>) -> Result<()> {
+        let spec = self.spec.clone();
+        let err = |e: String| SlateError::Store {
+            url: format!("{spec} ({CONTAINER})"),
+            detail: e,
         };
-        let cursor = match stored {
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| err(format!("the stored cursor is not readable ({e}): {text}")))?,
-            None => {
-                // the first start: the backfill covers what came before; the newest segment is
-                // read again from its start, so nothing in between is missed
-                let last = source.segments().await?.pop().unwrap_or_default();
-                tracing::info!(feed = %source.spec, segment = %last,
-                    "change feed: no cursor yet; reading from the newest segment");
-                let start = Cursor {
-                    segment: last,
-                    shards: BTreeMap::new(),
-                };
-                // stored at once: a restart before the first record reads on from here, not
-                // from the newest segment of its own start (which would skip what came between)
-                let intake = crate::state::inbox::Intake {
-                    cursor: Some((
-                        source.spec.clone(),
-                        serde_json::to_string(&start).map_err(|e| err(e.to_string()))?,
-                    )),
-                    ..Default::default()
-                };
-                crate::state::blocking(move || Inbox::new(&db).store(&intake)).await?;
-                start
-            }
-        };
-        if let Ok(text) = source.get_text("meta/segments.json").await {
-            tracing::info!(feed = %source.spec, segment = %cursor.segment,
-                last_consumable = last_consumable(&text).unwrap_or_default(),
+        let (d, k) = (db.clone(), self.spec.clone());
+        let mut stored = crate::state::blocking(move || Inbox::new(&d).feed_cursor(&k)).await?;
+        if stored.is_none() {
+            let last = self.segments("").await?.pop().unwrap_or_default();
+            tracing::info!(feed = %self.spec, segment = %last,
+                "change feed: no cursor yet; reading from the newest segment");
+            let start = Cursor {
+                segment: last,
+                shards: BTreeMap::new(),
+            };
+            let text = serde_json::to_string(&start).map_err(|e| err(e.to_string()))?;
+            // stored at once: a restart before the first record reads on from here, not from
+            // the newest segment of its own start (which would skip what came between)
+            let (d, k) = (db.clone(), self.spec.clone());
+            stored = Some(
+                crate::state::blocking(move || Inbox::new(&d).init_feed_cursor(&k, &text)).await?,
+            );
+        }
+        let text = stored.unwrap_or_default();
+        let cursor: Cursor = serde_json::from_str(&text)
+            .map_err(|e| err(format!("the stored cursor is not readable ({e}): {text}")))?;
+        if let Ok(meta) = self.get_text("meta/segments.json").await {
+            tracing::info!(feed = %self.spec, segment = %cursor.segment,
+                last_consumable = last_consumable(&meta).unwrap_or_default(),
                 "change feed: reading on from the cursor");
         }
-        source.committed = cursor.clone();
-        source.handed = cursor.clone();
-        source.read = cursor;
-        Ok(source)
+        self.pending.clear();
+        self.done.clear();
+        self.committed = cursor.clone();
+        self.handed = cursor.clone();
+        self.read = cursor;
+        Ok(())
     }
 
     fn store_err(&self, e: impl std::fmt::Display) -> SlateError {
@@ -329,18 +349,36 @@ impl ChangeFeedSource {
         }
     }
 
-    /// Every segment manifest, oldest first.
-    async fn segments(&self) -> Result<Vec<String>> {
-        let mut out: Vec<String> = self
-            .store
-            .list(Some(&StorePath::from(SEGMENTS)))
+    /// The segment manifests from `from` on (every one when empty), oldest first, without
+    /// the placeholder Azure makes when the feed is enabled (`idx/segments/1601/…`, always
+    /// empty). Listed from the cursor on, so that a feed of years costs no more per look than
+    /// one of hours.
+    async fn segments(&self, from: &str) -> Result<Vec<String>> {
+        let prefix = StorePath::from(SEGMENTS);
+        let listing = if from.is_empty() {
+            self.store.list(Some(&prefix))
+        } else {
+            self.store
+                .list_with_offset(Some(&prefix), &StorePath::from(from))
+        };
+        let mut out: Vec<String> = listing
             .map_ok(|m| m.location.to_string())
             .try_collect()
             .await
             .map_err(|e| self.store_err(e))?;
-        out.retain(|p| p.ends_with("/meta.json"));
+        out.retain(|p| p.ends_with("/meta.json") && !p.starts_with("idx/segments/1601/"));
         out.sort();
         Ok(out)
+    }
+
+    /// Whether the manifest `path` is still there (a segment the feed's retention removed is
+    /// not).
+    async fn exists(&self, path: &str) -> Result<bool> {
+        match self.store.head(&StorePath::from(path)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.store_err(e)),
+        }
     }
 
     async fn get_text(&self, path: &str) -> Result<String> {
@@ -377,7 +415,10 @@ impl ChangeFeedSource {
     /// end for now. Moves `self.read` past finished segments.
     async fn fill(&mut self) -> Result<()> {
         loop {
-            let segments = self.segments().await?;
+            let mut segments = self.segments(&self.read.segment).await?;
+            if !self.read.segment.is_empty() && self.exists(&self.read.segment).await? {
+                segments.insert(0, self.read.segment.clone());
+            }
             // the segment to read: the cursor's, or the first after it when it is gone
             let seg = if self.read.segment.is_empty() {
                 match segments.first() {
@@ -405,6 +446,8 @@ impl ChangeFeedSource {
             let manifest = self.get_text(&seg).await?;
             let segment =
                 parse_segment(&manifest).map_err(|e| self.store_err(format!("{seg}: {e}")))?;
+            // a shard stopped at a chunk still being written: the segment is not done
+            let mut waiting = false;
             for shard in &segment.shards {
                 let pos = self.read.shards.get(shard).cloned().unwrap_or_default();
                 for (chunk, size) in self.chunks(shard).await? {
@@ -416,8 +459,7 @@ impl ChangeFeedSource {
                     }
                     let taken = if chunk == pos.chunk { pos.records } else { 0 };
                     let bytes = self.get(&chunk).await?;
-                    let (records, torn) = decode_chunk(&bytes)
-                        .map_err(|e| self.store_err(format!("{chunk}: {e}")))?;
+                    let (records, torn) = decode_chunk(&bytes);
                     if torn && segment.finalized {
                         return Err(self.store_err(format!(
                             "{chunk}: a damaged block after {} records of a finalized segment",
@@ -446,6 +488,12 @@ impl ChangeFeedSource {
                         );
                         return Ok(());
                     }
+                    if torn {
+                        // its end is still being written: this shard waits here (a later
+                        // chunk is not read before this one is whole)
+                        waiting = true;
+                        break;
+                    }
                     // nothing new here: the shard's position moves to this chunk's end
                     self.read.shards.insert(
                         shard.clone(),
@@ -458,7 +506,7 @@ impl ChangeFeedSource {
             }
             // every shard read to its end: on to the next segment once this one is final
             let next = segments.iter().find(|s| **s > seg);
-            match (segment.finalized, next) {
+            match (segment.finalized && !waiting, next) {
                 (true, Some(next)) => {
                     self.read = Cursor {
                         segment: next.clone(),

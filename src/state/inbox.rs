@@ -225,6 +225,24 @@ impl<'a> Inbox<'a> {
             .inspect(|_| bell().notify_waiters())
     }
 
+    /// Stores `cursor` as where `feed` starts unless one is stored already; returns the one
+    /// stored (another worker's, when it came first).
+    pub fn init_feed_cursor(&self, feed: &str, cursor: &str) -> Result<String> {
+        let t = now_ms();
+        self.m.with(|c| {
+            c.execute(
+                "INSERT INTO feed_cursors (feed, cursor, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (feed) DO NOTHING",
+                params![feed, cursor, t],
+            )?;
+            c.query_row(
+                "SELECT cursor FROM feed_cursors WHERE feed = ?1",
+                params![feed],
+                |r| r.get(0),
+            )
+        })
+    }
+
     /// Where the log-like source `feed` was read to (see [`Intake::cursor`]); `None` before
     /// its first batch is stored.
     pub fn feed_cursor(&self, feed: &str) -> Result<Option<String>> {
