@@ -728,6 +728,183 @@ mod tests {
         }
     }
 
+    /// A feed in memory for the reader: chunk files of records naming blobs of `src`.
+    mod reader {
+        use super::super::*;
+        use crate::events::route::{IntakeStats, Scope, Target};
+        use crate::state::db::Location as DbLocation;
+        use object_store::memory::InMemory;
+        use object_store::PutPayload;
+
+        const SCHEMA: &str = r#"{"type": "record", "name": "R", "fields": [
+            {"name": "eventType", "type": "string"}, {"name": "subject", "type": "string"},
+            {"name": "data", "type": {"type": "record", "name": "D", "fields": [
+                {"name": "sequencer", "type": "string"}]}}]}"#;
+
+        /// An Avro chunk of creates of `names`.
+        fn chunk(names: &[&str]) -> Vec<u8> {
+            use apache_avro::types::Value as A;
+            let schema = apache_avro::Schema::parse_str(SCHEMA).unwrap();
+            let mut w = apache_avro::Writer::new(&schema, Vec::new());
+            for (i, n) in names.iter().enumerate() {
+                w.append(A::Record(vec![
+                    ("eventType".into(), A::String("BlobCreated".into())),
+                    (
+                        "subject".into(),
+                        A::String(format!("/blobServices/default/containers/src/blobs/{n}")),
+                    ),
+                    (
+                        "data".into(),
+                        A::Record(vec![("sequencer".into(), A::String(format!("{i:04}")))]),
+                    ),
+                ]))
+                .unwrap();
+                // a block per record, so that a cut can fall between records
+                w.flush().unwrap();
+            }
+            w.into_inner().unwrap()
+        }
+
+        struct Feed {
+            store: Arc<InMemory>,
+            source: ChangeFeedSource,
+            _dir: tempfile::TempDir,
+        }
+
+        impl Feed {
+            fn new() -> Feed {
+                let dir = tempfile::tempdir().unwrap();
+                let db = Arc::new(
+                    Manifest::open_at(&DbLocation::Sqlite(dir.path().join("m.db"))).unwrap(),
+                );
+                let fanout = Fanout::new(db, "az", "changefeed://acct");
+                fanout.add(Target {
+                    pair_id: 1,
+                    scope: Scope {
+                        bucket: "src".into(),
+                        prefix: String::new(),
+                    },
+                    stats: Arc::new(IntakeStats::default()),
+                });
+                let store = Arc::new(InMemory::new());
+                let source = ChangeFeedSource {
+                    spec: feed_key("acct"),
+                    store: store.clone(),
+                    fanout,
+                    poll: Duration::from_millis(1),
+                    committed: Cursor::default(),
+                    handed: Cursor::default(),
+                    read: Cursor::default(),
+                    pending: VecDeque::new(),
+                    done: BTreeMap::new(),
+                };
+                Feed {
+                    store,
+                    source,
+                    _dir: dir,
+                }
+            }
+
+            async fn put(&self, path: &str, bytes: Vec<u8>) {
+                self.store
+                    .put(&StorePath::from(path), PutPayload::from(bytes))
+                    .await
+                    .unwrap();
+            }
+
+            async fn segment(&self, hour: &str, status: &str, shards: &[&str]) {
+                let paths: Vec<String> = shards
+                    .iter()
+                    .map(|s| format!("$blobchangefeed/log/{s}/2026/12/01/{hour}/"))
+                    .collect();
+                let meta = serde_json::json!({"status": status, "chunkFilePaths": paths});
+                self.put(
+                    &format!("idx/segments/2026/12/01/{hour}/meta.json"),
+                    meta.to_string().into_bytes(),
+                )
+                .await;
+            }
+
+            /// The keys of the next batch, acknowledged (their store succeeded).
+            async fn next(&mut self) -> Vec<String> {
+                let batch = self.source.next_batch().await.unwrap();
+                let keys = batch
+                    .iter()
+                    .filter_map(|m| match &m.parsed {
+                        Ok(Parsed::Events(e)) => Some(e[0].key.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                self.source.ack(vec![(); batch.len()]).await;
+                keys
+            }
+        }
+
+        #[tokio::test]
+        async fn shards_chunks_growth_tears_and_segments_are_read_in_order_once() {
+            let mut f = Feed::new();
+            // the placeholder Azure makes when the feed is enabled is never read
+            f.put("idx/segments/1601/01/01/0000/meta.json", b"{}".to_vec())
+                .await;
+            f.segment("1000", "Publishing", &["00", "01"]).await;
+            f.put("log/00/2026/12/01/1000/00000.avro", chunk(&["a", "b", "c"]))
+                .await;
+            f.put("log/01/2026/12/01/1000/00000.avro", chunk(&["x", "y"]))
+                .await;
+            assert_eq!(f.next().await, ["a", "b", "c"]);
+            assert_eq!(f.next().await, ["x", "y"]);
+            assert!(f.next().await.is_empty());
+            // a chunk grows: only its new records
+            f.put(
+                "log/00/2026/12/01/1000/00000.avro",
+                chunk(&["a", "b", "c", "d"]),
+            )
+            .await;
+            assert_eq!(f.next().await, ["d"]);
+            // a chunk whose end is being written: its whole records, and its shard waits
+            // there (the shard's next chunk is not read before it is whole)
+            let whole = chunk(&["x", "y", "z", "w"]);
+            f.put(
+                "log/01/2026/12/01/1000/00000.avro",
+                whole[..whole.len() - 5].to_vec(),
+            )
+            .await;
+            f.put("log/01/2026/12/01/1000/00001.avro", chunk(&["next"]))
+                .await;
+            assert_eq!(f.next().await, ["z"]);
+            assert!(f.next().await.is_empty());
+            f.put("log/01/2026/12/01/1000/00000.avro", whole).await;
+            assert_eq!(f.next().await, ["w"]);
+            assert_eq!(f.next().await, ["next"]);
+            // a batch whose store failed is read again from what was stored
+            f.segment("1100", "Publishing", &["00"]).await;
+            f.segment("1000", "Finalized", &["00", "01"]).await;
+            f.put("log/00/2026/12/01/1100/00000.avro", chunk(&["e", "f"]))
+                .await;
+            let moved = f.source.next_batch().await.unwrap();
+            assert!(moved.is_empty(), "the move to the next segment comes alone");
+            let stored = f.source.checkpoint().expect("the move is stored");
+            assert!(stored.1.contains("/1100/"), "{stored:?}");
+            f.source.ack(Vec::new()).await;
+            let lost = f.source.next_batch().await.unwrap();
+            assert_eq!(lost.len(), 2);
+            f.source.nack(vec![(); 2]).await;
+            assert_eq!(f.next().await, ["e", "f"]);
+            assert!(f.next().await.is_empty());
+            assert_eq!(f.source.checkpoint(), None);
+        }
+
+        #[test]
+        fn an_empty_or_cut_chunk_is_torn_and_a_whole_one_not() {
+            assert_eq!(decode_chunk(b""), (Vec::new(), true));
+            let c = chunk(&["a", "b"]);
+            let (records, torn) = decode_chunk(&c);
+            assert_eq!((records.len(), torn), (2, false));
+            let (records, torn) = decode_chunk(&c[..c.len() - 3]);
+            assert_eq!((records.len(), torn), (1, true));
+        }
+    }
+
     #[test]
     fn cursors_round_trip_as_json() {
         let mut c = Cursor {
