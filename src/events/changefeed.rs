@@ -218,6 +218,26 @@ pub fn parse_spec(spec: &str) -> std::result::Result<(String, Duration), String>
     Ok((account.to_string(), poll))
 }
 
+/// The segment a feed without a cursor is read from: the newest when the pairs were never
+/// reconciled (`since` None: their backfill covers what came before), else the one holding
+/// the hour before the oldest last reconcile (or the oldest kept). "" for an empty feed.
+pub fn start_segment(segments: &[String], since: Option<i64>) -> String {
+    let Some(ms) = since else {
+        return segments.last().cloned().unwrap_or_default();
+    };
+    let Some(t) = chrono::DateTime::from_timestamp_millis(ms - 3_600_000) else {
+        return segments.first().cloned().unwrap_or_default();
+    };
+    let at = format!("{SEGMENTS}{}/meta.json", t.format("%Y/%m/%d/%H00"));
+    segments
+        .iter()
+        .rev()
+        .find(|s| **s <= at)
+        .or(segments.first())
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The name a feed's cursor and lease go by: `changefeed://ACCOUNT`, whatever `?poll=`.
 pub fn feed_key(account: &str) -> String {
     format!("changefeed://{account}")
@@ -311,11 +331,28 @@ impl ChangeFeedSource {
         let (d, k) = (db.clone(), self.spec.clone());
         let mut stored = crate::state::blocking(move || Inbox::new(&d).feed_cursor(&k)).await?;
         if stored.is_none() {
-            let last = self.segments("").await?.pop().unwrap_or_default();
-            tracing::info!(feed = %self.spec, segment = %last,
-                "change feed: no cursor yet; reading from the newest segment");
+            // a pair never reconciled gets a backfill at its start, which covers what came
+            // before the newest segment; a pair reconciled before (one that followed another
+            // source until now) does not, so the feed is read from its last reconcile on
+            let ids: Vec<i64> = self.fanout.targets().iter().map(|t| t.pair_id).collect();
+            let m = db.clone();
+            let since = crate::state::blocking(move || {
+                let mut oldest: Option<i64> = None;
+                for id in ids {
+                    if let Some(t) = m.last_sync_of(id)? {
+                        oldest = Some(oldest.map_or(t, |o| o.min(t)));
+                    }
+                }
+                Ok(oldest)
+            })
+            .await?;
+            let all = self.segments("").await?;
+            let first = start_segment(&all, since);
+            tracing::info!(feed = %self.spec, segment = %first,
+                since_ms = since.unwrap_or_default(),
+                "change feed: no cursor yet; reading from the newest segment, or from the one of the pairs' last reconcile");
             let start = Cursor {
-                segment: last,
+                segment: first,
                 shards: BTreeMap::new(),
             };
             let text = serde_json::to_string(&start).map_err(|e| err(e.to_string()))?;
@@ -903,6 +940,37 @@ mod tests {
             let (records, torn) = decode_chunk(&c[..c.len() - 3]);
             assert_eq!((records.len(), torn), (1, true));
         }
+    }
+
+    #[test]
+    fn a_feed_without_a_cursor_starts_where_nothing_is_missed() {
+        let segs: Vec<String> = ["2026/12/01/0900", "2026/12/01/1000", "2026/12/01/1100"]
+            .iter()
+            .map(|h| format!("idx/segments/{h}/meta.json"))
+            .collect();
+        let ms = |rfc: &str| {
+            chrono::DateTime::parse_from_rfc3339(rfc)
+                .unwrap()
+                .timestamp_millis()
+        };
+        // never reconciled: the backfill covers the past, the newest segment is the start
+        assert_eq!(start_segment(&segs, None), segs[2]);
+        // reconciled at 11:20: from the hour before, 10:00
+        assert_eq!(
+            start_segment(&segs, Some(ms("2026-12-01T11:20:00Z"))),
+            segs[1]
+        );
+        // reconciled before the oldest kept segment: from the oldest
+        assert_eq!(
+            start_segment(&segs, Some(ms("2026-11-01T00:00:00Z"))),
+            segs[0]
+        );
+        // reconciled after the newest: from the newest
+        assert_eq!(
+            start_segment(&segs, Some(ms("2026-12-02T00:00:00Z"))),
+            segs[2]
+        );
+        assert_eq!(start_segment(&[], Some(1)), "");
     }
 
     #[test]

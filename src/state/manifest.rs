@@ -339,6 +339,19 @@ impl Manifest {
         })
     }
 
+    /// When pair `id` was last fully reconciled (unix ms; None: never, or no such pair).
+    pub fn last_sync_of(&self, id: i64) -> Result<Option<i64>> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT last_sync_at FROM pairs WHERE id = ?1",
+                params![id],
+                |r| r.get::<_, Option<i64>>(0),
+            )
+            .optional()
+            .map(Option::flatten)
+        })
+    }
+
     /// How many pairs the database knows.
     /// The ids of every pair.
     pub fn pairs_ids(&self) -> Result<Vec<i64>> {
