@@ -404,6 +404,8 @@ const TOKEN: &str = "tok-ARM-8e4f1c2a";
 const SUB: &str = "00000000-1111-2222-3333-444444444444";
 const RG: &str = "rg-slate";
 const ACCOUNT: &str = "devstoreaccount1";
+const ASSERTION: &str = "eyJhbGciOiJSUzI1NiJ9.federated-kubelet-token.sig";
+const IDENTITY_HEADER: &str = "idh-5d0c-secret-header";
 
 fn account_id() -> String {
     format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Storage/storageAccounts/{ACCOUNT}")
@@ -420,10 +422,65 @@ fn arm_double(resources: Arc<Mutex<BTreeMap<String, Value>>>) -> Double {
                 json!({"error": {"code": code, "message": format!("{code} (double)")}}).to_string(),
             )
         };
+        let token = || {
+            (
+                200,
+                json!({"token_type": "Bearer", "expires_in": 3599, "access_token": TOKEN})
+                    .to_string(),
+            )
+        };
+        let query: BTreeMap<String, String> = url::form_urlencoded::parse(
+            r.target
+                .split_once('?')
+                .map(|x| x.1)
+                .unwrap_or("")
+                .as_bytes(),
+        )
+        .into_owned()
+        .collect();
+        // managed identity: the instance metadata service, and App Service's endpoint
+        if r.method == "GET" && r.path() == "/metadata/identity/oauth2/token" {
+            if r.headers.get("metadata").map(String::as_str) != Some("true")
+                || query.get("api-version").map(String::as_str) != Some("2018-02-01")
+                || query.get("resource") != Some(&base.to_string())
+            {
+                return (
+                    400,
+                    json!({"error": "invalid_request", "error_description": "bad IMDS request"})
+                        .to_string(),
+                );
+            }
+            return token();
+        }
+        if r.method == "GET" && r.path() == "/msi/token" {
+            if r.headers.get("x-identity-header").map(String::as_str) != Some(IDENTITY_HEADER)
+                || query.get("api-version").map(String::as_str) != Some("2019-08-01")
+                || query.get("resource") != Some(&base.to_string())
+            {
+                return (
+                    401,
+                    json!({"error": {"code": "Unauthorized", "message": "bad identity header"}})
+                        .to_string(),
+                );
+            }
+            return token();
+        }
         if r.method == "POST" && r.path() == format!("/{TENANT}/oauth2/v2.0/token") {
             let form: BTreeMap<String, String> = url::form_urlencoded::parse(r.body.as_bytes())
                 .into_owned()
                 .collect();
+            // workload identity: the federated token as the client's assertion
+            if let Some(a) = form.get("client_assertion") {
+                let ok = form.get("client_assertion_type").map(String::as_str)
+                    == Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+                    && a == ASSERTION
+                    && form.get("client_id").map(String::as_str) == Some(CLIENT)
+                    && form.get("scope") == Some(&format!("{base}/.default"));
+                if !ok {
+                    return (401, json!({"error": "invalid_client", "error_description": "AADSTS700024: Client assertion is not within its valid time range."}).to_string());
+                }
+                return token();
+            }
             let ok = form.get("grant_type").map(String::as_str) == Some("client_credentials")
                 && form.get("client_id").map(String::as_str) == Some(CLIENT)
                 && form.get("scope") == Some(&format!("{base}/.default"));
@@ -765,6 +822,181 @@ fn azure_setup_through_resource_manager_makes_topic_and_subscription_once() {
         said(&out)
     );
     assert!(!said(&out).contains("not-the-secret-0000"));
+}
+
+/// Every other Entra ID credential of the chain the blob client uses, each one the only one
+/// named: workload identity, managed identity (the metadata service, App Service's endpoint),
+/// `az login` (a stand-in `az` on PATH, as the real one answers). Each gets ARM's token, and
+/// `events check` reads the wiring setup made with a client secret.
+#[test]
+fn azure_resource_manager_takes_workload_managed_identity_and_az_login() {
+    let queue = unique("slate-ae").to_ascii_lowercase();
+    let ev = format!("azqueue://{ACCOUNT}/{queue}");
+    let src = "az://content/data";
+    let arm = arm_double(Arc::new(Mutex::new(BTreeMap::new())));
+    let mut envs = arm_env(&arm);
+    let out = az_events(
+        &["setup", src, "--events", &ev, "--resource-group", RG],
+        &envs,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    arm.take();
+    envs.retain(|(k, _)| {
+        !k.starts_with("AZURE_TENANT_ID") && *k != "AZURE_CLIENT_ID" && *k != "AZURE_CLIENT_SECRET"
+    });
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let token_file = dir.path().join("azure-identity-token");
+    std::fs::write(&token_file, format!("{ASSERTION}\n")).expect("token file");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let az = bin.join("az");
+    let az_args = dir.path().join("az-args");
+    std::fs::write(
+        &az,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\nif [ -n \"$AZ_FAIL\" ]; then echo \"ERROR: Please run 'az login' to setup account.\" >&2; exit 1; fi\nprintf '{{\"accessToken\": \"{TOKEN}\", \"expiresOn\": \"2099-01-01 00:00:00.000000\", \"subscription\": \"{SUB}\", \"tenant\": \"{TENANT}\", \"tokenType\": \"Bearer\"}}\\n'\n",
+            az_args.display()
+        ),
+    )
+    .expect("az");
+    std::fs::set_permissions(&az, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let check = |extra: &[(&'static str, String)]| {
+        let mut e = envs.clone();
+        e.extend_from_slice(extra);
+        az_events(&["check", src, "--events", &ev, "--resource-group", RG], &e)
+    };
+    let cases: Vec<(&str, Vec<(&'static str, String)>, String)> = vec![
+        (
+            "workload identity",
+            vec![
+                ("AZURE_TENANT_ID", TENANT.into()),
+                ("AZURE_CLIENT_ID", CLIENT.into()),
+                (
+                    "AZURE_FEDERATED_TOKEN_FILE",
+                    token_file.display().to_string(),
+                ),
+            ],
+            format!("POST /{TENANT}/oauth2/v2.0/token"),
+        ),
+        (
+            "metadata service",
+            vec![
+                ("SLATE_USE_INSTANCE_METADATA", "true".into()),
+                (
+                    "AZURE_MSI_ENDPOINT",
+                    format!("{}/metadata/identity/oauth2/token", arm.url),
+                ),
+            ],
+            format!(
+                "GET /metadata/identity/oauth2/token?api-version=2018-02-01&resource={}",
+                url::form_urlencoded::byte_serialize(arm.url.as_bytes()).collect::<String>()
+            ),
+        ),
+        (
+            "App Service",
+            vec![
+                ("SLATE_USE_INSTANCE_METADATA", "true".into()),
+                ("IDENTITY_ENDPOINT", format!("{}/msi/token", arm.url)),
+                ("IDENTITY_HEADER", IDENTITY_HEADER.into()),
+            ],
+            format!(
+                "GET /msi/token?api-version=2019-08-01&resource={}",
+                url::form_urlencoded::byte_serialize(arm.url.as_bytes()).collect::<String>()
+            ),
+        ),
+    ];
+    for (what, extra, first) in cases {
+        let out = check(&extra);
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", said(&out));
+        assert!(
+            stdout(&out).starts_with("ok: storage account"),
+            "{what}: {}",
+            said(&out)
+        );
+        assert!(!said(&out).contains(ASSERTION) && !said(&out).contains(IDENTITY_HEADER));
+        let reqs = arm.take();
+        assert_eq!(reqs[0].line(), first, "{what}");
+        assert!(reqs.len() > 1, "{what}: ARM was read");
+        for r in &reqs[1..] {
+            assert_eq!(
+                r.headers.get("authorization").map(String::as_str),
+                Some(format!("Bearer {TOKEN}").as_str()),
+                "{what}: {}",
+                r.line()
+            );
+        }
+    }
+
+    // `az login`: no request for the token, `az` asked for ARM's
+    let login = vec![
+        ("AZURE_USE_AZURE_CLI", "true".to_string()),
+        ("PATH", path.clone()),
+    ];
+    let out = check(&login);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(
+        stdout(&out).starts_with("ok: storage account"),
+        "{}",
+        said(&out)
+    );
+    let args = std::fs::read_to_string(&az_args).expect("az ran");
+    assert_eq!(
+        args.lines().collect::<Vec<_>>(),
+        [
+            "account",
+            "get-access-token",
+            "--output",
+            "json",
+            "--resource",
+            &format!("{}/", arm.url)
+        ]
+    );
+    assert!(arm.take().iter().all(|r| !r.path().contains("token")));
+
+    // not logged in: check says why Event Grid went unchecked, setup stops
+    let mut failing = login.clone();
+    failing.push(("AZ_FAIL", "1".into()));
+    let out = check(&failing);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(
+        stdout(&out).contains("warning: Event Grid not checked: `az account get-access-token`")
+            && stdout(&out).contains("Please run 'az login'"),
+        "{}",
+        said(&out)
+    );
+    // a federated token file that is not there is named
+    let out = check(&[
+        ("AZURE_TENANT_ID", TENANT.into()),
+        ("AZURE_CLIENT_ID", CLIENT.into()),
+        (
+            "AZURE_FEDERATED_TOKEN_FILE",
+            "/nonexistent/azure-token".into(),
+        ),
+    ]);
+    assert!(
+        stdout(&out).contains("AZURE_FEDERATED_TOKEN_FILE /nonexistent/azure-token"),
+        "{}",
+        said(&out)
+    );
+    // none at all: setup prints the commands and names every way to give one
+    let out = az_events(
+        &["setup", src, "--events", &ev, "--resource-group", RG],
+        &envs,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(
+        stdout(&out).contains("AZURE_FEDERATED_TOKEN_FILE; SLATE_USE_INSTANCE_METADATA=true for a managed identity; AZURE_USE_AZURE_CLI=true for `az login`"),
+        "{}",
+        said(&out)
+    );
 }
 
 /// The ARM template setup prints: the lines from `{` to `}`, parsed.

@@ -2,9 +2,9 @@
 //! events check …`: Azure Blob → Event Grid → Storage Queue. Setup makes, each step printed:
 //!
 //! 1. the queue, through the Queue service (signed as the daemon signs: Shared Key or SAS);
-//! 2. through Azure Resource Manager, with an Entra ID token of a service principal
-//!    (`AZURE_TENANT_ID`, `AZURE_CLIENT_ID`, `AZURE_CLIENT_SECRET`; a SAS or an account key
-//!    cannot call ARM): the storage account's Event Grid system topic (the one it has, else
+//! 2. through Azure Resource Manager, with an Entra ID token from the chain the blob client
+//!    uses (service principal, workload identity, managed identity, `az login`: see
+//!    `events::entra`; a SAS or an account key cannot call ARM): the storage account's Event Grid system topic (the one it has, else
 //!    `slate-ACCOUNT`) and on it the event subscription `slate-QUEUE`, which delivers slate's
 //!    event types of the pair's blobs to the queue.
 //!
@@ -21,11 +21,11 @@ use serde_json::Value;
 use crate::core::error::SlateError;
 use crate::core::location::Location;
 use crate::events::azqueue::AzQueueSource;
+use crate::events::entra::{self, answer_error, scrub, Credential};
 use crate::events::wiring::Finding;
 use crate::events::wiring_azure::{self as rules, EventSub, Want, EVENTGRID_API, STORAGE_API};
 
 const ARM: &str = "https://management.azure.com";
-const LOGIN: &str = "https://login.microsoftonline.com";
 /// How long setup waits for Event Grid to finish making a resource.
 const PROVISION_WAIT: Duration = Duration::from_secs(180);
 
@@ -61,8 +61,10 @@ fn want_of(
     events: &str,
     subscription: &Option<String>,
     resource_group: &Option<String>,
-) -> Result<(Want, AzQueueSource), SlateError> {
+) -> Result<(Want, AzQueueSource, Option<Credential>), SlateError> {
     let loc = Location::parse(src)?;
+    let vars = crate::stores::Vars::of(&loc);
+    let cred = Credential::of(&|k| vars.get(k));
     let (queue_account, queue) = queue_parts(events)?;
     let q = AzQueueSource::open(events)?;
     let ok_name = |s: &str| {
@@ -91,11 +93,11 @@ fn want_of(
         container: loc.bucket.clone(),
         prefix: loc.prefix.clone(),
     };
-    Ok((want, q))
+    Ok((want, q, cred))
 }
 
 /// Why slate cannot call ARM for `want`; None when it can try.
-fn arm_missing(want: &Want) -> Option<String> {
+fn arm_missing(want: &Want, cred: &Option<Credential>) -> Option<String> {
     let mut why = Vec::new();
     if want.subscription.is_none() {
         why.push("no subscription id (--subscription-id or AZURE_SUBSCRIPTION_ID)");
@@ -103,14 +105,8 @@ fn arm_missing(want: &Want) -> Option<String> {
     if want.resource_group.is_none() {
         why.push("no resource group (--resource-group or AZURE_RESOURCE_GROUP)");
     }
-    if ["AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET"]
-        .iter()
-        .any(|v| env(v).is_none())
-    {
-        why.push(
-            "no Entra ID credential (AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_CLIENT_SECRET; a \
-             SAS or an account key cannot call Azure Resource Manager)",
-        );
+    if cred.is_none() {
+        why.push(entra::HINT);
     }
     (!why.is_empty()).then(|| why.join("; "))
 }
@@ -125,113 +121,29 @@ struct Arm {
     secrets: Vec<String>,
 }
 
-/// `text` with each of `secrets` hidden.
-fn scrub(text: &str, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .filter(|s| s.len() >= 4)
-        .fold(text.to_string(), |t, s| t.replace(s.as_str(), "(hidden)"))
-}
-
-/// The one-line error of an ARM or Entra ID answer.
-fn answer_error(status: u16, v: &Value) -> String {
-    let (code, message) = match &v["error"] {
-        // ARM: {"error": {"code", "message"}}
-        Value::Object(e) => (
-            e.get("code").and_then(Value::as_str).unwrap_or_default(),
-            e.get("message").and_then(Value::as_str).unwrap_or_default(),
-        ),
-        // Entra ID: {"error": "invalid_client", "error_description": "AADSTS…"}
-        Value::String(c) => (
-            c.as_str(),
-            v["error_description"].as_str().unwrap_or_default(),
-        ),
-        _ => ("", ""),
-    };
-    let message: String = message
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .chars()
-        .take(300)
-        .collect();
-    format!("HTTP {status} {code} {message}")
-        .trim_end()
-        .to_string()
-}
-
 impl Arm {
-    /// A token for ARM from the client-credentials environment.
-    async fn connect() -> Result<Arm, String> {
+    /// A token for ARM by `cred`.
+    async fn connect(cred: &Credential) -> Result<Arm, String> {
         let base = env("SLATE_AZURE_ARM_ENDPOINT")
             .unwrap_or_else(|| ARM.into())
             .trim_end_matches('/')
             .to_string();
         let login = env("SLATE_AZURE_LOGIN_ENDPOINT")
-            .unwrap_or_else(|| LOGIN.into())
+            .or_else(|| env("AZURE_AUTHORITY_HOST"))
+            .unwrap_or_else(|| entra::LOGIN.into())
             .trim_end_matches('/')
             .to_string();
-        let (tenant, client, secret) = match (
-            env("AZURE_TENANT_ID"),
-            env("AZURE_CLIENT_ID"),
-            env("AZURE_CLIENT_SECRET"),
-        ) {
-            (Some(t), Some(c), Some(s)) => (t, c, s),
-            _ => return Err("no Entra ID credential".into()),
-        };
-        if !tenant
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
-        {
-            return Err(
-                "AZURE_TENANT_ID: a tenant id or domain (letters, digits, '-', '.')".into(),
-            );
-        }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| e.without_url().to_string())?;
-        let url = format!("{login}/{tenant}/oauth2/v2.0/token");
-        let form = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("grant_type", "client_credentials")
-            .append_pair("client_id", &client)
-            .append_pair("client_secret", &secret)
-            .append_pair("scope", &format!("{base}/.default"))
-            .finish();
-        let secrets = vec![secret.clone()];
-        let resp = http
-            .post(&url)
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                "application/x-www-form-urlencoded",
-            )
-            .body(form)
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "Entra ID token from {url}: {}",
-                    crate::stores::side::one_line(&e.without_url())
-                )
-            })?;
-        let status = resp.status().as_u16();
-        let v: Value =
-            serde_json::from_str(&resp.text().await.unwrap_or_default()).unwrap_or(Value::Null);
-        let token = match v["access_token"].as_str() {
-            Some(t) if status == 200 && !t.is_empty() => t.to_string(),
-            _ => {
-                return Err(scrub(
-                    &format!("Entra ID token from {url}: {}", answer_error(status, &v)),
-                    &secrets,
-                ))
-            }
-        };
+        let t = entra::token(&http, cred, &login, &base).await?;
         Ok(Arm {
             http,
             base,
-            secrets: vec![secret, token.clone()],
-            token,
+            token: t.token,
+            secrets: t.secrets,
         })
     }
 
@@ -299,7 +211,7 @@ impl Arm {
         let path = path.split('?').next().unwrap_or_default();
         let hint = match status {
             401 | 403 => {
-                " (the service principal needs EventGrid Contributor on the resource group and \
+                " (the identity needs EventGrid Contributor on the resource group and \
                  Reader on the storage account)"
             }
             _ => "",
@@ -512,7 +424,7 @@ fn print_manual(want: &Want, why: &str) {
 
 pub async fn setup(a: &super::events::SetupArgs) -> Result<i32, SlateError> {
     refuse_others(a.fanout.is_some(), a.cloud.topic.is_some())?;
-    let (want, q) = want_of(
+    let (want, q, cred) = want_of(
         &a.src,
         &a.events,
         &a.cloud.subscription_id,
@@ -535,11 +447,16 @@ pub async fn setup(a: &super::events::SetupArgs) -> Result<i32, SlateError> {
         println!("{queue_line} is there");
     }
     // 2. Event Grid
-    if let Some(why) = arm_missing(&want) {
-        print_manual(&want, &why);
-        return Ok(0);
-    }
-    let arm = Arm::connect().await.map_err(|e| eg_err(&a.events, e))?;
+    let cred = match (arm_missing(&want, &cred), cred) {
+        (None, Some(c)) => c,
+        (why, _) => {
+            print_manual(&want, &why.unwrap_or_default());
+            return Ok(0);
+        }
+    };
+    let arm = Arm::connect(&cred)
+        .await
+        .map_err(|e| eg_err(&a.events, e))?;
     changed |= wire_event_grid(&arm, &want, a.dry_run)
         .await
         .map_err(|e| eg_err(&a.events, e))?;
@@ -557,11 +474,12 @@ pub async fn setup(a: &super::events::SetupArgs) -> Result<i32, SlateError> {
 }
 
 /// The Event Grid findings, or why ARM could not be asked.
-async fn check_event_grid(want: &Want) -> Result<Vec<Finding>, String> {
-    if let Some(why) = arm_missing(want) {
-        return Err(why);
-    }
-    let arm = Arm::connect().await?;
+async fn check_event_grid(want: &Want, cred: &Option<Credential>) -> Result<Vec<Finding>, String> {
+    let cred = match (arm_missing(want, cred), cred) {
+        (None, Some(c)) => c,
+        (why, _) => return Err(why.unwrap_or_default()),
+    };
+    let arm = Arm::connect(cred).await?;
     let Some((id, name)) = find_topic(&arm, want).await? else {
         return Ok(vec![Finding {
             broken: true,
@@ -583,7 +501,7 @@ async fn check_event_grid(want: &Want) -> Result<Vec<Finding>, String> {
 
 pub async fn check(a: &super::events::CheckArgs) -> Result<i32, SlateError> {
     refuse_others(a.fanout.is_some(), a.cloud.topic.is_some())?;
-    let (want, q) = want_of(
+    let (want, q, cred) = want_of(
         &a.src,
         &a.events,
         &a.cloud.subscription_id,
@@ -599,7 +517,7 @@ pub async fn check(a: &super::events::CheckArgs) -> Result<i32, SlateError> {
             ),
         });
     }
-    let checked = match check_event_grid(&want).await {
+    let checked = match check_event_grid(&want, &cred).await {
         Ok(f) => {
             findings.extend(f);
             true
@@ -654,32 +572,6 @@ fn refuse_others(fanout: bool, topic: bool) -> Result<(), SlateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn error_answers_are_one_line_without_secrets() {
-        let cases = [
-            (
-                403,
-                serde_json::json!({"error": {"code": "AuthorizationFailed",
-                    "message": "The client 'x' does not have authorization\nmore"}}),
-                "HTTP 403 AuthorizationFailed The client 'x' does not have authorization",
-            ),
-            (
-                401,
-                serde_json::json!({"error": "invalid_client",
-                    "error_description": "AADSTS7000215: Invalid client secret provided.\r\nTrace ID: 1"}),
-                "HTTP 401 invalid_client AADSTS7000215: Invalid client secret provided.",
-            ),
-            (502, Value::Null, "HTTP 502"),
-        ];
-        for (s, v, want) in cases {
-            assert_eq!(answer_error(s, &v), want);
-        }
-        assert_eq!(
-            scrub("a s3cr3t b s3cr3t", &["s3cr3t".into()]),
-            "a (hidden) b (hidden)"
-        );
-    }
 
     #[test]
     fn queue_specs_name_account_and_queue() {

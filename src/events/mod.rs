@@ -22,6 +22,7 @@
 
 pub mod azqueue;
 pub mod changefeed;
+pub mod entra;
 pub mod eventgrid;
 pub mod gcs;
 pub mod pubsub;
