@@ -873,7 +873,8 @@ fn azure_resource_manager_takes_workload_managed_identity_and_az_login() {
         e.extend_from_slice(extra);
         az_events(&["check", src, "--events", &ev, "--resource-group", RG], &e)
     };
-    let cases: Vec<(&str, Vec<(&'static str, String)>, String)> = vec![
+    type Env = Vec<(&'static str, String)>;
+    let cases: Vec<(&str, Env, String)> = vec![
         (
             "workload identity",
             vec![
