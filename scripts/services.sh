@@ -736,7 +736,8 @@ cmd_start() {
     cmd_install
     mkdir -p "$RUN_DIR"
 
-    wanted moto && start_service moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT"
+    # moto_server, with the EventBridgeConfiguration its GET ?notification omits (see the script)
+    wanted moto && start_service moto "$VENV/bin/python" "$SCRIPT_DIR/moto_server.py" -H 127.0.0.1 -p "$MOTO_PORT"
 
     local azurite_bin=$AZURITE_DIR/node_modules/.bin
     wanted azurite-blob && start_service azurite-blob "$azurite_bin/azurite-blob" \

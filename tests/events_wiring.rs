@@ -502,3 +502,184 @@ fn a_fanout_through_sns_gives_a_second_consumer_its_own_queue() {
     );
     assert_eq!(daemon.stop(), Some(0));
 }
+
+/// The EventBridge route: the bucket's notification entries of others stay, the bucket sends
+/// to EventBridge, slate's rule sends the pair's events to its queue (a PUT reaches the replica
+/// through it), a second pair on the same queue widens the rule, setup twice changes nothing,
+/// and check finds EventBridge turned off and a policy that denies the rule. moto delivers
+/// S3 → EventBridge → SQS; `scripts/moto_server.py` adds the `<EventBridgeConfiguration/>`
+/// its GET ?notification leaves out.
+#[test]
+fn an_eventbridge_route_delivers_and_check_finds_what_breaks_it() {
+    let bucket = format!("slate-wireeb-{}", std::process::id());
+    let queue = unique("slate-eb");
+    let other = other_queue(&unique("their-eb"));
+    make_bucket(&bucket);
+    let theirs = format!(
+        "<NotificationConfiguration>{}</NotificationConfiguration>",
+        others(&other)
+    );
+    put_notification(&bucket, &theirs);
+    let src = format!("s3://{bucket}/data");
+    let ev = format!("sqs://{queue}");
+    let rule = format!("slate-{bucket}-{queue}");
+    let setup = |src: &str, extra: &[&str]| {
+        let mut args = vec!["setup", src, "--events", ev.as_str(), "--eventbridge"];
+        args.extend_from_slice(extra);
+        let out = events(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
+    };
+    let check = |src: &str| events(&["check", src, "--events", ev.as_str(), "--eventbridge"]);
+
+    let said = setup(&src, &["--dry-run"]);
+    for line in [
+        format!("would create SQS queue {queue}"),
+        format!("would create EventBridge rule {rule}"),
+        format!("would add queue {queue} as the target of rule {rule}"),
+        format!("bucket {bucket}: would turn on delivery to EventBridge"),
+        "dry run: nothing changed".to_string(),
+    ] {
+        assert!(said.contains(&line), "{line}: {said}");
+    }
+    assert_eq!(queue_url(&queue), None, "a dry run made the queue");
+    assert!(!notification(&bucket).contains("EventBridge"));
+
+    let said = setup(&src, &[]);
+    for line in [
+        format!("created SQS queue {queue}"),
+        format!("created EventBridge rule {rule}"),
+        "\"detail-type\":[\"Object Created\",\"Object Deleted\",\"Object Tags Added\",\"Object Tags Deleted\"]".to_string(),
+        "\"key\":[{\"prefix\":\"data/\"}]".to_string(),
+        format!("added queue {queue} as the target of rule {rule}"),
+        format!("added statement slate-events-{rule} to the policy of queue {queue}: events.amazonaws.com may sqs:SendMessage (rule {rule})"),
+        format!("bucket {bucket}: turned on delivery to EventBridge"),
+        "wired: follow it with".to_string(),
+    ] {
+        assert!(said.contains(&line), "{line}: {said}");
+    }
+    let conf = notification(&bucket);
+    assert!(conf.contains("EventBridgeConfiguration"), "{conf}");
+    assert!(
+        conf.contains("theirs") && conf.contains("function:thumbs"),
+        "their entries kept: {conf}"
+    );
+    assert!(
+        !conf.contains(&queue),
+        "no direct entry for the queue: {conf}"
+    );
+
+    // twice: nothing changes
+    let said = setup(&src, &[]);
+    assert!(
+        said.contains("nothing changed: every part was there"),
+        "{said}"
+    );
+    let out = check(&src);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("ok: bucket"), "{}", stdout(&out));
+
+    // a second pair of the bucket on the same queue: one rule admits both prefixes
+    let logs = format!("s3://{bucket}/logs2");
+    let said = setup(&logs, &[]);
+    assert!(
+        said.contains(&format!("updated EventBridge rule {rule}"))
+            && said.contains("{\"prefix\":\"data/\"},{\"prefix\":\"logs2/\"}"),
+        "{said}"
+    );
+    for s in [&src, &logs] {
+        let out = check(s);
+        assert_eq!(out.status.code(), Some(0), "{s}: {}", stdout(&out));
+    }
+    // a pair of another prefix is not covered until set up
+    let out = check(&format!("s3://{bucket}/elsewhere"));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("not the pair's 'elsewhere/'"),
+        "{}",
+        stdout(&out)
+    );
+
+    // the route delivers: a PUT reaches the replica through EventBridge
+    let dir = tempfile::tempdir().expect("tmp");
+    let (db, log) = (dir.path().join("s.db"), dir.path().join("d.log"));
+    let replica = dir.path().join("replica");
+    let mut daemon = Daemon::start(
+        &db,
+        &src,
+        replica.to_str().expect("utf-8"),
+        &["--events", &ev],
+        &log,
+    );
+    let file: BTreeMap<String, Vec<u8>> = [("bridged.bin".to_string(), bytes(11, 700))].into();
+    rt().block_on(seed(&s3(&bucket), "data", &file));
+    wait_for(
+        "the PUT to reach the replica through EventBridge",
+        30,
+        || {
+            std::fs::read(replica.join("bridged.bin")).ok().as_deref()
+                == Some(&file["bridged.bin"][..])
+        },
+    );
+    assert_eq!(daemon.stop(), Some(0));
+
+    // another team's deploy puts its configuration back without EventBridge
+    put_notification(&bucket, &theirs);
+    let out = check(&src);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "broken: bucket {bucket} does not send its events to EventBridge"
+        )) && stdout(&out).contains("--eventbridge` repairs it"),
+        "{}",
+        stdout(&out)
+    );
+    let said = setup(&src, &[]);
+    assert!(
+        said.contains(&format!(
+            "bucket {bucket}: turned on delivery to EventBridge"
+        )) && said.contains(&format!("EventBridge rule {rule} is there")),
+        "{said}"
+    );
+    assert!(notification(&bucket).contains("theirs"));
+    assert_eq!(check(&src).status.code(), Some(0));
+
+    // a queue policy that lets only the bucket's own notifications in
+    let url = queue_url(&queue).expect("queue");
+    let arn = conf_queue_arn(&queue);
+    let only_s3 = serde_json::json!({"Version": "2012-10-17", "Statement": [
+        {"Sid": "s3-only", "Effect": "Allow", "Principal": {"Service": "s3.amazonaws.com"},
+         "Action": "sqs:SendMessage", "Resource": arn}]})
+    .to_string();
+    rt().block_on(async {
+        sqs_client()
+            .await
+            .set_queue_attributes()
+            .queue_url(&url)
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::Policy, only_s3)
+            .send()
+            .await
+            .expect("policy")
+    });
+    let out = check(&src);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "broken: the queue's policy has no statement that lets rule {rule} (events.amazonaws.com) sqs:SendMessage"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let said = setup(&src, &[]);
+    assert!(
+        said.contains(&format!("added statement slate-events-{rule}")),
+        "{said}"
+    );
+    assert_eq!(check(&src).status.code(), Some(0));
+}

@@ -5,7 +5,9 @@
 //!
 //! S3 → SQS: the queue (made when missing) with a policy statement that lets the bucket
 //! send, and the bucket's notification configuration with slate's entry merged in (every
-//! other entry kept; one that overlaps is named and nothing is written). GCS → Pub/Sub and
+//! other entry kept; one that overlaps is named and nothing is written); or, with
+//! `--eventbridge`, EventBridge delivery on the bucket and a rule of slate's with the queue as
+//! its target (`setup_eventbridge`). GCS → Pub/Sub and
 //! Azure → Event Grid → Storage Queue: `events_gcs.rs` and `events_azure.rs` (rules in
 //! `events::wiring_gcs` and `events::wiring_azure`).
 
@@ -52,6 +54,12 @@ pub struct SetupArgs {
     /// topic and its own queue.
     #[arg(long, value_name = "sns://TOPIC")]
     pub fanout: Option<String>,
+    /// S3: route the bucket's events through EventBridge instead of a notification entry:
+    /// the bucket sends every event to the default bus, and a rule of slate's sends the
+    /// pair's to the queue. Each consumer runs setup with its own queue and gets its own
+    /// rule; the bucket's notification entries (S3 allows one per prefix) are left alone.
+    #[arg(long, conflicts_with = "fanout")]
+    pub eventbridge: bool,
     #[command(flatten)]
     pub cloud: CloudArgs,
 }
@@ -82,6 +90,9 @@ pub struct CheckArgs {
     /// The SNS topic the bucket's events go through (as given to setup).
     #[arg(long, value_name = "sns://TOPIC")]
     pub fanout: Option<String>,
+    /// S3: the events go through EventBridge (as given to setup).
+    #[arg(long, conflicts_with = "fanout")]
+    pub eventbridge: bool,
     #[command(flatten)]
     pub cloud: CloudArgs,
 }
@@ -323,7 +334,11 @@ fn fanout_err(fanout: &Option<String>) -> impl Fn(String) -> SlateError + Copy +
 }
 
 async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
-    match Location::parse(&a.src)?.scheme {
+    let scheme = Location::parse(&a.src)?.scheme;
+    if a.eventbridge && scheme != Scheme::S3 {
+        return Err(eventbridge_refused());
+    }
+    match scheme {
         Scheme::Gcs => return super::events_gcs::setup(&a).await,
         Scheme::Azure => return super::events_azure::setup(&a).await,
         _ => not_for_s3(&a.cloud)?,
@@ -335,6 +350,9 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
         s3,
         sqs,
     } = S3Wiring::open(&a.src, &a.events, &a.fanout).await?;
+    if a.eventbridge {
+        return setup_eventbridge(&a, &loc, &q, &s3, &sqs).await;
+    }
     let sns = Sns::new(&s3);
     let sns_err = fanout_err(&a.fanout);
     let region = s3.region().to_string();
@@ -602,7 +620,11 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
 }
 
 async fn check(a: CheckArgs) -> Result<i32, SlateError> {
-    match Location::parse(&a.src)?.scheme {
+    let scheme = Location::parse(&a.src)?.scheme;
+    if a.eventbridge && scheme != Scheme::S3 {
+        return Err(eventbridge_refused());
+    }
+    match scheme {
         Scheme::Gcs => return super::events_gcs::check(&a).await,
         Scheme::Azure => return super::events_azure::check(&a).await,
         _ => not_for_s3(&a.cloud)?,
@@ -620,6 +642,9 @@ async fn check(a: CheckArgs) -> Result<i32, SlateError> {
         println!("broken: there is no SQS queue {}", q.name);
         return Ok(1);
     };
+    if a.eventbridge {
+        return check_eventbridge(&a, &loc, &q, &s3, &queue_arn, policy.as_deref()).await;
+    }
     let mut findings = Vec::new();
     let broken = |line: String| wiring::Finding { broken: true, line };
     let warning = |line: String| wiring::Finding {
@@ -709,6 +734,310 @@ async fn check(a: CheckArgs) -> Result<i32, SlateError> {
         } else {
             String::new()
         }
+    );
+    Ok(0)
+}
+
+fn eventbridge_refused() -> SlateError {
+    SlateError::BadOption {
+        option: "--eventbridge".into(),
+        why: "routes an S3 bucket's events; a GCS source's go through Pub/Sub, an Azure \
+              source's through Event Grid"
+            .into(),
+    }
+}
+
+/// An EventBridge call's failure.
+fn eb_err(e: String) -> SlateError {
+    SlateError::Queue {
+        url: "EventBridge".into(),
+        detail: e,
+    }
+}
+
+/// Setup of the EventBridge route: the queue, slate's rule and its target, the queue's
+/// policy statement for the rule, and EventBridge delivery on the bucket. Everything is read
+/// before anything is written.
+async fn setup_eventbridge(
+    a: &SetupArgs,
+    loc: &Location,
+    q: &QueueRef,
+    s3: &crate::stores::s3copy::S3CrossBucket,
+    sqs: &aws_sdk_sqs::Client,
+) -> Result<i32, SlateError> {
+    use crate::events::eventbridge::{self as eb, EventBridge};
+    let bus = EventBridge::new(s3);
+    let region = s3.region().to_string();
+    let verb = |done: &'static str, planned: &'static str| if a.dry_run { planned } else { done };
+    let queue = queue_state(sqs, q).await?;
+    if queue.is_none() && q.url.is_some() {
+        return Err(SlateError::Queue {
+            url: q.spec.clone(),
+            detail: "no such queue (give sqs://NAME to have it made)".into(),
+        });
+    }
+    let name = eb::rule_name(&loc.bucket, &q.name);
+    let rule = bus.rule(&name).await.map_err(eb_err)?;
+    let mut current = read_notification(s3, loc).await?;
+    // 1. the queue
+    let (url, queue_arn, mut queue_policy) = match queue {
+        Some(s) => s,
+        None if a.dry_run => {
+            println!("would create SQS queue {}", q.name);
+            (
+                String::new(),
+                format!("arn:aws:sqs:{region}:ACCOUNT:{}", q.name),
+                None,
+            )
+        }
+        None => {
+            sqs.create_queue()
+                .queue_name(&q.name)
+                .send()
+                .await
+                .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
+            println!("created SQS queue {}", q.name);
+            queue_state(sqs, q)
+                .await?
+                .ok_or_else(|| SlateError::Queue {
+                    url: q.spec.clone(),
+                    detail: "made but not found after".into(),
+                })?
+        }
+    };
+    let mut changed = false;
+    // 2. the rule, its pattern merged with what it admitted before
+    let pattern = eb::pattern(
+        &loc.bucket,
+        &loc.prefix,
+        rule.as_ref().and_then(|r| r.pattern.as_deref()),
+    );
+    let rule_arn = match &rule {
+        Some(r)
+            if r.enabled
+                && r.pattern.as_deref().is_some_and(|p| {
+                    eb::pattern_problems(p, &loc.bucket, &loc.prefix).is_empty()
+                }) =>
+        {
+            println!("EventBridge rule {name} is there");
+            r.arn.clone()
+        }
+        _ => {
+            let arn = if a.dry_run {
+                rule.as_ref()
+                    .map(|r| r.arn.clone())
+                    .unwrap_or_else(|| format!("arn:aws:events:{region}:ACCOUNT:rule/{name}"))
+            } else {
+                bus.put_rule(&name, &pattern).await.map_err(eb_err)?
+            };
+            changed = true;
+            println!(
+                "{} EventBridge rule {name}: {pattern}",
+                match rule {
+                    None => verb("created", "would create"),
+                    Some(_) => verb("updated", "would update"),
+                }
+            );
+            arn
+        }
+    };
+    // 3. its target
+    let targets = if rule.is_some() {
+        bus.targets(&name).await.map_err(eb_err)?
+    } else {
+        Vec::new()
+    };
+    if targets.contains(&queue_arn) {
+        println!("rule {name} sends to queue {}", q.name);
+    } else {
+        if !a.dry_run {
+            bus.put_target(&name, &queue_arn).await.map_err(eb_err)?;
+        }
+        changed = true;
+        println!(
+            "{} queue {} as the target of rule {name}",
+            verb("added", "would add"),
+            q.name
+        );
+    }
+    // 4. the queue's policy lets the rule send
+    let g = wiring::Grant::rule_to_queue(&rule_arn, &queue_arn);
+    match wiring::merge_policy(queue_policy.as_deref(), &g) {
+        Ok(None) => println!("queue {} already lets {} {}", q.name, g.who(), g.action),
+        Ok(Some(p)) => {
+            if !a.dry_run {
+                sqs.set_queue_attributes()
+                    .queue_url(&url)
+                    .attributes(aws_sdk_sqs::types::QueueAttributeName::Policy, p.clone())
+                    .send()
+                    .await
+                    .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
+            }
+            queue_policy = Some(p);
+            changed = true;
+            println!(
+                "{} statement {} to the policy of queue {}: {} may {} ({})",
+                verb("added", "would add"),
+                g.sid,
+                q.name,
+                g.service,
+                g.action,
+                g.who()
+            );
+        }
+        Err(why) => {
+            return Err(SlateError::Queue {
+                url: q.spec.clone(),
+                detail: format!(
+                    "queue {}: {why}: not changed; allow it or pick another",
+                    q.name
+                ),
+            })
+        }
+    }
+    let _ = queue_policy;
+    // 5. the bucket sends to EventBridge; the queue's own entries for these keys go (it
+    // would get each event twice)
+    let direct = Target::Queue(queue_arn.clone());
+    let mine = wiring::slate_entry(&loc.prefix, direct.clone());
+    let (gone, kept): (Vec<wiring::Entry>, Vec<wiring::Entry>) = current
+        .entries
+        .drain(..)
+        .partition(|e| e.target == direct && wiring::covers(&mine, e));
+    current.entries = kept;
+    if current.event_bridge && gone.is_empty() {
+        println!("bucket {} sends its events to EventBridge", loc.bucket);
+    } else {
+        let was_on = current.event_bridge;
+        current.event_bridge = true;
+        if !a.dry_run {
+            let xml = wiring::render_notification(&current);
+            let (status, body) =
+                s3.bucket_call("PUT", "?notification", &xml)
+                    .await
+                    .map_err(|e| {
+                        store_err(loc, format!("writing its notification configuration: {e}"))
+                    })?;
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&body);
+                return Err(store_err(
+                    loc,
+                    format!(
+                        "writing its notification configuration answered {status} {}",
+                        crate::stores::s3copy::error_code(&text).unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        changed = true;
+        for e in &gone {
+            println!(
+                "bucket {}: {} {} (the queue gets its events through EventBridge now)",
+                loc.bucket,
+                verb("removed", "would remove"),
+                e.describe()
+            );
+        }
+        if !was_on {
+            println!(
+                "bucket {}: {} delivery to EventBridge (every other entry kept)",
+                loc.bucket,
+                verb("turned on", "would turn on")
+            );
+        }
+    }
+    if a.dry_run {
+        println!("dry run: nothing changed");
+    } else if changed {
+        println!(
+            "wired: follow it with `slate sync {} DST --events {}`",
+            a.src, a.events
+        );
+    } else {
+        println!("nothing changed: every part was there");
+    }
+    Ok(0)
+}
+
+/// Check of the EventBridge route (see [`setup_eventbridge`]).
+async fn check_eventbridge(
+    a: &CheckArgs,
+    loc: &Location,
+    q: &QueueRef,
+    s3: &crate::stores::s3copy::S3CrossBucket,
+    queue_arn: &str,
+    policy: Option<&str>,
+) -> Result<i32, SlateError> {
+    use crate::events::eventbridge::{self as eb, EventBridge};
+    let bus = EventBridge::new(s3);
+    let name = eb::rule_name(&loc.bucket, &q.name);
+    let mut findings = Vec::new();
+    let broken = |line: String| wiring::Finding { broken: true, line };
+    match bus.rule(&name).await.map_err(eb_err)? {
+        None => findings.push(broken(format!("there is no EventBridge rule {name}"))),
+        Some(r) => {
+            if !r.enabled {
+                findings.push(broken(format!("EventBridge rule {name} is disabled")));
+            }
+            for p in eb::pattern_problems(
+                r.pattern.as_deref().unwrap_or("{}"),
+                &loc.bucket,
+                &loc.prefix,
+            ) {
+                findings.push(broken(format!("rule {name}: {p}")));
+            }
+            if !bus
+                .targets(&name)
+                .await
+                .map_err(eb_err)?
+                .iter()
+                .any(|t| t == queue_arn)
+            {
+                findings.push(broken(format!(
+                    "rule {name} does not send to queue {}",
+                    q.name
+                )));
+            }
+            let g = wiring::Grant::rule_to_queue(&r.arn, queue_arn);
+            if let Some(why) = wiring::policy_refuses(policy, &g) {
+                findings.push(broken(why));
+            }
+            if let Some(why) = wiring::policy_doubts(policy, &g) {
+                findings.push(wiring::Finding {
+                    broken: false,
+                    line: why,
+                });
+            }
+        }
+    }
+    let n = read_notification(s3, loc).await?;
+    if !n.event_bridge {
+        findings.push(broken(format!(
+            "bucket {} does not send its events to EventBridge",
+            loc.bucket
+        )));
+    }
+    for f in &findings {
+        println!(
+            "{}: {}",
+            if f.broken { "broken" } else { "warning" },
+            f.line
+        );
+    }
+    if findings.iter().any(|f| f.broken) {
+        println!(
+            "events of {} cannot reach queue {}: `slate events setup {} --events {} --eventbridge` \
+             repairs it",
+            a.src, q.name, a.src, a.events
+        );
+        return Ok(1);
+    }
+    println!(
+        "ok: bucket {} sends its events to EventBridge, whose rule {name} sends {} under '{}' to queue {}; the queue's policy lets the rule in",
+        loc.bucket,
+        eb::DETAIL_TYPES.join(", "),
+        loc.prefix,
+        q.name
     );
     Ok(0)
 }

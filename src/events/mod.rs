@@ -23,6 +23,7 @@
 pub mod azqueue;
 pub mod changefeed;
 pub mod entra;
+pub mod eventbridge;
 pub mod eventgrid;
 pub mod gcs;
 pub mod pubsub;

@@ -609,8 +609,28 @@ impl Grant {
         }
     }
 
-    /// Who is let in, for messages: `bucket B` or `topic T`.
+    /// EventBridge may deliver the rule `rule_arn`'s events to the queue `queue_arn`.
+    pub fn rule_to_queue(rule_arn: &str, queue_arn: &str) -> Grant {
+        let rule = rule_arn.rsplit('/').next().unwrap_or(rule_arn);
+        Grant {
+            service: "events.amazonaws.com",
+            action: "sqs:SendMessage",
+            resource: queue_arn.to_string(),
+            source_arn: rule_arn.to_string(),
+            sid: format!("slate-events-{rule}"),
+            what: "queue",
+        }
+    }
+
+    /// Who is let in, for messages: `bucket B`, `rule R` or `topic T`.
     pub fn who(&self) -> String {
+        if let Some(r) = self
+            .source_arn
+            .strip_prefix("arn:aws:events:")
+            .and_then(|r| r.split_once(":rule/"))
+        {
+            return format!("rule {}", r.1);
+        }
         match self.source_arn.strip_prefix("arn:aws:s3:::") {
             Some(b) => format!("bucket {b}"),
             None => format!(

@@ -370,6 +370,35 @@ impl S3CrossBucket {
         .await
     }
 
+    /// One call of another AWS service's JSON 1.1 API (EventBridge) with this bucket's
+    /// credentials and region: a signed POST of `body` to `endpoint` with `X-Amz-Target:
+    /// target`; the status and the body of the answer.
+    pub async fn aws_json(
+        &self,
+        service: &'static str,
+        endpoint: &str,
+        target: &str,
+        body: &serde_json::Value,
+    ) -> std::result::Result<(http::StatusCode, bytes::Bytes), String> {
+        let body = body.to_string();
+        let what = target.rsplit('.').next().unwrap_or(target);
+        super::retry::signed_call(service, what, || async {
+            let req: Request<HttpRequestBody> = Request::builder()
+                .method("POST")
+                .uri(endpoint)
+                .header("content-type", "application/x-amz-json-1.1")
+                .header("x-amz-target", target)
+                .body(HttpRequestBody::from(body.clone().into_bytes()))
+                .map_err(|e| ChunkError::Fatal(e.to_string()))?;
+            let (status, _, answer) = self.send(service, req).await?;
+            if status.is_server_error() || status.as_u16() == 429 {
+                return Err(ChunkError::of_status(status, what));
+            }
+            Ok((status, answer))
+        })
+        .await
+    }
+
     /// The region the bucket's requests are signed for.
     pub fn region(&self) -> &str {
         &self.region
