@@ -266,6 +266,10 @@ pub struct ChangeFeedSource {
     pending: VecDeque<Pending>,
     /// Chunks read to their end, by size when read: one not grown is not fetched again.
     done: BTreeMap<String, u64>,
+    /// The cursor's segment was gone (the feed's retention removed it before it was read to
+    /// its end): the segment gone and the one reading went on from. Changes between are
+    /// lost to the feed, so every followed container is reconciled whole.
+    gap: Option<(String, String)>,
 }
 
 impl ChangeFeedSource {
@@ -315,6 +319,7 @@ impl ChangeFeedSource {
             read: Cursor::default(),
             pending: VecDeque::new(),
             done: BTreeMap::new(),
+            gap: None,
         })
     }
 
@@ -468,7 +473,9 @@ impl ChangeFeedSource {
                 match segments.iter().find(|s| **s > self.read.segment) {
                     Some(s) => {
                         tracing::warn!(feed = %self.spec, gone = %self.read.segment, next = %s,
-                            "change feed: the cursor's segment is gone (the feed's retention?); reading on from the next");
+                            "change feed: the cursor's segment is gone (the feed's retention?); \
+                             reading on from the next, and every followed container is reconciled whole");
+                        self.gap = Some((self.read.segment.clone(), s.clone()));
                         s.clone()
                     }
                     None => return Ok(()),
@@ -575,10 +582,10 @@ impl Source for ChangeFeedSource {
     }
 
     async fn next_batch(&mut self) -> Result<Vec<Message<()>>> {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && self.gap.is_none() {
             let before = self.handed.clone();
             self.fill().await?;
-            if self.pending.is_empty() {
+            if self.pending.is_empty() && self.gap.is_none() {
                 if self.handed == before {
                     tokio::time::sleep(self.poll).await;
                 }
@@ -588,6 +595,33 @@ impl Source for ChangeFeedSource {
         let targets = self.fanout.targets();
         let followed = |c: &str| targets.iter().any(|t| t.scope.bucket == c);
         let mut out = Vec::new();
+        if let Some((gone, next)) = self.gap.take() {
+            // stored with the cursor at the start of the next segment: a reconcile of each
+            // followed container, whole (the engine lists both sides: creates and deletes)
+            let mut containers: Vec<String> =
+                targets.iter().map(|t| t.scope.bucket.clone()).collect();
+            containers.sort();
+            containers.dedup();
+            self.handed = Cursor {
+                segment: self.read.segment.clone(),
+                shards: BTreeMap::new(),
+            };
+            for c in containers {
+                out.push(Message {
+                    raw: serde_json::to_vec(&serde_json::json!({
+                        "slate": "change feed segment gone: the container is reconciled whole",
+                        "gone": gone, "next": next, "container": c,
+                    }))
+                    .unwrap_or_default(),
+                    decoded: None,
+                    parsed: Ok(Parsed::PrefixReconcile {
+                        bucket: c,
+                        prefix: String::new(),
+                    }),
+                    ack: (),
+                });
+            }
+        }
         while out.len() < BATCH {
             let Some(p) = self.pending.pop_front() else {
                 break;
@@ -834,6 +868,7 @@ mod tests {
                     read: Cursor::default(),
                     pending: VecDeque::new(),
                     done: BTreeMap::new(),
+                    gap: None,
                 };
                 Feed {
                     store,
@@ -929,6 +964,46 @@ mod tests {
             assert_eq!(f.next().await, ["e", "f"]);
             assert!(f.next().await.is_empty());
             assert_eq!(f.source.checkpoint(), None);
+        }
+
+        #[tokio::test]
+        async fn a_segment_removed_before_it_was_read_reconciles_the_containers_whole() {
+            let mut f = Feed::new();
+            f.segment("1000", "Publishing", &["00"]).await;
+            f.put("log/00/2026/12/01/1000/00000.avro", chunk(&["a"]))
+                .await;
+            assert_eq!(f.next().await, ["a"]);
+            // the daemon is down past the feed's retention: its segment goes, records unread
+            f.segment("1200", "Finalized", &["00"]).await;
+            f.put("log/00/2026/12/01/1200/00000.avro", chunk(&["late"]))
+                .await;
+            f.store
+                .delete(&StorePath::from("idx/segments/2026/12/01/1000/meta.json"))
+                .await
+                .unwrap();
+            let batch = f.source.next_batch().await.unwrap();
+            match &batch[0].parsed {
+                Ok(Parsed::PrefixReconcile { bucket, prefix }) => {
+                    assert_eq!((bucket.as_str(), prefix.as_str()), ("src", ""));
+                }
+                other => panic!("wanted a reconcile of the container first: {other:?}"),
+            }
+            assert!(String::from_utf8_lossy(&batch[0].raw).contains("/1000/"));
+            // the records of the next segment follow, in the same batch
+            let keys: Vec<String> = batch[1..]
+                .iter()
+                .filter_map(|m| match &m.parsed {
+                    Ok(Parsed::Events(e)) => Some(e[0].key.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(keys, ["late"]);
+            let stored = f.source.checkpoint().expect("a cursor");
+            assert!(stored.1.contains("/1200/"), "{stored:?}");
+            f.source.ack(vec![(); batch.len()]).await;
+            // once
+            assert!(f.next().await.is_empty());
+            assert!(f.source.gap.is_none());
         }
 
         #[test]
