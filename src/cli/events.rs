@@ -608,15 +608,24 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
             return Ok(1);
         }
     }
+    // the notification entry was written, or the fan-out made: something changed
+    Ok(setup_done(&a, true))
+}
+
+/// Setup's last line: what a dry run did, what to run next, or that nothing changed. The
+/// exit code.
+pub(super) fn setup_done(a: &SetupArgs, changed: bool) -> i32 {
     if a.dry_run {
         println!("dry run: nothing changed");
-    } else {
+    } else if changed {
         println!(
             "wired: follow it with `slate sync {} DST --events {}`",
             a.src, a.events
         );
+    } else {
+        println!("nothing changed: every part was there");
     }
-    Ok(0)
+    0
 }
 
 async fn check(a: CheckArgs) -> Result<i32, SlateError> {
@@ -946,17 +955,7 @@ async fn setup_eventbridge(
             );
         }
     }
-    if a.dry_run {
-        println!("dry run: nothing changed");
-    } else if changed {
-        println!(
-            "wired: follow it with `slate sync {} DST --events {}`",
-            a.src, a.events
-        );
-    } else {
-        println!("nothing changed: every part was there");
-    }
-    Ok(0)
+    Ok(setup_done(a, changed))
 }
 
 /// Check of the EventBridge route (see [`setup_eventbridge`]).

@@ -460,17 +460,7 @@ pub async fn setup(a: &super::events::SetupArgs) -> Result<i32, SlateError> {
     changed |= wire_event_grid(&arm, &want, a.dry_run)
         .await
         .map_err(|e| eg_err(&a.events, e))?;
-    if a.dry_run {
-        println!("dry run: nothing changed");
-    } else if changed {
-        println!(
-            "wired: follow it with `slate sync {} DST --events {}`",
-            a.src, a.events
-        );
-    } else {
-        println!("nothing changed: every part was there");
-    }
-    Ok(0)
+    Ok(super::events::setup_done(a, changed))
 }
 
 /// The Event Grid findings, or why ARM could not be asked.

@@ -617,17 +617,7 @@ pub async fn setup(a: &super::events::SetupArgs) -> Result<i32, SlateError> {
     }
     let apis = Apis::of(&a.src, &a.events, a.cloud.topic.as_deref())?;
     let changed = apis.wiring().setup(a.dry_run, &mut Out::new(true)).await?;
-    if a.dry_run {
-        println!("dry run: nothing changed");
-    } else if changed {
-        println!(
-            "wired: follow it with `slate sync {} DST --events {}`",
-            a.src, a.events
-        );
-    } else {
-        println!("nothing changed: every part was there");
-    }
-    Ok(0)
+    Ok(super::events::setup_done(a, changed))
 }
 
 pub async fn check(a: &super::events::CheckArgs) -> Result<i32, SlateError> {
