@@ -25,6 +25,7 @@ pub mod events;
 pub mod jobs;
 #[cfg(feature = "lab")]
 pub mod lab;
+pub mod mount;
 pub mod server;
 pub mod state;
 pub mod stores;

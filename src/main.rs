@@ -36,8 +36,12 @@ fn main() {
     slate::copy::raise_open_files();
     // The daemon reports its health once a minute at info; one-shot commands keep quiet.
     let daemon = matches!(&cli.command, slate::cli::Command::Sync(a) if !a.once && !a.tuning.quiet);
+    let mount = matches!(&cli.command, slate::cli::Command::Mount(_));
     let level = match cli.verbose {
         0 if daemon => "slate=info,warn",
+        // fuser warns of the operations a mount leaves to their defaults, and of an unmount
+        // another process did first
+        0 if mount => "slate=info,fuser=error,warn",
         0 => "warn",
         1 => "slate=debug,info",
         _ => "trace",

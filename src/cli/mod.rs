@@ -12,6 +12,7 @@ pub mod events_azure;
 pub mod events_gcs;
 pub mod filters;
 pub mod jobs;
+pub mod mount;
 pub mod pairs;
 pub mod rclone;
 pub mod serve;
@@ -75,6 +76,9 @@ pub enum Command {
     /// The state database: `backup` (a consistent copy, SQLite or PostgreSQL) and `migrate`
     /// (schema changes a worker does not run on its own).
     Db(db::DbArgs),
+    /// Mount a location as a folder over FUSE, kept current by its change events (`--events`)
+    /// or a folder cache time; until Ctrl-C, SIGTERM or `fusermount3 -u`.
+    Mount(mount::MountArgs),
 }
 
 /// Runs the parsed command; returns the process exit code.
@@ -103,6 +107,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Db(args) => db::run(args).await,
         Command::Events(args) => events::run(args).await,
         Command::Check(args) => check::run(args).await,
+        Command::Mount(args) => mount::run(args).await,
     }
 }
 

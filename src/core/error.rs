@@ -70,6 +70,9 @@ pub enum SlateError {
     #[error("pair {pair} is busy: held by {holder}; run again when it is done, or pass --wait")]
     Busy { pair: String, holder: String },
 
+    #[error("mount {mountpoint}: {detail}")]
+    Mount { mountpoint: String, detail: String },
+
     #[error("interrupted")]
     Interrupted,
 }

@@ -1,0 +1,303 @@
+//! `slate mount` over real FUSE (fusermount3, /dev/fuse) against moto: every byte of
+//! multi-part odd-sized objects read back through the mount, random reads, folders listed,
+//! writes refused; coherence by the bucket's own events through a real SQS queue, with a
+//! folder cache time of an hour (a PUT and a DELETE made with the store's client show within
+//! 2 s); an open file reads one version; SIGTERM and `fusermount3 -u` unmount cleanly.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStoreExt, PutPayload};
+
+/// Whether `dir` is a mount point now (/proc/mounts).
+fn mounted(dir: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let want = dir.to_string_lossy().to_string();
+    text.lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// A mount of a test: unmounted (lazily, if it must) and its process killed when dropped,
+/// so a failing test leaves no dead mount point.
+struct Mounted {
+    child: Option<Child>,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Mounted {
+    fn start(src: &str, dir: &Path, log: &Path, extra: &[&str]) -> Mounted {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let mut c = slate();
+        c.args(["mount", src])
+            .arg(dir)
+            .args(extra)
+            .env("RUST_LOG", "slate=debug,fuser=error,warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log"));
+        let child = spawn_ready(c, log, 60, |t| t.contains("mounted on"));
+        let m = Mounted {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            log: log.to_path_buf(),
+        };
+        wait_for("the mount in /proc/mounts", 10, || mounted(dir));
+        m
+    }
+
+    fn log_text(&self) -> String {
+        read_log(&self.log)
+    }
+
+    /// SIGTERM: the exit code once unmounted.
+    fn stop(&mut self) -> Option<i32> {
+        self.child
+            .take()
+            .and_then(|c| c.stop_within(libc::SIGTERM, 20))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if mounted(&self.dir) {
+            let _ = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.dir)
+                .status();
+        }
+    }
+}
+
+/// How long until `cond` holds (at most `secs` seconds, then the test fails naming `what`).
+fn time_until(what: &str, secs: u64, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    wait_for(what, secs, &mut cond);
+    start.elapsed()
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn an_s3_bucket_mounts_reads_every_byte_and_follows_its_events() {
+    let (bucket, queue) = sqs_bucket("mnt");
+    let store = s3(&bucket);
+    let big = bytes(1, 17 * 1024 * 1024 + 3);
+    let files: BTreeMap<String, Vec<u8>> = [
+        ("big.bin".to_string(), big.clone()),
+        ("sub/mid.bin".to_string(), bytes(2, 300_001)),
+        ("sub/deeper/s.txt".to_string(), b"small\n".to_vec()),
+        ("open.txt".to_string(), bytes(3, 1000)),
+    ]
+    .into();
+    rt().block_on(seed(&store, "data", &files));
+    rt().block_on(async {
+        store
+            .put(
+                &StorePath::from("outside.txt"),
+                PutPayload::from_static(b"x"),
+            )
+            .await
+            .expect("put")
+    });
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mnt");
+    let log = tmp.path().join("mount.log");
+    let src = format!("s3://{bucket}/data");
+    let ev = format!("sqs://{queue}");
+    let mut m = Mounted::start(
+        &src,
+        &dir,
+        &log,
+        &["--events", &ev, "--dir-cache-time", "1h"],
+    );
+
+    // folders, and every byte of each file
+    assert_eq!(names(&dir), ["big.bin", "open.txt", "sub"]);
+    assert_eq!(names(&dir.join("sub")), ["deeper", "mid.bin"]);
+    for (k, v) in &files {
+        let got = std::fs::read(dir.join(k)).unwrap_or_else(|e| panic!("{k}: {e}"));
+        assert!(
+            got == *v,
+            "{k}: {} bytes read, {} at the store",
+            got.len(),
+            v.len()
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(dir.join("big.bin")).expect("stat").len(),
+        big.len() as u64
+    );
+    // random reads, one across the boundary of two parallel parts
+    let mut f = std::fs::File::open(dir.join("big.bin")).expect("open");
+    for off in [
+        big.len() as u64 - 10,
+        5,
+        9_000_000,
+        8 * 1024 * 1024 - 2,
+        3 * 1024 * 1024,
+    ] {
+        f.seek(SeekFrom::Start(off)).expect("seek");
+        let mut buf = vec![0u8; 4096];
+        let n = f.read(&mut buf).expect("read");
+        let want = &big[off as usize..(off as usize + 4096).min(big.len())];
+        assert_eq!(&buf[..n], &want[..n], "at {off}");
+        assert!(n > 0);
+    }
+    drop(f);
+    // writes are refused until the mount writes
+    let e = std::fs::write(dir.join("new.txt"), b"no").expect_err("a read-only mount");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+
+    // an open file reads the version it opened, to its end; the next open reads the new one
+    let mut open = std::fs::File::open(dir.join("open.txt")).expect("open");
+    let mut head = [0u8; 10];
+    open.read_exact(&mut head).expect("head");
+    rt().block_on(async {
+        store
+            .put(
+                &StorePath::from("data/open.txt"),
+                PutPayload::from(b"the new version".to_vec()),
+            )
+            .await
+            .expect("overwrite")
+    });
+    let mut rest = Vec::new();
+    open.read_to_end(&mut rest).expect("rest");
+    let mut whole = head.to_vec();
+    whole.extend_from_slice(&rest);
+    assert_eq!(whole, files["open.txt"], "the open file mixed versions");
+    drop(open);
+    let took = time_until("the overwrite to show at the next open", 10, || {
+        std::fs::read(dir.join("open.txt")).ok().as_deref() == Some(&b"the new version"[..])
+    });
+    assert!(
+        took < Duration::from_secs(2),
+        "the overwrite showed after {took:?}"
+    );
+
+    // a PUT and a DELETE made elsewhere show within 2 s, though folders are kept an hour
+    assert!(!dir.join("sub/new.bin").exists());
+    let new = bytes(4, 70_000);
+    let start = Instant::now();
+    rt().block_on(async {
+        store
+            .put(
+                &StorePath::from("data/sub/new.bin"),
+                PutPayload::from(new.clone()),
+            )
+            .await
+            .expect("put")
+    });
+    wait_for("the PUT to show in the mount", 10, || {
+        names(&dir.join("sub")).contains(&"new.bin".to_string())
+    });
+    let shown = start.elapsed();
+    assert_eq!(std::fs::read(dir.join("sub/new.bin")).expect("read"), new);
+    let start = Instant::now();
+    rt().block_on(async {
+        store
+            .delete(&StorePath::from("data/sub/mid.bin"))
+            .await
+            .expect("delete")
+    });
+    wait_for("the DELETE to show in the mount", 10, || {
+        !dir.join("sub/mid.bin").exists()
+            && !names(&dir.join("sub")).contains(&"mid.bin".to_string())
+    });
+    let gone = start.elapsed();
+    assert!(
+        shown < Duration::from_secs(2) && gone < Duration::from_secs(2),
+        "a PUT showed after {shown:?}, a DELETE after {gone:?}: {}",
+        log_tail(&m.log_text())
+    );
+    eprintln!("coherence through SQS: a PUT showed after {shown:?}, a DELETE after {gone:?}");
+    // a new folder shows in its parent
+    rt().block_on(async {
+        store
+            .put(
+                &StorePath::from("data/fresh/x.txt"),
+                PutPayload::from_static(b"x"),
+            )
+            .await
+            .expect("put")
+    });
+    wait_for("a new folder to show", 10, || {
+        names(&dir).contains(&"fresh".to_string())
+    });
+
+    // SIGTERM unmounts and exits 0
+    assert_eq!(m.stop(), Some(0), "{}", log_tail(&m.log_text()));
+    assert!(!mounted(&dir), "still mounted after SIGTERM");
+    assert!(
+        m.log_text().contains("unmounted"),
+        "{}",
+        log_tail(&m.log_text())
+    );
+}
+
+#[test]
+fn a_local_folder_mounts_and_fusermount_unmounts_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path().join("src");
+    let files: BTreeMap<String, Vec<u8>> = [
+        ("a/b/c.bin".to_string(), bytes(5, 1_000_003)),
+        ("top.txt".to_string(), b"top".to_vec()),
+    ]
+    .into();
+    seed_local(&root, &files);
+    let dir = tmp.path().join("mnt");
+    let log = tmp.path().join("mount.log");
+    let mut m = Mounted::start(root.to_str().expect("utf-8"), &dir, &log, &[]);
+    for (k, v) in &files {
+        assert_eq!(&std::fs::read(dir.join(k)).expect("read"), v, "{k}");
+    }
+    assert_eq!(names(&dir.join("a")), ["b"]);
+    // a mount point that is not a folder is named
+    let out = run({
+        let mut c = slate();
+        c.args(["mount", root.to_str().expect("utf-8")])
+            .arg(root.join("top.txt"));
+        c
+    });
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("top.txt is not a folder"),
+        "{}",
+        stderr(&out)
+    );
+    // unmounted from outside: the process ends on its own, exit 0
+    let st = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(&dir)
+        .status()
+        .expect("fusermount3");
+    assert!(st.success());
+    let mut child = m.child.take().expect("child");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            break s.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mount did not end after fusermount3 -u"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0), "{}", log_tail(&m.log_text()));
+    assert!(!mounted(&dir));
+    assert_eq!(m.stop(), None);
+}
