@@ -217,6 +217,10 @@ cmd_install() {
     if ! command -v rclone >/dev/null; then
         apt_install rclone
     fi
+    # fuse3, Debian's package: `fusermount3`, through which `slate mount` mounts (tests/mount.rs).
+    if ! command -v fusermount3 >/dev/null; then
+        apt_install fuse3
+    fi
     # PostgreSQL, Debian's package: `start` runs a private server of its own with it.
     if ! pg_bin >/dev/null; then
         apt_install postgresql

@@ -121,7 +121,7 @@ fn an_s3_bucket_mounts_reads_every_byte_and_follows_its_events() {
         &src,
         &dir,
         &log,
-        &["--events", &ev, "--dir-cache-time", "1h"],
+        &["--events", &ev, "--dir-cache-time", "1h", "--read-only"],
     );
 
     // folders, and every byte of each file
@@ -157,7 +157,7 @@ fn an_s3_bucket_mounts_reads_every_byte_and_follows_its_events() {
         assert!(n > 0);
     }
     drop(f);
-    // writes are refused until the mount writes
+    // --read-only refuses writes
     let e = std::fs::write(dir.join("new.txt"), b"no").expect_err("a read-only mount");
     assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
 
@@ -300,4 +300,144 @@ fn a_local_folder_mounts_and_fusermount_unmounts_it() {
     assert_eq!(code, Some(0), "{}", log_tail(&m.log_text()));
     assert!(!mounted(&dir));
     assert_eq!(m.stop(), None);
+}
+
+/// What the store holds at `key`: bytes, Content-Type, and the `mtime` metadata rclone reads.
+fn at_store(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    key: &str,
+) -> Option<(Vec<u8>, Option<String>, Option<String>)> {
+    rt().block_on(async {
+        let got = match store.get(&StorePath::from(key)).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return None,
+            Err(e) => panic!("{key}: {e}"),
+        };
+        let attrs = got.attributes.clone();
+        let bytes = got.bytes().await.expect("bytes").to_vec();
+        let ct = attrs
+            .get(&object_store::Attribute::ContentType)
+            .map(|v| v.as_ref().to_string());
+        let mtime = attrs
+            .get(&object_store::Attribute::Metadata("mtime".into()))
+            .map(|v| v.as_ref().to_string());
+        Some((bytes, ct, mtime))
+    })
+}
+
+#[test]
+fn writes_through_the_mount_are_at_the_store_when_close_returns() {
+    let bucket = format!("slate-mntw-{}", std::process::id());
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}"), "");
+    assert!(
+        st == 200 || body.contains("BucketAlreadyOwnedByYou"),
+        "{body}"
+    );
+    let store = s3(&bucket);
+    rt().block_on(seed(
+        &store,
+        "w",
+        &[("old.txt".to_string(), b"0123456789".to_vec())].into(),
+    ));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mnt");
+    let log = tmp.path().join("mount.log");
+    let cache = tmp.path().join("cache");
+    let mut m = Mounted::start(
+        &format!("s3://{bucket}/w"),
+        &dir,
+        &log,
+        &["--cache-dir", cache.to_str().expect("utf-8")],
+    );
+
+    // a new file: its bytes, its Content-Type from its extension, its time as rclone keeps it
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    std::fs::write(dir.join("doc.json"), b"{\"a\": 1}").expect("write");
+    let (b, ct, mtime) = at_store(&store, "w/doc.json").expect("at the store when close returned");
+    assert_eq!(b, b"{\"a\": 1}");
+    assert_eq!(ct.as_deref(), Some("application/json"));
+    let secs: f64 = mtime
+        .as_deref()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("an rclone mtime: {mtime:?}"));
+    assert!(secs as u64 >= before.saturating_sub(1), "{secs} < {before}");
+
+    // a large file, written sequentially: a multipart upload, every byte
+    let big = bytes(6, 20 * 1024 * 1024 + 11);
+    let src = tmp.path().join("big.bin");
+    std::fs::write(&src, &big).expect("local");
+    std::fs::copy(&src, dir.join("big.bin")).expect("cp");
+    let (b, ct, _) = at_store(&store, "w/big.bin").expect("big at the store");
+    assert!(
+        b == big,
+        "{} bytes at the store, {} written",
+        b.len(),
+        big.len()
+    );
+    assert_eq!(ct.as_deref(), Some("application/octet-stream"));
+
+    // an overwrite, shorter; an append; a truncate
+    std::fs::write(dir.join("old.txt"), b"new").expect("overwrite");
+    assert_eq!(at_store(&store, "w/old.txt").expect("old").0, b"new");
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("old.txt"))
+            .expect("append");
+        f.write_all(b"+more").expect("append");
+    }
+    assert_eq!(at_store(&store, "w/old.txt").expect("old").0, b"new+more");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("old.txt"))
+        .expect("open");
+    f.set_len(2).expect("ftruncate");
+    drop(f);
+    assert_eq!(at_store(&store, "w/old.txt").expect("old").0, b"ne");
+    assert_eq!(std::fs::read(dir.join("old.txt")).expect("read"), b"ne");
+
+    // rename: the new key, the old one gone
+    std::fs::rename(dir.join("old.txt"), dir.join("renamed.txt")).expect("rename");
+    assert_eq!(at_store(&store, "w/renamed.txt").expect("renamed").0, b"ne");
+    assert!(at_store(&store, "w/old.txt").is_none());
+    assert!(!dir.join("old.txt").exists());
+
+    // folders: made, filled, not removable while full, removable empty
+    std::fs::create_dir(dir.join("d")).expect("mkdir");
+    assert!(dir.join("d").is_dir());
+    let e = std::fs::create_dir(dir.join("d")).expect_err("exists");
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    std::fs::write(dir.join("d/in.txt"), b"in").expect("write in d");
+    assert_eq!(at_store(&store, "w/d/in.txt").expect("in").0, b"in");
+    let e = std::fs::remove_dir(dir.join("d")).expect_err("not empty");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
+    std::fs::create_dir(dir.join("empty")).expect("mkdir");
+    std::fs::remove_dir(dir.join("empty")).expect("rmdir");
+    assert!(!dir.join("empty").exists());
+    // a folder renamed: key by key
+    std::fs::rename(dir.join("d"), dir.join("d2")).expect("rename folder");
+    assert_eq!(at_store(&store, "w/d2/in.txt").expect("moved").0, b"in");
+    assert!(at_store(&store, "w/d/in.txt").is_none());
+
+    // unlink
+    std::fs::remove_file(dir.join("doc.json")).expect("rm");
+    assert!(at_store(&store, "w/doc.json").is_none());
+    assert!(!dir.join("doc.json").exists());
+
+    // what an object store cannot hold is refused with ENOTSUP
+    let e = std::os::unix::fs::symlink("renamed.txt", dir.join("ln")).expect_err("symlink");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTSUP));
+    let e = std::fs::hard_link(dir.join("renamed.txt"), dir.join("hard")).expect_err("link");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTSUP));
+
+    // nothing is left in the cache folder once the files are closed
+    let left: Vec<_> = std::fs::read_dir(&cache)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "cache files left: {left:?}");
+    assert_eq!(m.stop(), Some(0), "{}", log_tail(&m.log_text()));
 }

@@ -21,9 +21,13 @@ pub struct MountArgs {
     /// How long a folder's listing is kept (as rclone's): events invalidate it sooner.
     #[arg(long, default_value = "5m", value_parser = crate::core::filter::parse_age, value_name = "DURATION")]
     pub dir_cache_time: Duration,
-    /// Refuse writes (the mount does not write yet: it is always read-only for now).
+    /// Refuse writes (EROFS).
     #[arg(long)]
     pub read_only: bool,
+    /// Where files open for writing are kept until `close` has uploaded them.
+    /// [default: $XDG_CACHE_HOME/slate/mount, else ~/.cache/slate/mount]
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
     /// Let other users reach the mount (needs `user_allow_other` in /etc/fuse.conf unless root).
     #[arg(long)]
     pub allow_other: bool,
@@ -36,6 +40,20 @@ pub struct MountArgs {
     /// Permission bits taken from files (0666) and folders (0777), in octal.
     #[arg(long, default_value = "022", value_parser = parse_umask)]
     pub umask: u32,
+}
+
+/// `$XDG_CACHE_HOME/slate/mount`, else `~/.cache/slate/mount`, else the temporary folder's.
+fn default_cache_dir() -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("XDG_CACHE_HOME")
+        .or_else(|| env("HOME").map(|h| h.join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("slate")
+        .join("mount")
 }
 
 fn parse_umask(s: &str) -> Result<u32, String> {
@@ -57,11 +75,12 @@ pub async fn run(a: MountArgs) -> i32 {
             uid: a.uid.unwrap_or(uid),
             gid: a.gid.unwrap_or(gid),
             umask: a.umask,
-            read_only: true,
+            read_only: a.read_only,
+            scheme: crate::core::location::Scheme::Local,
+            cache_dir: a.cache_dir.unwrap_or_else(default_cache_dir),
         },
         allow_other: a.allow_other,
     };
-    let _ = a.read_only;
     match crate::mount::run(spec).await {
         Ok(()) => 0,
         Err(e) => {

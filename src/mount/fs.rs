@@ -5,7 +5,7 @@
 //! sequential. Every operation is async and answers an errno on failure; no lock is held
 //! across a request to the store.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -50,6 +50,10 @@ pub struct FsOpts {
     pub gid: u32,
     pub umask: u32,
     pub read_only: bool,
+    /// The store's kind: what metadata a write carries.
+    pub scheme: crate::core::location::Scheme,
+    /// Where files open for writing are kept until they are uploaded.
+    pub cache_dir: std::path::PathBuf,
 }
 
 impl FsOpts {
@@ -121,36 +125,63 @@ impl Nodes {
     }
 }
 
-/// One open file: the version it reads and what was fetched ahead.
+/// A file open for writing: its cache file, and whether it changed since uploaded.
 #[derive(Debug)]
-struct Handle {
-    ino: u64,
+pub struct WriteState {
+    pub file: std::fs::File,
+    pub path: std::path::PathBuf,
+    pub dirty: bool,
+}
+
+impl WriteState {
+    pub fn new(file: std::fs::File, path: std::path::PathBuf, dirty: bool) -> WriteState {
+        WriteState { file, path, dirty }
+    }
+}
+
+impl Drop for WriteState {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One open file: the version it reads and what was fetched ahead; or, written, its cache
+/// file.
+#[derive(Debug)]
+pub struct Handle {
+    pub ino: u64,
+    pub rel: String,
     key: StorePath,
     etag: Option<String>,
-    size: u64,
     /// Bytes fetched from `buf.0` on.
     buf: (u64, Bytes),
     /// Where the last read ended, and the window the next sequential read fetches.
     last_end: u64,
     window: u64,
+    pub size: u64,
+    pub write: Option<WriteState>,
 }
 
 /// The file system over one store location.
 pub struct Fs {
-    store: Arc<dyn ObjectStore>,
+    pub(super) store: Arc<dyn ObjectStore>,
     /// The location's prefix inside the store (no leading or trailing `/`).
     prefix: String,
     pub opts: FsOpts,
     nodes: Mutex<Nodes>,
     handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
+    pub(super) next_fh: AtomicU64,
+    /// Folders made in the mount that hold no key yet.
+    virtual_dirs: Mutex<HashSet<String>>,
+    /// Bytes uploaded, for `/metrics` and tests.
+    pub uploaded: AtomicU64,
     /// Bytes fetched from the store, for `/metrics` and tests.
     pub fetched: AtomicU64,
     /// Keys invalidated by change events.
     pub invalidations: AtomicU64,
 }
 
-fn join(a: &str, b: &str) -> String {
+pub(super) fn join(a: &str, b: &str) -> String {
     match (a.is_empty(), b.is_empty()) {
         (true, _) => b.to_string(),
         (_, true) => a.to_string(),
@@ -159,7 +190,7 @@ fn join(a: &str, b: &str) -> String {
 }
 
 /// The errno of a store error.
-fn errno(e: &object_store::Error) -> Errno {
+pub(super) fn errno(e: &object_store::Error) -> Errno {
     match e {
         object_store::Error::NotFound { .. } => libc::ENOENT,
         object_store::Error::Precondition { .. } => libc::ESTALE,
@@ -198,20 +229,26 @@ impl Fs {
             nodes: Mutex::new(nodes),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            virtual_dirs: Mutex::new(HashSet::new()),
+            uploaded: AtomicU64::new(0),
             fetched: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
         }
     }
 
-    fn key(&self, rel: &str) -> StorePath {
+    pub(super) fn key(&self, rel: &str) -> StorePath {
         StorePath::from(join(&self.prefix, rel))
+    }
+
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     fn nodes(&self) -> std::sync::MutexGuard<'_, Nodes> {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Handle>> {
+    pub(super) fn handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Handle>> {
         self.handles.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -246,6 +283,131 @@ impl Fs {
             .collect())
     }
 
+    pub(super) async fn children_of(&self, ino: u64) -> Result<Vec<(String, Attr)>, Errno> {
+        self.children(ino).await
+    }
+
+    pub(super) fn rel_of(&self, ino: u64) -> Result<String, Errno> {
+        self.nodes()
+            .by_ino
+            .get(&ino)
+            .map(|n| n.rel.clone())
+            .ok_or(libc::ENOENT)
+    }
+
+    /// The path of file `ino` (EISDIR for a folder).
+    pub(super) fn file_rel(&self, ino: u64) -> Result<String, Errno> {
+        let nodes = self.nodes();
+        let n = nodes.by_ino.get(&ino).ok_or(libc::ENOENT)?;
+        if n.attr.kind == Kind::Dir {
+            return Err(libc::EISDIR);
+        }
+        Ok(n.rel.clone())
+    }
+
+    /// Puts `name` in folder `parent`'s entries (made or written by the mount itself).
+    pub(super) fn add_child(
+        &self,
+        parent: u64,
+        name: &str,
+        rel: &str,
+        kind: Kind,
+        size: u64,
+        mtime: SystemTime,
+    ) -> Attr {
+        let mut nodes = self.nodes();
+        let ino = nodes.upsert(parent, rel, kind, size, mtime);
+        if let Some(p) = nodes.by_ino.get_mut(&parent) {
+            p.children.insert(name.to_string(), ino);
+        }
+        if kind == Kind::Dir {
+            if let Some(n) = nodes.by_ino.get_mut(&ino) {
+                // nothing under it yet: no listing needed until the TTL says so
+                n.listed.get_or_insert_with(Instant::now);
+            }
+        }
+        nodes
+            .by_ino
+            .get(&ino)
+            .map(|n| n.attr.clone())
+            .unwrap_or(Attr {
+                ino,
+                kind,
+                size,
+                mtime,
+            })
+    }
+
+    pub(super) fn remove_child(&self, parent: u64, name: &str) {
+        let mut nodes = self.nodes();
+        let gone = nodes
+            .by_ino
+            .get_mut(&parent)
+            .and_then(|p| p.children.remove(name));
+        if let Some(ino) = gone {
+            if let Some(n) = nodes.by_ino.remove(&ino) {
+                nodes.by_rel.remove(&n.rel);
+            }
+        }
+    }
+
+    /// Folder `ino` is listed again at its next look.
+    pub(super) fn forget_listing(&self, ino: u64) {
+        if let Some(n) = self.nodes().by_ino.get_mut(&ino) {
+            n.listed = None;
+        }
+    }
+
+    pub(super) fn set_size(&self, ino: u64, size: u64) {
+        if let Some(n) = self.nodes().by_ino.get_mut(&ino) {
+            n.attr.size = size;
+            n.attr.mtime = SystemTime::now();
+        }
+    }
+
+    fn virtual_dirs(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.virtual_dirs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn add_virtual_dir(&self, rel: &str) {
+        self.virtual_dirs().insert(rel.to_string());
+    }
+
+    pub(super) fn remove_virtual_dir(&self, rel: &str) {
+        self.virtual_dirs().remove(rel);
+    }
+
+    pub(super) fn is_virtual_dir(&self, rel: &str) -> bool {
+        self.virtual_dirs().contains(rel)
+    }
+
+    /// A new handle on `ino`.
+    pub(super) fn new_handle(
+        &self,
+        ino: u64,
+        rel: &str,
+        etag: Option<String>,
+        size: u64,
+        write: Option<WriteState>,
+    ) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles().insert(
+            fh,
+            Handle {
+                ino,
+                rel: rel.to_string(),
+                key: self.key(rel),
+                etag,
+                size,
+                buf: (0, Bytes::new()),
+                last_end: 0,
+                window: BLOCK,
+                write,
+            },
+        );
+        fh
+    }
+
     /// Lists folder `rel` with the delimiter (one listing, every page) and stores its entries.
     async fn list(&self, ino: u64, rel: &str) -> Result<(), Errno> {
         let full = join(&self.prefix, rel);
@@ -278,6 +440,35 @@ impl Fs {
                 {
                     entries.push((n, Kind::File, o.size, o.last_modified.into()));
                 }
+            }
+        }
+        // folders made here that hold nothing yet, and files being written, stay
+        {
+            let mut virt = self.virtual_dirs();
+            for (n, k, _, _) in &entries {
+                if *k == Kind::Dir {
+                    virt.remove(&join(rel, n));
+                }
+            }
+            for v in virt.iter() {
+                let parent = v.rsplit_once('/').map(|x| x.0).unwrap_or("");
+                let name = v.rsplit('/').next().unwrap_or(v);
+                if parent == rel && !entries.iter().any(|(n, _, _, _)| n == name) {
+                    entries.push((name.to_string(), Kind::Dir, 0, SystemTime::now()));
+                }
+            }
+        }
+        let writing: Vec<(String, u64)> = self
+            .handles()
+            .values()
+            .filter(|h| h.write.is_some())
+            .map(|h| (h.rel.clone(), h.size))
+            .collect();
+        for (w, size) in writing {
+            let parent = w.rsplit_once('/').map(|x| x.0).unwrap_or("");
+            let name = w.rsplit('/').next().unwrap_or(&w).to_string();
+            if parent == rel && !entries.iter().any(|(n, _, _, _)| *n == name) {
+                entries.push((name, Kind::File, size, SystemTime::now()));
             }
         }
         let mut nodes = self.nodes();
@@ -319,11 +510,11 @@ impl Fs {
         Ok(out)
     }
 
-    /// Opens file `ino` for reading: its newest version (a HEAD), read to the end as that
-    /// version. A write open is refused until the mount writes (`EROFS`).
-    pub async fn open(&self, ino: u64, write: bool) -> Result<u64, Errno> {
+    /// Opens file `ino`: for reading, its newest version (a HEAD), read to the end as that
+    /// version; for writing, a cache file (`write.rs`).
+    pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64, Errno> {
         if write {
-            return Err(libc::EROFS);
+            return self.open_write(ino, truncate).await;
         }
         let rel = {
             let nodes = self.nodes();
@@ -333,8 +524,11 @@ impl Fs {
             }
             n.rel.clone()
         };
-        let key = self.key(&rel);
-        let meta = self.store.head(&key).await.map_err(|e| errno(&e))?;
+        let meta = self
+            .store
+            .head(&self.key(&rel))
+            .await
+            .map_err(|e| errno(&e))?;
         {
             let mut nodes = self.nodes();
             if let Some(n) = nodes.by_ino.get_mut(&ino) {
@@ -342,20 +536,7 @@ impl Fs {
                 n.attr.mtime = meta.last_modified.into();
             }
         }
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles().insert(
-            fh,
-            Handle {
-                ino,
-                key,
-                etag: meta.e_tag,
-                size: meta.size,
-                buf: (0, Bytes::new()),
-                last_end: 0,
-                window: BLOCK,
-            },
-        );
-        Ok(fh)
+        Ok(self.new_handle(ino, &rel, meta.e_tag, meta.size, None))
     }
 
     pub fn release(&self, fh: u64) {
@@ -374,6 +555,15 @@ impl Fs {
             let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
             if offset >= h.size || size == 0 {
                 return Ok(Bytes::new());
+            }
+            if let Some(w) = &h.write {
+                let n = (size as u64).min(h.size - offset) as usize;
+                let mut buf = vec![0u8; n];
+                use std::os::unix::fs::FileExt;
+                w.file
+                    .read_exact_at(&mut buf, offset)
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+                return Ok(Bytes::from(buf));
             }
             let end = (offset + size as u64).min(h.size);
             let (start, buf) = (&h.buf.0, &h.buf.1);
@@ -504,6 +694,8 @@ mod tests {
                 gid: 0,
                 umask: 0o022,
                 read_only: true,
+                scheme: crate::core::location::Scheme::S3,
+                cache_dir: std::env::temp_dir(),
             },
         )
     }
@@ -536,9 +728,9 @@ mod tests {
         let big_attr = f.lookup(a.ino, "big.bin").await.unwrap();
         assert_eq!(big_attr.size, big.len() as u64);
         assert_eq!(f.lookup(a.ino, "nope").await, Err(libc::ENOENT));
-        assert_eq!(f.open(big_attr.ino, true).await, Err(libc::EROFS));
-        assert_eq!(f.open(a.ino, false).await, Err(libc::EISDIR));
-        let fh = f.open(big_attr.ino, false).await.unwrap();
+        assert_eq!(f.open(big_attr.ino, true, false).await, Err(libc::EROFS));
+        assert_eq!(f.open(a.ino, false, false).await, Err(libc::EISDIR));
+        let fh = f.open(big_attr.ino, false, false).await.unwrap();
         let mut out = Vec::new();
         let mut off = 0u64;
         loop {
@@ -563,7 +755,7 @@ mod tests {
         put(&s, "f.bin", big.clone()).await;
         let f = fs(s.clone(), "");
         let a = f.lookup(ROOT, "f.bin").await.unwrap();
-        let fh = f.open(a.ino, false).await.unwrap();
+        let fh = f.open(a.ino, false, false).await.unwrap();
         for off in [9_000_000u64, 100, 5_000_000] {
             assert_eq!(f.read(fh, off, 4096).await.unwrap().len(), 4096);
         }
@@ -576,7 +768,7 @@ mod tests {
         put(&s, "f.bin", vec![6u8; 10]).await;
         assert_eq!(f.read(fh, 2_000_000, 4096).await, Err(libc::ESTALE));
         f.release(fh);
-        let fh = f.open(a.ino, false).await.unwrap();
+        let fh = f.open(a.ino, false, false).await.unwrap();
         assert_eq!(f.read(fh, 0, 100).await.unwrap().as_ref(), &[6u8; 10]);
     }
 

@@ -59,6 +59,18 @@ impl Adapter {
 }
 
 impl fuser::Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        // O_TRUNC reaches open itself: an existing file opened to be overwritten is not
+        // fetched first only to be truncated by a setattr after
+        if config
+            .add_capabilities(fuser::InitFlags::FUSE_ATOMIC_O_TRUNC)
+            .is_err()
+        {
+            tracing::debug!("the kernel has no FUSE_ATOMIC_O_TRUNC");
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::ENOENT);
@@ -86,11 +98,11 @@ impl fuser::Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let write =
-            !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || flags.0 & libc::O_TRUNC != 0;
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncate;
         let fs = self.fs.clone();
         self.rt.spawn(async move {
-            match fs.open(ino.0, write).await {
+            match fs.open(ino.0, write, truncate).await {
                 // the kernel's page cache of the file is dropped at each open: the next open
                 // reads the newest version
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -133,15 +145,230 @@ impl fuser::Filesystem for Adapter {
         reply.ok();
     }
 
+    // close: a written file is at the store before close returns
     fn flush(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        let fs = self.fs.clone();
+        self.rt.spawn(async move {
+            match fs.flush(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fs = self.fs.clone();
+        self.rt.spawn(async move {
+            match fs.flush(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: fuser::ReplyCreate,
+    ) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let (fs, me) = (self.fs.clone(), self.clone_view());
+        self.rt.spawn(async move {
+            match fs.create(parent.0, &name).await {
+                Ok((a, fh)) => reply.created(
+                    &me.ttl(),
+                    &me.attr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: fuser::ReplyWrite,
+    ) {
+        // a local file's write: no network, answered on the spot
+        match self.fs.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // chmod, chown and times are accepted and not kept (docs/MOUNT.md); a size truncates
+        let (fs, me) = (self.fs.clone(), self.clone_view());
+        self.rt.spawn(async move {
+            let r = match size {
+                Some(s) => fs.truncate(ino.0, fh.map(|f| f.0), s).await,
+                None => fs.getattr(ino.0),
+            };
+            match r {
+                Ok(a) => reply.attr(&me.ttl(), &me.attr(&a)),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let fs = self.fs.clone();
+        self.rt.spawn(async move {
+            match fs.unlink(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let (fs, me) = (self.fs.clone(), self.clone_view());
+        self.rt.spawn(async move {
+            match fs.mkdir(parent.0, &name).await {
+                Ok(a) => reply.entry(&me.ttl(), &me.attr(&a), Generation(0)),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let fs = self.fs.clone();
+        self.rt.spawn(async move {
+            match fs.rmdir(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (Some(name), Some(new_name)) = (
+            name.to_str().map(str::to_string),
+            new_name.to_str().map(str::to_string),
+        ) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if !flags.is_empty() {
+            // RENAME_EXCHANGE, RENAME_NOREPLACE: not with a copy and a delete
+            return reply.error(Errno::EINVAL);
+        }
+        let fs = self.fs.clone();
+        self.rt.spawn(async move {
+            match fs.rename(parent.0, &name, new_parent.0, &new_name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    // what an object store cannot hold
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(err(libc::ENOTSUP));
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(err(libc::ENOTSUP));
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(err(libc::ENOTSUP));
     }
 
     fn readdir(

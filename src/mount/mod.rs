@@ -6,6 +6,7 @@
 
 pub mod fs;
 pub mod fuse;
+pub mod write;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -189,7 +190,9 @@ pub async fn run(spec: MountSpec) -> Result<()> {
         });
     }
     let (store, prefix) = store_of(&loc)?;
-    let fs = Arc::new(fs::Fs::new(store, &prefix, spec.opts.clone()));
+    let mut opts = spec.opts.clone();
+    opts.scheme = loc.scheme;
+    let fs = Arc::new(fs::Fs::new(store, &prefix, opts));
     // the root is listed before the mount shows: credentials or a bucket that fail, fail here
     fs.readdir(fs::ROOT).await.map_err(|e| SlateError::Store {
         url: loc.to_string(),
@@ -203,9 +206,10 @@ pub async fn run(spec: MountSpec) -> Result<()> {
         fuser::MountOption::Subtype("slate".into()),
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
-        // writes come later: the kernel refuses them up front
-        fuser::MountOption::RO,
     ];
+    if spec.opts.read_only {
+        options.push(fuser::MountOption::RO);
+    }
     if spec.allow_other {
         options.push(fuser::MountOption::CUSTOM("allow_other".into()));
     }

@@ -1,0 +1,386 @@
+//! The mount's writes: a file opened for writing is a local cache file (the object's bytes
+//! first, unless it is truncated or new); `close` (flush) uploads it whole — one PUT, or a
+//! multipart upload of 8 MiB parts past that — with its Content-Type from its extension and
+//! its modification time in rclone's metadata convention, and answers only once the object
+//! is complete at the store. Unlink deletes; rename is a server-side copy and a delete (a
+//! folder: key by key, not atomic); mkdir makes a folder that lives in the mount until a file
+//! is put under it (object stores have no empty folders).
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, WriteMultipart};
+
+use super::fs::{join, Attr, Errno, Fs, Kind, WriteState, PART};
+use crate::core::location::Scheme;
+use crate::core::meta::Meta;
+
+/// The errno of an I/O error on the cache file.
+fn io_errno(e: &std::io::Error) -> Errno {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl Fs {
+    /// A cache file for a handle: in the cache folder, removed when the handle is released.
+    fn cache_file(&self) -> Result<(std::fs::File, std::path::PathBuf), Errno> {
+        std::fs::create_dir_all(&self.opts.cache_dir).map_err(|e| io_errno(&e))?;
+        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .opts
+            .cache_dir
+            .join(format!("w-{}-{n}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| {
+                tracing::warn!(file = %path.display(), error = %e, "mount: cache file");
+                io_errno(&e)
+            })?;
+        Ok((f, path))
+    }
+
+    fn refuse_writes(&self) -> Result<(), Errno> {
+        if self.opts.read_only {
+            Err(libc::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A new empty file `name` in `parent`, open for writing: it is at the store once
+    /// closed (an empty file too).
+    pub async fn create(&self, parent: u64, name: &str) -> Result<(Attr, u64), Errno> {
+        self.refuse_writes()?;
+        let children = self.children_of(parent).await?;
+        if let Some(a) = children.iter().find(|(n, _)| n == name).map(|(_, a)| a) {
+            if a.kind == Kind::Dir {
+                return Err(libc::EISDIR);
+            }
+        }
+        let rel = join(&self.rel_of(parent)?, name);
+        let attr = self.add_child(parent, name, &rel, Kind::File, 0, SystemTime::now());
+        let (file, path) = self.cache_file()?;
+        let fh = self.new_handle(
+            attr.ino,
+            &rel,
+            None,
+            0,
+            Some(WriteState::new(file, path, true)),
+        );
+        Ok((attr, fh))
+    }
+
+    /// Opens file `ino` for writing: its bytes in a cache file first, unless `truncate`.
+    pub async fn open_write(&self, ino: u64, truncate: bool) -> Result<u64, Errno> {
+        self.refuse_writes()?;
+        let rel = self.file_rel(ino)?;
+        let (file, path) = self.cache_file()?;
+        let mut size = 0;
+        if !truncate {
+            let key = self.key(&rel);
+            let got = self
+                .store
+                .get(&key)
+                .await
+                .map_err(|e| super::fs::errno(&e))?;
+            let bytes = got.bytes().await.map_err(|e| super::fs::errno(&e))?;
+            file.write_all_at(&bytes, 0).map_err(|e| io_errno(&e))?;
+            size = bytes.len() as u64;
+            self.fetched.fetch_add(size, Ordering::Relaxed);
+        }
+        Ok(self.new_handle(
+            ino,
+            &rel,
+            None,
+            size,
+            Some(WriteState::new(file, path, truncate)),
+        ))
+    }
+
+    /// Writes `data` at `offset` of an open file's cache file.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        let mut handles = self.handles();
+        let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
+        let w = h.write.as_mut().ok_or(libc::EBADF)?;
+        w.file
+            .write_all_at(data, offset)
+            .map_err(|e| io_errno(&e))?;
+        w.dirty = true;
+        let end = offset + data.len() as u64;
+        if end > h.size {
+            h.size = end;
+        }
+        let (ino, size) = (h.ino, h.size);
+        drop(handles);
+        self.set_size(ino, size);
+        Ok(data.len() as u32)
+    }
+
+    /// Truncates (or extends) file `ino` to `size`: on its open handle, or through one.
+    pub async fn truncate(&self, ino: u64, fh: Option<u64>, size: u64) -> Result<Attr, Errno> {
+        self.refuse_writes()?;
+        // the kernel truncates an O_TRUNC open with a setattr that may name no handle: the
+        // file's open write handle is the one truncated
+        let own = fh
+            .filter(|f| self.is_writing(*f))
+            .or_else(|| self.writing_handle(ino));
+        let own = match own {
+            Some(f) => f,
+            None => {
+                let f = self.open_write(ino, size == 0).await?;
+                let r = self.truncate_open(f, size);
+                let r = match r {
+                    Ok(()) => self.flush(f).await,
+                    Err(e) => Err(e),
+                };
+                self.release(f);
+                r?;
+                return self.getattr(ino);
+            }
+        };
+        self.truncate_open(own, size)?;
+        self.getattr(ino)
+    }
+
+    fn truncate_open(&self, fh: u64, size: u64) -> Result<(), Errno> {
+        let mut handles = self.handles();
+        let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
+        let w = h.write.as_mut().ok_or(libc::EBADF)?;
+        w.file.set_len(size).map_err(|e| io_errno(&e))?;
+        w.dirty = true;
+        h.size = size;
+        let ino = h.ino;
+        drop(handles);
+        self.set_size(ino, size);
+        Ok(())
+    }
+
+    /// Uploads an open file's cache file when it changed, and waits until the object is
+    /// complete at the store (what `close` answers).
+    pub async fn flush(&self, fh: u64) -> Result<(), Errno> {
+        let (ino, rel, file) = {
+            let mut handles = self.handles();
+            let Some(h) = handles.get_mut(&fh) else {
+                return Ok(());
+            };
+            let Some(w) = h.write.as_mut() else {
+                return Ok(());
+            };
+            if !w.dirty {
+                return Ok(());
+            }
+            let file = w.file.try_clone().map_err(|e| io_errno(&e))?;
+            (h.ino, h.rel.clone(), file)
+        };
+        let key = self.key(&rel);
+        let size = file.metadata().map_err(|e| io_errno(&e))?.len();
+        let mtime = SystemTime::now();
+        self.upload(&key, &rel, file, size, mtime).await?;
+        if let Some(w) = self.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
+            w.dirty = false;
+        }
+        self.uploaded.fetch_add(size, Ordering::Relaxed);
+        self.set_size(ino, size);
+        tracing::debug!(key = %key, size, "mount: uploaded");
+        Ok(())
+    }
+
+    /// The cache file's `size` bytes to `key`: one PUT up to a part, else a multipart upload.
+    async fn upload(
+        &self,
+        key: &StorePath,
+        rel: &str,
+        file: std::fs::File,
+        size: u64,
+        mtime: SystemTime,
+    ) -> Result<(), Errno> {
+        let attributes = if self.opts.scheme == Scheme::Local {
+            object_store::Attributes::new()
+        } else {
+            Meta::of_local_file(rel, Some(mtime))
+                .to_attributes(self.opts.scheme, None)
+                .map(|(a, _)| a)
+                .map_err(|why| {
+                    tracing::warn!(key = %key, %why, "mount: metadata");
+                    libc::EIO
+                })?
+        };
+        let failed = |e: object_store::Error| {
+            tracing::warn!(key = %key, error = %e, "mount: upload failed");
+            super::fs::errno(&e)
+        };
+        let read = |off: u64, len: u64| -> Result<Vec<u8>, Errno> {
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, off)
+                .map_err(|e| io_errno(&e))?;
+            Ok(buf)
+        };
+        if size <= PART {
+            let body = read(0, size)?;
+            let opts = PutOptions {
+                attributes,
+                ..Default::default()
+            };
+            self.store
+                .put_opts(key, PutPayload::from(body), opts)
+                .await
+                .map_err(failed)?;
+            return Ok(());
+        }
+        let upload = self
+            .store
+            .put_multipart_opts(
+                key,
+                PutMultipartOptions {
+                    attributes,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(failed)?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, PART as usize);
+        let mut off = 0;
+        while off < size {
+            let len = PART.min(size - off);
+            w.wait_for_capacity(8).await.map_err(failed)?;
+            w.put(read(off, len)?.into());
+            off += len;
+        }
+        w.finish().await.map_err(failed)?;
+        Ok(())
+    }
+
+    /// Deletes file `name` of `parent` at the store.
+    pub async fn unlink(&self, parent: u64, name: &str) -> Result<(), Errno> {
+        self.refuse_writes()?;
+        let children = self.children_of(parent).await?;
+        let a = children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.clone())
+            .ok_or(libc::ENOENT)?;
+        if a.kind == Kind::Dir {
+            return Err(libc::EISDIR);
+        }
+        let rel = join(&self.rel_of(parent)?, name);
+        match self.store.delete(&self.key(&rel)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(super::fs::errno(&e)),
+        }
+        self.remove_child(parent, name);
+        Ok(())
+    }
+
+    /// A folder `name` in `parent`: kept by the mount until a file is put under it.
+    pub async fn mkdir(&self, parent: u64, name: &str) -> Result<Attr, Errno> {
+        self.refuse_writes()?;
+        let children = self.children_of(parent).await?;
+        if children.iter().any(|(n, _)| n == name) {
+            return Err(libc::EEXIST);
+        }
+        let rel = join(&self.rel_of(parent)?, name);
+        self.add_virtual_dir(&rel);
+        let attr = self.add_child(parent, name, &rel, Kind::Dir, 0, SystemTime::now());
+        Ok(attr)
+    }
+
+    /// Removes an empty folder.
+    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<(), Errno> {
+        self.refuse_writes()?;
+        let a = self.lookup(parent, name).await?;
+        if a.kind != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        let inside = self.readdir(a.ino).await?;
+        if inside.len() > 2 {
+            return Err(libc::ENOTEMPTY);
+        }
+        let rel = join(&self.rel_of(parent)?, name);
+        // a folder marker some tools write (`name/`), if any
+        let _ = self
+            .store
+            .delete(&StorePath::from(format!("{}/", join(self.prefix(), &rel))))
+            .await;
+        self.remove_virtual_dir(&rel);
+        self.remove_child(parent, name);
+        Ok(())
+    }
+
+    /// Renames `name` of `parent` to `new_name` of `new_parent`: a server-side copy and a
+    /// delete per key (a folder's keys one by one: not atomic).
+    pub async fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+    ) -> Result<(), Errno> {
+        self.refuse_writes()?;
+        let a = self.lookup(parent, name).await?;
+        let from = join(&self.rel_of(parent)?, name);
+        let to = join(&self.rel_of(new_parent)?, new_name);
+        if let Ok(b) = self.lookup(new_parent, new_name).await {
+            match (a.kind, b.kind) {
+                (Kind::File, Kind::Dir) => return Err(libc::EISDIR),
+                (Kind::Dir, Kind::File) => return Err(libc::ENOTDIR),
+                (Kind::Dir, Kind::Dir) if self.readdir(b.ino).await?.len() > 2 => {
+                    return Err(libc::ENOTEMPTY)
+                }
+                _ => {}
+            }
+        }
+        let moves: Vec<(String, String)> = match a.kind {
+            Kind::File => vec![(from.clone(), to.clone())],
+            Kind::Dir => {
+                use futures::TryStreamExt;
+                let base = join(self.prefix(), &from);
+                let keys: Vec<object_store::ObjectMeta> = self
+                    .store
+                    .list(Some(&StorePath::from(base.as_str())))
+                    .try_collect()
+                    .await
+                    .map_err(|e| super::fs::errno(&e))?;
+                keys.into_iter()
+                    .filter_map(|m| {
+                        let k = m.location.to_string();
+                        let rest = k.strip_prefix(&format!("{base}/"))?.to_string();
+                        Some((join(&from, &rest), join(&to, &rest)))
+                    })
+                    .collect()
+            }
+        };
+        for (f, t) in &moves {
+            self.store
+                .copy(&self.key(f), &self.key(t))
+                .await
+                .map_err(|e| super::fs::errno(&e))?;
+            self.store
+                .delete(&self.key(f))
+                .await
+                .map_err(|e| super::fs::errno(&e))?;
+        }
+        if a.kind == Kind::Dir && self.is_virtual_dir(&from) {
+            self.remove_virtual_dir(&from);
+            self.add_virtual_dir(&to);
+        }
+        self.remove_child(parent, name);
+        self.forget_listing(new_parent);
+        Ok(())
+    }
+
+    /// An open write handle of file `ino`, if any.
+    fn writing_handle(&self, ino: u64) -> Option<u64> {
+        self.handles()
+            .iter()
+            .find(|(_, h)| h.ino == ino && h.write.is_some())
+            .map(|(f, _)| *f)
+    }
+
+    fn is_writing(&self, fh: u64) -> bool {
+        self.handles().get(&fh).is_some_and(|h| h.write.is_some())
+    }
+}
