@@ -441,3 +441,157 @@ fn writes_through_the_mount_are_at_the_store_when_close_returns() {
     assert!(left.is_empty(), "cache files left: {left:?}");
     assert_eq!(m.stop(), Some(0), "{}", log_tail(&m.log_text()));
 }
+
+/// Azure: a blob written to Azurite and the event Event Grid would deliver (Azurite has no
+/// Event Grid) put on a real Azurite queue: the mount shows it within 2 s of the event.
+#[test]
+fn an_azure_container_mount_follows_its_storage_queue() {
+    let container = "slate-src";
+    let prefix = unique("mnt");
+    let queue = unique("slate-mq").to_ascii_lowercase();
+    let spec = format!("azqueue://devstoreaccount1/{queue}");
+    // SAFETY of env: the test's own process reads these to reach Azurite's queue; every test
+    // sets the same values.
+    unsafe {
+        std::env::set_var("AZURE_STORAGE_USE_EMULATOR", "true");
+        std::env::set_var("AZURITE_QUEUE_STORAGE_URL", azurite_queue_url());
+    }
+    let q = slate::events::azqueue::AzQueueSource::open(&spec).expect("queue");
+    rt().block_on(q.create()).expect("create queue");
+    let store = az(container);
+    let files: BTreeMap<String, Vec<u8>> = [
+        ("a.bin".to_string(), bytes(7, 9 * 1024 * 1024 + 5)),
+        ("d/b.txt".to_string(), b"b".to_vec()),
+    ]
+    .into();
+    rt().block_on(seed(&store, &prefix, &files));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mnt");
+    let mut m = Mounted::start(
+        &format!("az://{container}/{prefix}"),
+        &dir,
+        &tmp.path().join("mount.log"),
+        &["--events", &spec, "--dir-cache-time", "1h"],
+    );
+    for (k, v) in &files {
+        assert!(std::fs::read(dir.join(k)).expect("read") == *v, "{k}");
+    }
+    let event = |key: &str, kind: &str, size: usize, seq: u64| {
+        let ev = blob_event(
+            container,
+            &format!("{prefix}/{key}"),
+            kind,
+            size,
+            seq,
+            seq % 2 == 0,
+        );
+        rt().block_on(q.send(&b64(&ev))).expect("send");
+    };
+    // a new blob, its event: shown within 2 s of the event
+    rt().block_on(async {
+        store
+            .put(
+                &StorePath::from(format!("{prefix}/d/new.txt")),
+                PutPayload::from_static(b"new"),
+            )
+            .await
+            .expect("put")
+    });
+    assert!(!names(&dir.join("d")).contains(&"new.txt".to_string()));
+    event("d/new.txt", "BlobCreated", 3, 1);
+    let shown = time_until("the new blob in the mount", 10, || {
+        names(&dir.join("d")).contains(&"new.txt".to_string())
+    });
+    assert_eq!(std::fs::read(dir.join("d/new.txt")).expect("read"), b"new");
+    // a delete
+    rt().block_on(async {
+        store
+            .delete(&StorePath::from(format!("{prefix}/d/b.txt")))
+            .await
+            .expect("delete")
+    });
+    event("d/b.txt", "BlobDeleted", 0, 2);
+    let gone = time_until("the deleted blob gone from the mount", 10, || {
+        !dir.join("d/b.txt").exists()
+    });
+    assert!(
+        shown < Duration::from_secs(2) && gone < Duration::from_secs(2),
+        "a create showed {shown:?}, a delete {gone:?} after its event"
+    );
+    eprintln!("coherence through an Azurite queue: a create showed {shown:?}, a delete {gone:?} after its event");
+    // written through the mount: at Azurite when close returns, with its Content-Type
+    std::fs::write(dir.join("w.html"), b"<p>").expect("write");
+    let got = rt().block_on(async {
+        store
+            .get(&StorePath::from(format!("{prefix}/w.html")))
+            .await
+    });
+    let got = got.expect("at Azurite");
+    let ct = got
+        .attributes
+        .get(&object_store::Attribute::ContentType)
+        .map(|v| v.as_ref().to_string())
+        .unwrap_or_default();
+    assert!(ct.starts_with("text/html"), "{ct}");
+    assert_eq!(m.stop(), Some(0));
+}
+
+/// GCS: fake-gcs-server publishes each change to the Pub/Sub emulator; the mount pulls its
+/// own subscription and shows the change within 2 s of the write.
+#[test]
+fn a_gcs_bucket_mount_follows_its_pubsub_subscription() {
+    let sub = Subscription::new("slate-mnt", None);
+    let prefix = unique("mnt");
+    let write = gcs_writer("slate-src");
+    let files: BTreeMap<String, Vec<u8>> = [
+        ("a.bin".to_string(), bytes(8, 3 * 1024 * 1024 + 1)),
+        ("d/b.txt".to_string(), b"b".to_vec()),
+    ]
+    .into();
+    rt().block_on(seed(&write, &prefix, &files));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mnt");
+    let spec = format!("pubsub://projects/test-project/subscriptions/{}", sub.0);
+    let mut m = Mounted::start(
+        &format!("gs://slate-src/{prefix}"),
+        &dir,
+        &tmp.path().join("mount.log"),
+        &["--events", &spec, "--dir-cache-time", "1h", "--read-only"],
+    );
+    for (k, v) in &files {
+        assert!(std::fs::read(dir.join(k)).expect("read") == *v, "{k}");
+    }
+    let start = Instant::now();
+    rt().block_on(async {
+        write
+            .put(
+                &StorePath::from(format!("{prefix}/d/new.txt")),
+                PutPayload::from_static(b"new"),
+            )
+            .await
+            .expect("put")
+    });
+    wait_for("the new object in the mount", 10, || {
+        names(&dir.join("d")).contains(&"new.txt".to_string())
+    });
+    let shown = start.elapsed();
+    let start = Instant::now();
+    rt().block_on(async {
+        write
+            .delete(&StorePath::from(format!("{prefix}/d/b.txt")))
+            .await
+            .expect("delete")
+    });
+    wait_for("the deleted object gone from the mount", 10, || {
+        !dir.join("d/b.txt").exists()
+    });
+    let gone = start.elapsed();
+    assert!(
+        shown < Duration::from_secs(2) && gone < Duration::from_secs(2),
+        "a create showed {shown:?}, a delete {gone:?} after the write"
+    );
+    eprintln!(
+        "coherence through Pub/Sub: a create showed {shown:?}, a delete {gone:?} after the write"
+    );
+    assert_eq!(m.stop(), Some(0));
+}
