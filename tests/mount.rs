@@ -29,7 +29,13 @@ struct Mounted {
     child: Option<Child>,
     dir: PathBuf,
     log: PathBuf,
+    /// Set when the test is done with the mount: the watchdog stands down.
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How long a test may use a mount: past it, the watchdog kills the mount and detaches it,
+/// so a hung file system fails the test (its calls return ENOTCONN) instead of hanging CI.
+const MOUNT_DEADLINE: Duration = Duration::from_secs(240);
 
 impl Mounted {
     fn start(src: &str, dir: &Path, log: &Path, extra: &[&str]) -> Mounted {
@@ -42,10 +48,32 @@ impl Mounted {
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(log).expect("log"));
         let child = spawn_ready(c, log, 60, |t| t.contains("mounted on"));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (pid, watched, d) = (child.id() as i32, done.clone(), dir.to_path_buf());
+        std::thread::spawn(move || {
+            let until = Instant::now() + MOUNT_DEADLINE;
+            while Instant::now() < until {
+                if watched.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            eprintln!(
+                "watchdog: the mount on {} outlived {MOUNT_DEADLINE:?}: killed",
+                d.display()
+            );
+            // SAFETY: kill(2) of the test's own child (not reaped: the test still holds it)
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&d)
+                .status();
+        });
         let m = Mounted {
             child: Some(child),
             dir: dir.to_path_buf(),
             log: log.to_path_buf(),
+            done,
         };
         wait_for("the mount in /proc/mounts", 10, || mounted(dir));
         m
@@ -65,6 +93,7 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
         if mounted(&self.dir) {
             let _ = std::process::Command::new("fusermount3")
                 .args(["-u", "-z"])
@@ -378,6 +407,62 @@ fn writes_through_the_mount_are_at_the_store_when_close_returns() {
         big.len()
     );
     assert_eq!(ct.as_deref(), Some("application/octet-stream"));
+
+    // parts go while the file is written: two parts at the store before it is closed
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(dir.join("stream.bin")).expect("create");
+        let data = bytes(9, 19 * 1024 * 1024 + 7);
+        f.write_all(&data[..17 * 1024 * 1024]).expect("write");
+        let mut upload = String::new();
+        wait_for(
+            "two parts uploaded while the file is still open",
+            30,
+            || {
+                let (_, list) = s3_raw("GET", &format!("/{bucket}?uploads"), "");
+                let Some(id) = list
+                    .split("<Upload>")
+                    .filter(|u| u.contains("<Key>w/stream.bin</Key>"))
+                    .find_map(|u| u.split("<UploadId>").nth(1)?.split("</UploadId>").next())
+                else {
+                    return false;
+                };
+                upload = id.to_string();
+                let (_, parts) =
+                    s3_raw("GET", &format!("/{bucket}/w/stream.bin?uploadId={id}"), "");
+                parts.matches("<Part>").count() >= 2
+            },
+        );
+        assert!(
+            at_store(&store, "w/stream.bin").is_none(),
+            "not complete before close"
+        );
+        f.write_all(&data[17 * 1024 * 1024..]).expect("write");
+        drop(f);
+        let (b, ct, _) = at_store(&store, "w/stream.bin").expect("complete at close");
+        assert!(b == data, "{} bytes at the store", b.len());
+        assert_eq!(ct.as_deref(), Some("application/octet-stream"));
+        let (_, list) = s3_raw("GET", &format!("/{bucket}?uploads"), "");
+        assert!(!list.contains(&upload), "the upload was completed: {list}");
+    }
+    // a rewrite below what was streamed: the stream is dropped, the file uploaded whole
+    {
+        use std::io::{Seek, Write};
+        let mut f = std::fs::File::create(dir.join("rewrite.bin")).expect("create");
+        let mut data = bytes(10, 17 * 1024 * 1024 + 1);
+        f.write_all(&data).expect("write");
+        f.seek(SeekFrom::Start(3)).expect("seek");
+        f.write_all(b"XYZ").expect("rewrite");
+        data[3..6].copy_from_slice(b"XYZ");
+        drop(f);
+        let (b, _, _) = at_store(&store, "w/rewrite.bin").expect("at the store");
+        assert!(b == data, "the rewrite is at the store");
+        let (_, list) = s3_raw("GET", &format!("/{bucket}?uploads"), "");
+        assert!(
+            !list.contains("w/rewrite.bin"),
+            "the broken stream was aborted: {list}"
+        );
+    }
 
     // an overwrite, shorter; an append; a truncate
     std::fs::write(dir.join("old.txt"), b"new").expect("overwrite");

@@ -131,11 +131,18 @@ pub struct WriteState {
     pub file: std::fs::File,
     pub path: std::path::PathBuf,
     pub dirty: bool,
+    /// A sequential writer's parts, uploaded while it writes (`stream.rs`).
+    pub seq: super::stream::Sequence,
 }
 
 impl WriteState {
     pub fn new(file: std::fs::File, path: std::path::PathBuf, dirty: bool) -> WriteState {
-        WriteState { file, path, dirty }
+        WriteState {
+            file,
+            path,
+            dirty,
+            seq: Default::default(),
+        }
     }
 }
 
@@ -151,7 +158,7 @@ impl Drop for WriteState {
 pub struct Handle {
     pub ino: u64,
     pub rel: String,
-    key: StorePath,
+    pub(super) key: StorePath,
     etag: Option<String>,
     /// Bytes fetched from `buf.0` on.
     buf: (u64, Bytes),
@@ -175,6 +182,9 @@ pub struct Fs {
     virtual_dirs: Mutex<HashSet<String>>,
     /// Bytes uploaded, for `/metrics` and tests.
     pub uploaded: AtomicU64,
+    /// The runtime uploads run on (parts of a file still being written start from the
+    /// kernel's write callback, outside it).
+    pub(super) rt: Option<tokio::runtime::Handle>,
     /// Bytes fetched from the store, for `/metrics` and tests.
     pub fetched: AtomicU64,
     /// Keys invalidated by change events.
@@ -230,6 +240,7 @@ impl Fs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             virtual_dirs: Mutex::new(HashSet::new()),
+            rt: tokio::runtime::Handle::try_current().ok(),
             uploaded: AtomicU64::new(0),
             fetched: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),

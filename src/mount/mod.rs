@@ -6,6 +6,7 @@
 
 pub mod fs;
 pub mod fuse;
+pub mod stream;
 pub mod write;
 
 use std::path::PathBuf;
@@ -86,13 +87,21 @@ async fn follow<S: Source>(
             }
             for rel in keys {
                 let gone = fs.invalidate(&rel);
-                for (parent, name, ino) in gone {
-                    // ENOENT: the kernel never looked it up; nothing to drop
-                    let _ =
-                        notifier.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name));
-                    if let Some(ino) = ino {
-                        let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
+                // the kernel's side blocks while it holds the folder's lock for a lookup that
+                // this process answers: never on a runtime worker, which that answer needs
+                let n = notifier.clone();
+                let done = tokio::task::spawn_blocking(move || {
+                    for (parent, name, ino) in gone {
+                        // ENOENT: the kernel never looked it up; nothing to drop
+                        let _ = n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name));
+                        if let Some(ino) = ino {
+                            let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
+                        }
                     }
+                })
+                .await;
+                if let Err(e) = done {
+                    tracing::warn!(key = %rel, error = %e, "mount: invalidating the kernel's entry failed");
                 }
                 tracing::debug!(key = %rel, "mount: invalidated");
                 fs.invalidations

@@ -101,7 +101,8 @@ impl Fs {
         ))
     }
 
-    /// Writes `data` at `offset` of an open file's cache file.
+    /// Writes `data` at `offset` of an open file's cache file; parts a sequential writer has
+    /// filled go to the store at once.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
         let mut handles = self.handles();
         let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
@@ -111,6 +112,26 @@ impl Fs {
             .map_err(|e| io_errno(&e))?;
         w.dirty = true;
         let end = offset + data.len() as u64;
+        let ready = w.seq.wrote(offset, end);
+        if !ready.is_empty() {
+            if w.seq.stream.is_none() {
+                if let (Some(rt), Ok(file)) = (&self.rt, w.file.try_clone()) {
+                    let attributes = self.attributes_for(&h.rel, SystemTime::now())?;
+                    w.seq.stream = Some(super::stream::start(
+                        rt,
+                        self.store.clone(),
+                        h.key.clone(),
+                        attributes,
+                        file,
+                    ));
+                }
+            }
+            if let Some(s) = w.seq.stream.as_mut() {
+                for (o, l) in ready {
+                    s.send(o, l);
+                }
+            }
+        }
         if end > h.size {
             h.size = end;
         }
@@ -152,6 +173,7 @@ impl Fs {
         let w = h.write.as_mut().ok_or(libc::EBADF)?;
         w.file.set_len(size).map_err(|e| io_errno(&e))?;
         w.dirty = true;
+        w.seq.truncated(size);
         h.size = size;
         let ino = h.ino;
         drop(handles);
@@ -162,7 +184,7 @@ impl Fs {
     /// Uploads an open file's cache file when it changed, and waits until the object is
     /// complete at the store (what `close` answers).
     pub async fn flush(&self, fh: u64) -> Result<(), Errno> {
-        let (ino, rel, file) = {
+        let (ino, rel, file, stream) = {
             let mut handles = self.handles();
             let Some(h) = handles.get_mut(&fh) else {
                 return Ok(());
@@ -174,12 +196,28 @@ impl Fs {
                 return Ok(());
             }
             let file = w.file.try_clone().map_err(|e| io_errno(&e))?;
-            (h.ino, h.rel.clone(), file)
+            // what was streamed finishes now, unless a later write went below it; either
+            // way this handle streams no more (its next close uploads whole)
+            let stream = w.seq.stream.take().filter(|_| !w.seq.broken);
+            w.seq.broken = true;
+            (h.ino, h.rel.clone(), file, stream)
         };
         let key = self.key(&rel);
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
         let mtime = SystemTime::now();
-        self.upload(&key, &rel, file, size, mtime).await?;
+        let streamed = match stream {
+            Some(s) => match s.finish(size).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(key = %key, errno = e, "mount: the streamed upload failed; uploading the file whole");
+                    false
+                }
+            },
+            None => false,
+        };
+        if !streamed {
+            self.upload(&key, &rel, file, size, mtime).await?;
+        }
         if let Some(w) = self.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
             w.dirty = false;
         }
@@ -198,17 +236,7 @@ impl Fs {
         size: u64,
         mtime: SystemTime,
     ) -> Result<(), Errno> {
-        let attributes = if self.opts.scheme == Scheme::Local {
-            object_store::Attributes::new()
-        } else {
-            Meta::of_local_file(rel, Some(mtime))
-                .to_attributes(self.opts.scheme, None)
-                .map(|(a, _)| a)
-                .map_err(|why| {
-                    tracing::warn!(key = %key, %why, "mount: metadata");
-                    libc::EIO
-                })?
-        };
+        let attributes = self.attributes_for(rel, mtime)?;
         let failed = |e: object_store::Error| {
             tracing::warn!(key = %key, error = %e, "mount: upload failed");
             super::fs::errno(&e)
@@ -252,6 +280,25 @@ impl Fs {
         }
         w.finish().await.map_err(failed)?;
         Ok(())
+    }
+
+    /// What a file written at `rel` carries: its Content-Type and modification time (none on
+    /// a local folder, whose files hold their own).
+    fn attributes_for(
+        &self,
+        rel: &str,
+        mtime: SystemTime,
+    ) -> Result<object_store::Attributes, Errno> {
+        if self.opts.scheme == Scheme::Local {
+            return Ok(object_store::Attributes::new());
+        }
+        Meta::of_local_file(rel, Some(mtime))
+            .to_attributes(self.opts.scheme, None)
+            .map(|(a, _)| a)
+            .map_err(|why| {
+                tracing::warn!(key = %rel, %why, "mount: metadata");
+                libc::EIO
+            })
     }
 
     /// Deletes file `name` of `parent` at the store.

@@ -1,0 +1,256 @@
+//! A file written sequentially through the mount is uploaded while it is written: each
+//! 8 MiB part goes as soon as the writer has filled it (up to 8 in flight), so `close` waits
+//! only for the tail. A write or a truncate below what was handed to the upload breaks the
+//! stream: it is aborted and `close` uploads the file whole.
+
+use std::sync::Arc;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use object_store::path::Path as StorePath;
+use object_store::{MultipartUpload, ObjectStore, PutMultipartOptions, PutPayload};
+use tokio::sync::{mpsc, oneshot};
+
+use super::fs::{Errno, PART};
+
+/// Parts in flight per file.
+const IN_FLIGHT: usize = 8;
+
+enum Msg {
+    /// The bytes `[offset, offset + len)` are written: upload them as the next part.
+    Part(u64, u64),
+    /// The file is `size` bytes: upload what is left and complete.
+    Finish(u64, oneshot::Sender<Result<(), Errno>>),
+}
+
+/// The writer's side of a file's streaming upload.
+#[derive(Debug)]
+pub struct Stream {
+    tx: mpsc::UnboundedSender<Msg>,
+    /// Bytes `[0, sent)` are handed to the upload.
+    pub sent: u64,
+}
+
+/// Where a sequential writer is, and whether its file can still stream.
+#[derive(Debug, Default)]
+pub struct Sequence {
+    /// The end of what was written from 0 without a gap.
+    pub seq_end: u64,
+    /// A write or truncate below `stream.sent`: the stream is useless.
+    pub broken: bool,
+    pub stream: Option<Stream>,
+}
+
+impl Sequence {
+    /// Notes a write of `[offset, end)`; returns the parts now ready to go, as (offset, len).
+    pub fn wrote(&mut self, offset: u64, end: u64) -> Vec<(u64, u64)> {
+        let sent = self.stream.as_ref().map(|s| s.sent).unwrap_or(0);
+        if offset < sent {
+            self.broken = true;
+        }
+        if offset <= self.seq_end && end > self.seq_end {
+            self.seq_end = end;
+        }
+        let mut ready = Vec::new();
+        let mut at = sent;
+        while !self.broken && self.seq_end >= at + PART {
+            ready.push((at, PART));
+            at += PART;
+        }
+        ready
+    }
+
+    /// Notes a truncate to `size`.
+    pub fn truncated(&mut self, size: u64) {
+        if size < self.stream.as_ref().map(|s| s.sent).unwrap_or(0) {
+            self.broken = true;
+        }
+        self.seq_end = self.seq_end.min(size);
+    }
+}
+
+/// Starts the upload task of `key` (its first part not sent yet).
+pub fn start(
+    rt: &tokio::runtime::Handle,
+    store: Arc<dyn ObjectStore>,
+    key: StorePath,
+    attributes: object_store::Attributes,
+    file: std::fs::File,
+) -> Stream {
+    let (tx, rx) = mpsc::unbounded_channel();
+    rt.spawn(run(store, key, attributes, file, rx));
+    Stream { tx, sent: 0 }
+}
+
+impl Stream {
+    /// Hands `[offset, offset + len)` to the upload.
+    pub fn send(&mut self, offset: u64, len: u64) {
+        let _ = self.tx.send(Msg::Part(offset, len));
+        self.sent = offset + len;
+    }
+
+    /// Uploads the rest of a `size`-byte file and completes; Ok once the object is whole at
+    /// the store.
+    pub async fn finish(self, size: u64) -> Result<(), Errno> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Msg::Finish(size, reply))
+            .map_err(|_| libc::EIO)?;
+        answer.await.unwrap_or(Err(libc::EIO))
+    }
+}
+
+fn read_at(file: &std::fs::File, off: u64, len: u64) -> Result<Vec<u8>, Errno> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, off)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    Ok(buf)
+}
+
+/// A part task's outcome.
+fn joined(r: Result<object_store::Result<()>, tokio::task::JoinError>) -> object_store::Result<()> {
+    r.unwrap_or_else(|e| {
+        Err(object_store::Error::Generic {
+            store: "mount",
+            source: Box::new(e),
+        })
+    })
+}
+
+/// The upload task: parts as they come, then the tail and the completion; dropped without
+/// a finish (the file closed with an error, or released), the upload is aborted.
+async fn run(
+    store: Arc<dyn ObjectStore>,
+    key: StorePath,
+    attributes: object_store::Attributes,
+    file: std::fs::File,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+) {
+    let mut upload: Option<Box<dyn MultipartUpload>> = None;
+    let mut inflight = FuturesUnordered::new();
+    let mut failed: Option<Errno> = None;
+    let mut next = 0u64;
+    let fail = |e: object_store::Error| {
+        tracing::warn!(key = %key, error = %e, "mount: a part's upload failed");
+        super::fs::errno(&e)
+    };
+    while let Some(msg) = rx.recv().await {
+        let (parts, finish) = match msg {
+            Msg::Part(off, len) => (vec![(off, len)], None),
+            Msg::Finish(size, reply) => {
+                let mut parts = Vec::new();
+                let mut at = next;
+                while at < size {
+                    let len = PART.min(size - at);
+                    parts.push((at, len));
+                    at += len;
+                }
+                (parts, Some(reply))
+            }
+        };
+        for (off, len) in parts {
+            if failed.is_some() {
+                break;
+            }
+            if upload.is_none() {
+                match store
+                    .put_multipart_opts(
+                        &key,
+                        PutMultipartOptions {
+                            attributes: attributes.clone(),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                {
+                    Ok(u) => upload = Some(u),
+                    Err(e) => {
+                        failed = Some(fail(e));
+                        break;
+                    }
+                }
+            }
+            let body = match read_at(&file, off, len) {
+                Ok(b) => b,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            while inflight.len() >= IN_FLIGHT {
+                if let Some(r) = inflight.next().await {
+                    if let Err(e) = joined(r) {
+                        failed = Some(fail(e));
+                    }
+                }
+            }
+            if let Some(u) = upload.as_mut() {
+                // a task of its own: it goes now, not when this loop next looks
+                inflight.push(tokio::spawn(u.put_part(PutPayload::from(body))));
+            }
+            next = off + len;
+        }
+        if let Some(reply) = finish {
+            while let Some(r) = inflight.next().await {
+                if let Err(e) = joined(r) {
+                    failed = Some(fail(e));
+                }
+            }
+            let result = match (failed, upload.as_mut()) {
+                (None, Some(u)) => u.complete().await.map(|_| ()).map_err(fail),
+                (None, None) => Err(libc::EIO),
+                (Some(e), _) => Err(e),
+            };
+            if result.is_err() {
+                if let Some(u) = upload.as_mut() {
+                    let _ = u.abort().await;
+                }
+            }
+            let _ = reply.send(result);
+            return;
+        }
+    }
+    // the writer went away without finishing: nothing of this upload may stay
+    while inflight.next().await.is_some() {}
+    if let Some(u) = upload.as_mut() {
+        let _ = u.abort().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sequential_writer_hands_parts_as_they_fill_and_a_rewrite_breaks_it() {
+        let mut s = Sequence::default();
+        assert!(s.wrote(0, PART - 1).is_empty());
+        assert_eq!(s.wrote(PART - 1, 2 * PART + 5), [(0, PART), (PART, PART)]);
+        // pretend both were handed
+        s.stream = Some(Stream {
+            tx: mpsc::unbounded_channel().0,
+            sent: 2 * PART,
+        });
+        // a gap: what is after it waits for the end
+        assert!(s.wrote(3 * PART, 4 * PART).is_empty());
+        assert_eq!(s.seq_end, 2 * PART + 5);
+        // a rewrite of what is above what was handed is fine
+        assert!(s.wrote(2 * PART, 2 * PART + 1).is_empty());
+        assert!(!s.broken);
+        // below it: broken, nothing more goes
+        s.wrote(10, 20);
+        assert!(s.broken);
+        assert!(s.wrote(2 * PART + 5, 5 * PART).is_empty());
+        let mut t = Sequence {
+            stream: Some(Stream {
+                tx: mpsc::unbounded_channel().0,
+                sent: PART,
+            }),
+            ..Default::default()
+        };
+        t.truncated(PART + 3);
+        assert!(!t.broken);
+        t.truncated(5);
+        assert!(t.broken);
+    }
+}
