@@ -167,6 +167,8 @@ pub struct Handle {
     window: u64,
     pub size: u64,
     pub write: Option<WriteState>,
+    /// Reads of the handle take turns.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The file system over one store location.
@@ -414,6 +416,7 @@ impl Fs {
                 last_end: 0,
                 window: BLOCK,
                 write,
+                turn: Arc::new(tokio::sync::Mutex::new(())),
             },
         );
         fh
@@ -561,6 +564,14 @@ impl Fs {
 
     /// Up to `size` bytes at `offset` of the version `fh` opened.
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes, Errno> {
+        // one read of a handle at a time: the kernel's parallel read-ahead requests wait for
+        // the window the first one fetches instead of each fetching its own block
+        let turn = self
+            .handles()
+            .get(&fh)
+            .map(|h| h.turn.clone())
+            .ok_or(libc::EBADF)?;
+        let _turn = turn.lock().await;
         let (key, etag, file_size, fetch) = {
             let mut handles = self.handles();
             let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
@@ -584,8 +595,13 @@ impl Fs {
                 h.last_end = end;
                 return Ok(out);
             }
-            // sequential: the window doubles (to its cap); a seek starts small again
-            h.window = if offset == h.last_end && offset > 0 {
+            // sequential (at or just past where reading was, out-of-order read-ahead
+            // included): the window doubles, to its cap; a seek starts small again
+            let buf_end = start + buf.len() as u64;
+            let near = offset > 0
+                && offset + h.window >= h.last_end.min(*start)
+                && offset <= buf_end.max(h.last_end) + h.window;
+            h.window = if near {
                 (h.window * 2).min(MAX_WINDOW)
             } else {
                 BLOCK
