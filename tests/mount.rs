@@ -519,10 +519,21 @@ fn writes_through_the_mount_are_at_the_store_when_close_returns() {
     let e = std::fs::hard_link(dir.join("renamed.txt"), dir.join("hard")).expect_err("link");
     assert_eq!(e.raw_os_error(), Some(libc::ENOTSUP));
 
-    // nothing is left in the cache folder once the files are closed
+    // no file's bytes are left in the cache folder once the files are closed (the state and
+    // the block cache stay)
     let left: Vec<_> = std::fs::read_dir(&cache)
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n: &std::ffi::OsString| {
+            let n = n.to_string_lossy();
+            !(n.starts_with("state.db") || n == "blocks")
+        })
+        .collect();
     assert!(left.is_empty(), "cache files left: {left:?}");
     assert_eq!(m.stop(), Some(0), "{}", log_tail(&m.log_text()));
 }
@@ -679,4 +690,266 @@ fn a_gcs_bucket_mount_follows_its_pubsub_subscription() {
         "coherence through Pub/Sub: a create showed {shown:?}, a delete {gone:?} after the write"
     );
     assert_eq!(m.stop(), Some(0));
+}
+
+/// `slate mount-status --cache-dir DIR`'s output.
+fn mount_status(cache: &Path) -> String {
+    let out = slate()
+        .args(["mount-status", "--cache-dir"])
+        .arg(cache)
+        .output()
+        .expect("slate mount-status");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mount_does() {
+    let bucket = format!("slate-mntwb-{}", std::process::id());
+    let (st, body) = s3_raw("PUT", &format!("/{bucket}"), "");
+    assert!(
+        st == 200 || body.contains("BucketAlreadyOwnedByYou"),
+        "{body}"
+    );
+    let store = s3(&bucket);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mnt");
+    let cache = tmp.path().join("cache");
+    let src = format!("s3://{bucket}/wb");
+    let cache_arg = cache.to_str().expect("utf-8");
+    let mut m = Mounted::start(
+        &src,
+        &dir,
+        &tmp.path().join("mount1.log"),
+        &["--cache-dir", cache_arg, "--write-back", "1h"],
+    );
+    let big = bytes(3, 9 * 1024 * 1024 + 5);
+    std::fs::create_dir(dir.join("data")).expect("mkdir");
+    std::fs::write(dir.join("data/x.bin"), &big).expect("write");
+    std::fs::write(dir.join("notes.txt"), b"first").expect("write");
+    std::fs::write(dir.join("notes.txt"), b"second, longer").expect("write again");
+    // close returned: nothing is at the store yet, the mount shows the new bytes
+    assert!(
+        at_store(&store, "wb/data/x.bin").is_none(),
+        "uploaded at close"
+    );
+    assert!(at_store(&store, "wb/notes.txt").is_none());
+    assert!(std::fs::read(dir.join("data/x.bin")).expect("read") == big);
+    assert_eq!(
+        std::fs::metadata(dir.join("notes.txt"))
+            .expect("stat")
+            .len(),
+        14
+    );
+    assert_eq!(names(&dir), ["data", "notes.txt"]);
+    let status = mount_status(&cache);
+    assert!(status.contains("2 file(s) waiting"), "{status}");
+    assert!(status.contains("wb/data/x.bin"), "{status}");
+    // a file written and deleted before its upload is never uploaded
+    std::fs::write(dir.join("gone.txt"), b"x").expect("write");
+    std::fs::remove_file(dir.join("gone.txt")).expect("unlink");
+    assert!(mount_status(&cache).contains("2 file(s) waiting"));
+
+    // kill -9: nothing uploaded, the state keeps both
+    let mut child = m.child.take().expect("the mount");
+    let pid = child.id() as i32;
+    // SAFETY: kill(2) of this test's own child
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL),
+        "the kill landed while the mount ran"
+    );
+    drop(m);
+    assert!(!mounted(&dir));
+    assert!(at_store(&store, "wb/data/x.bin").is_none());
+
+    // the next mount of the same source uploads them first
+    let log2 = tmp.path().join("mount2.log");
+    let mut m2 = Mounted::start(&src, &dir, &log2, &["--cache-dir", cache_arg]);
+    wait_for("the killed mount's files at the store", 30, || {
+        at_store(&store, "wb/notes.txt").is_some() && at_store(&store, "wb/data/x.bin").is_some()
+    });
+    let (b, ct, mtime) = at_store(&store, "wb/notes.txt").expect("notes");
+    assert_eq!(b, b"second, longer", "the last close's bytes");
+    assert!(
+        ct.as_deref().is_some_and(|c| c.starts_with("text/plain")),
+        "{ct:?}"
+    );
+    assert!(mtime.is_some(), "rclone's mtime");
+    assert!(at_store(&store, "wb/data/x.bin").expect("x").0 == big);
+    assert!(at_store(&store, "wb/gone.txt").is_none());
+    wait_for("the state emptied", 10, || {
+        mount_status(&cache).contains("0 file(s) waiting")
+    });
+    assert!(
+        m2.log_text().contains("did not upload"),
+        "{}",
+        m2.log_text()
+    );
+    assert_eq!(m2.stop(), Some(0));
+
+    // a clean stop uploads what waits before the process ends
+    let mut m3 = Mounted::start(
+        &src,
+        &dir,
+        &tmp.path().join("mount3.log"),
+        &["--cache-dir", cache_arg, "--write-back", "1h"],
+    );
+    std::fs::write(dir.join("late.txt"), b"late").expect("write");
+    assert!(at_store(&store, "wb/late.txt").is_none());
+    assert_eq!(m3.stop(), Some(0));
+    assert_eq!(at_store(&store, "wb/late.txt").expect("late").0, b"late");
+    // and a short delay uploads by itself
+    let mut m4 = Mounted::start(
+        &src,
+        &dir,
+        &tmp.path().join("mount4.log"),
+        &["--cache-dir", cache_arg, "--write-back", "1s"],
+    );
+    std::fs::write(dir.join("soon.txt"), b"soon").expect("write");
+    wait_for("a 1 s write-back uploaded", 20, || {
+        at_store(&store, "wb/soon.txt").is_some()
+    });
+    assert_eq!(m4.stop(), Some(0));
+}
+
+/// The most memory the process `pid` held (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+/// The mount's meter `name` from its /metrics.
+fn meter(addr: &str, name: &str) -> u64 {
+    let body = reqwest::blocking::get(format!("http://{addr}/metrics"))
+        .and_then(|r| r.text())
+        .expect("GET /metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {body}"))
+}
+
+#[test]
+fn the_block_cache_stays_under_its_limit_and_memory_under_its_budget() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).expect("src");
+    // 64 files of 3 MiB and a bit: 3x a 64 MiB cache
+    let files: Vec<(String, Vec<u8>)> = (0..64)
+        .map(|i| {
+            (
+                format!("f{i:02}.bin"),
+                bytes(i as u64, 3 * 1024 * 1024 + 17 * i),
+            )
+        })
+        .collect();
+    for (n, b) in &files {
+        std::fs::write(src.join(n), b).expect("seed");
+    }
+
+    let dir = tmp.path().join("mnt");
+    let cache = tmp.path().join("cache");
+    let mut m = Mounted::start(
+        src.to_str().expect("utf-8"),
+        &dir,
+        &tmp.path().join("mount.log"),
+        &[
+            "--cache-dir",
+            cache.to_str().expect("utf-8"),
+            "--cache-max-size",
+            "64MiB",
+            "--memory-limit",
+            "16MiB",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let log = m.log_text();
+    let addr = log
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split("/metrics").next())
+        .unwrap_or_else(|| panic!("the metrics address in the log: {log}"))
+        .to_string();
+    let pid = m.child.as_ref().expect("mount").id();
+    let base = peak_rss(pid);
+    // 64 files open and read at once
+    let handles: Vec<_> = files
+        .iter()
+        .map(|(n, b)| {
+            let (p, want) = (dir.join(n), b.clone());
+            std::thread::spawn(move || {
+                let mut f = std::fs::File::open(&p).expect("open");
+                let mut got = Vec::new();
+                f.read_to_end(&mut got).expect("read");
+                got == want
+            })
+        })
+        .collect();
+    for (h, (n, _)) in handles.into_iter().zip(&files) {
+        assert!(h.join().expect("reader"), "{n}: every byte");
+    }
+    let grew = peak_rss(pid).saturating_sub(base);
+    eprintln!("peak RSS grew by {} MiB", grew >> 20);
+    let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
+    let fetched = meter(&addr, "slate_mount_fetched_bytes_total");
+    // blocks fetched ahead are not evicted before their reader gets to them
+    assert!(
+        fetched < total + total / 10,
+        "{fetched} bytes fetched to read {total}"
+    );
+    // the budget (16 MiB of fetched data) and the kernel's reads in flight, not 200 MiB
+    assert!(
+        grew < 80 * 1024 * 1024,
+        "peak RSS grew by {} MiB reading 64 files at once",
+        grew >> 20
+    );
+    let limit = 64 * 1024 * 1024;
+    let held = meter(&addr, "slate_mount_cache_bytes");
+    assert!(held <= limit, "the cache holds {held} bytes");
+    assert!(meter(&addr, "slate_mount_cache_evicted_bytes_total") > 0);
+    let on_disk: u64 = std::fs::read_dir(cache.join("blocks").join(pid.to_string()))
+        .expect("the cache's folder")
+        .map(|e| {
+            std::os::unix::fs::MetadataExt::blocks(&e.expect("entry").metadata().expect("meta"))
+                * 512
+        })
+        .sum();
+    assert!(
+        on_disk <= limit + 4 * 1024 * 1024,
+        "{on_disk} bytes on disk"
+    );
+    // a file read alone, then again: the second time from the cache, nothing fetched
+    let (n, b) = &files[5];
+    assert!(std::fs::read(dir.join(n)).expect("alone") == *b);
+    let fetched = meter(&addr, "slate_mount_fetched_bytes_total");
+    assert!(std::fs::read(dir.join(n)).expect("again") == *b);
+    assert_eq!(meter(&addr, "slate_mount_fetched_bytes_total"), fetched);
+    assert!(meter(&addr, "slate_mount_cache_hits_total") > 0);
+    // random reads touch only their blocks: a 4 KiB read fetches at most a 128 KiB block
+    let (n, b) = &files[0];
+    let mut f = std::fs::File::open(dir.join(n)).expect("open");
+    let before = meter(&addr, "slate_mount_fetched_bytes_total");
+    let mut buf = [0u8; 4096];
+    f.seek(SeekFrom::Start(2 * 1024 * 1024 + 5)).expect("seek");
+    f.read_exact(&mut buf).expect("read");
+    assert_eq!(
+        &buf[..],
+        &b[2 * 1024 * 1024 + 5..2 * 1024 * 1024 + 5 + 4096]
+    );
+    let got = meter(&addr, "slate_mount_fetched_bytes_total") - before;
+    assert!(got <= 2 * 128 * 1024, "a 4 KiB read fetched {got} bytes");
+    drop(f);
+    assert_eq!(m.stop(), Some(0));
+    assert!(
+        !cache.join("blocks").join(pid.to_string()).exists(),
+        "the cache's folder goes with its mount"
+    );
 }

@@ -79,6 +79,9 @@ pub enum Command {
     /// Mount a location as a folder over FUSE, kept current by its change events (`--events`)
     /// or a folder cache time; until Ctrl-C, SIGTERM or `fusermount3 -u`.
     Mount(mount::MountArgs),
+    /// What mounts left in their state: files closed with --write-back and not uploaded yet,
+    /// and event messages a mount dropped (with why).
+    MountStatus(mount::StatusArgs),
 }
 
 /// Runs the parsed command; returns the process exit code.
@@ -108,6 +111,7 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Events(args) => events::run(args).await,
         Command::Check(args) => check::run(args).await,
         Command::Mount(args) => mount::run(args).await,
+        Command::MountStatus(args) => mount::run_status(args),
     }
 }
 

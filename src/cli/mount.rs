@@ -37,6 +37,23 @@ pub struct MountArgs {
     /// The group files show (default: the mounting user's).
     #[arg(long)]
     pub gid: Option<u32>,
+    /// The most the block cache in --cache-dir holds (fetched blocks of objects, evicted
+    /// least recently used). [default: a tenth of the free space there, at most 20 GiB]
+    #[arg(long, value_parser = crate::core::units::parse_size, value_name = "SIZE")]
+    pub cache_max_size: Option<u64>,
+    /// The budget of fetched data in memory at once, whatever the number of open files and
+    /// their sizes.
+    #[arg(long, default_value = "256MiB", value_parser = crate::core::units::parse_size, value_name = "SIZE")]
+    pub memory_limit: u64,
+    /// close returns at once and the upload starts this long after the file's last close
+    /// (as rclone's --vfs-write-back); such files are kept in --cache-dir's state, so a
+    /// mount killed before uploading them uploads them when mounted again.
+    #[arg(long, value_parser = crate::core::filter::parse_age, value_name = "DURATION")]
+    pub write_back: Option<Duration>,
+    /// Serve the mount's meters at http://ADDR/metrics (cache hits, bytes fetched and
+    /// uploaded, uploads waiting, invalidations); a loopback address such as 127.0.0.1:9431.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
     /// Permission bits taken from files (0666) and folders (0777), in octal.
     #[arg(long, default_value = "022", value_parser = parse_umask)]
     pub umask: u32,
@@ -66,6 +83,9 @@ fn parse_umask(s: &str) -> Result<u32, String> {
 pub async fn run(a: MountArgs) -> i32 {
     // SAFETY: getuid and getgid cannot fail and touch no memory
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let cache_dir = a.cache_dir.unwrap_or_else(default_cache_dir);
+    // the state records paths in it: they must hold from any working folder
+    let cache_dir = std::path::absolute(&cache_dir).unwrap_or(cache_dir);
     let spec = MountSpec {
         src: a.src,
         mountpoint: a.mountpoint,
@@ -77,9 +97,15 @@ pub async fn run(a: MountArgs) -> i32 {
             umask: a.umask,
             read_only: a.read_only,
             scheme: crate::core::location::Scheme::Local,
-            cache_dir: a.cache_dir.unwrap_or_else(default_cache_dir),
+            cache_max: a
+                .cache_max_size
+                .unwrap_or_else(|| crate::mount::cache::default_max(&cache_dir)),
+            memory_limit: a.memory_limit,
+            write_back: a.write_back,
+            cache_dir,
         },
         allow_other: a.allow_other,
+        listen: a.listen,
     };
     match crate::mount::run(spec).await {
         Ok(()) => 0,
@@ -88,4 +114,67 @@ pub async fn run(a: MountArgs) -> i32 {
             e.exit_code()
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only this mounted location's entries (as given to `slate mount`).
+    pub src: Option<String>,
+    /// The mounts' cache folder. [default: as `slate mount`'s]
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// `slate mount-status`: a line per file waiting for its upload, then per dropped message.
+pub fn run_status(a: StatusArgs) -> i32 {
+    let dir = a.cache_dir.unwrap_or_else(default_cache_dir);
+    let src = match a.src.as_deref().map(crate::core::location::Location::parse) {
+        Some(Ok(l)) => Some(l.to_string()),
+        Some(Err(e)) => {
+            eprintln!("slate: {e}");
+            return e.exit_code();
+        }
+        None => None,
+    };
+    let listed = crate::mount::state::MountState::open(&dir)
+        .and_then(|s| Ok((s.pending(src.as_deref())?, s.dropped(src.as_deref())?)));
+    let (pending, dropped) = match listed {
+        Ok(x) => x,
+        Err(why) => {
+            eprintln!("slate: --cache-dir: {why}");
+            return 2;
+        }
+    };
+    let when = |t: i64| {
+        chrono::DateTime::from_timestamp(t, 0)
+            .map(|d| d.to_rfc3339())
+            .unwrap_or_default()
+    };
+    println!(
+        "{} file(s) waiting for their upload (--write-back)",
+        pending.len()
+    );
+    for p in &pending {
+        println!(
+            "waiting  {}/{}  {} bytes  closed {}  kept in {}",
+            p.src.trim_end_matches('/'),
+            p.rel,
+            p.size,
+            when(p.since),
+            p.file.display()
+        );
+    }
+    println!("{} event message(s) dropped", dropped.len());
+    for d in &dropped {
+        let text: String = d.text.chars().take(200).collect();
+        println!(
+            "dropped  {}  {}  from {}: {}  text: {}",
+            when(d.at),
+            d.src,
+            d.source,
+            d.reason,
+            text.replace('\n', " ")
+        );
+    }
+    0
 }

@@ -52,8 +52,14 @@ pub struct FsOpts {
     pub read_only: bool,
     /// The store's kind: what metadata a write carries.
     pub scheme: crate::core::location::Scheme,
-    /// Where files open for writing are kept until they are uploaded.
+    /// Where files open for writing are kept until they are uploaded, and the block cache.
     pub cache_dir: std::path::PathBuf,
+    /// The block cache's limit in bytes (`--cache-max-size`).
+    pub cache_max: u64,
+    /// The budget of fetched bytes in memory at once (`--memory-limit`).
+    pub memory_limit: u64,
+    /// `--write-back`: close returns at once and the upload follows this long after.
+    pub write_back: Option<Duration>,
 }
 
 impl FsOpts {
@@ -152,23 +158,122 @@ impl Drop for WriteState {
     }
 }
 
-/// One open file: the version it reads and what was fetched ahead; or, written, its cache
-/// file.
+/// A range being fetched for a handle, into the block cache: done when `done` holds its
+/// outcome.
+#[derive(Debug)]
+struct Part {
+    range: std::ops::Range<u64>,
+    done: tokio::sync::watch::Receiver<Option<Result<(), Errno>>>,
+    task: tokio::task::AbortHandle,
+}
+
+/// One open file: the version it reads and what is fetched ahead of its reader; or, written
+/// (or waiting for its write-back), its local file.
 #[derive(Debug)]
 pub struct Handle {
     pub ino: u64,
     pub rel: String,
     pub(super) key: StorePath,
     etag: Option<String>,
-    /// Bytes fetched from `buf.0` on.
-    buf: (u64, Bytes),
-    /// Where the last read ended, and the window the next sequential read fetches.
+    /// What the block cache knows this version by: its ETag, else its size and time.
+    version: String,
+    /// Where the last read ended, the window the next sequential read keeps fetched ahead,
+    /// and the run of fetches the reader is in (`ahead_start..ahead_end`).
     last_end: u64,
     window: u64,
+    ahead_start: u64,
+    ahead_end: u64,
+    parts: Vec<Part>,
     pub size: u64,
     pub write: Option<WriteState>,
-    /// Reads of the handle take turns.
-    turn: Arc<tokio::sync::Mutex<()>>,
+    /// A file read from a local copy: a write-back not uploaded yet.
+    pub(super) local: Option<std::fs::File>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // what was fetched ahead for this reader and not arrived yet is not wanted
+        for p in &self.parts {
+            p.task.abort();
+        }
+    }
+}
+
+/// What fetches ranges of objects into the block cache, within the memory budget; cloned
+/// into each part's task.
+#[derive(Clone)]
+pub(super) struct Fetcher {
+    store: Arc<dyn ObjectStore>,
+    pub(super) cache: Arc<super::cache::BlockCache>,
+    /// Units of [`BUDGET_UNIT`] bytes of fetched data that may be in memory at once.
+    budget: Arc<tokio::sync::Semaphore>,
+    budget_units: u32,
+    fetched: Arc<AtomicU64>,
+}
+
+/// The memory budget's unit.
+const BUDGET_UNIT: u64 = 64 * 1024;
+
+impl Fetcher {
+    /// `range` of `key` at `etag` (ranged GETs of at most [`PART`], in parallel), each part
+    /// kept in the block cache as it arrives; within the memory budget.
+    async fn fetch(
+        &self,
+        key: &StorePath,
+        etag: Option<String>,
+        version: &str,
+        size: u64,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, Errno> {
+        let mut parts = Vec::new();
+        let mut at = range.start;
+        while at < range.end {
+            let end = (at + PART).min(range.end);
+            parts.push(at..end);
+            at = end;
+        }
+        let gets = parts.into_iter().map(|r| {
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(r.clone())),
+                if_match: etag.clone(),
+                ..Default::default()
+            };
+            async move {
+                let units = ((r.end - r.start).div_ceil(BUDGET_UNIT) as u32)
+                    .clamp(1, self.budget_units.max(1));
+                let _permit = self.budget.acquire_many(units).await.ok();
+                let got = self.store.get_opts(key, opts).await?;
+                let bytes = got.bytes().await?;
+                self.fetched
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                self.cache.put(key.as_ref(), version, size, r.start, &bytes);
+                Ok::<_, object_store::Error>(bytes)
+            }
+        });
+        let got = futures::future::try_join_all(gets).await.map_err(|e| {
+            if matches!(e, object_store::Error::Precondition { .. }) {
+                tracing::warn!(key = %key, "mount: the object changed while open: the open file's version is gone (ESTALE); open it again");
+            } else {
+                tracing::warn!(key = %key, error = %e, "mount: read failed");
+            }
+            errno(&e)
+        })?;
+        if got.len() == 1 {
+            return Ok(got.into_iter().next().unwrap_or_default());
+        }
+        let total: usize = got.iter().map(Bytes::len).sum();
+        let mut out = Vec::with_capacity(total);
+        for b in got {
+            out.extend_from_slice(&b);
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
+/// Where a read is answered.
+enum Local {
+    Bytes(Bytes),
+    Store(u64),
 }
 
 /// The file system over one store location.
@@ -188,9 +293,15 @@ pub struct Fs {
     /// kernel's write callback, outside it).
     pub(super) rt: Option<tokio::runtime::Handle>,
     /// Bytes fetched from the store, for `/metrics` and tests.
-    pub fetched: AtomicU64,
+    pub fetched: Arc<AtomicU64>,
+    pub(super) fetcher: Fetcher,
     /// Keys invalidated by change events.
     pub invalidations: AtomicU64,
+    /// The mount's state: files closed with `--write-back` waiting for their upload, and
+    /// dropped messages (`writeback.rs`).
+    pub(super) backlog: Option<super::writeback::Backlog>,
+    /// Event messages dropped as unreadable.
+    pub dropped: AtomicU64,
 }
 
 pub(super) fn join(a: &str, b: &str) -> String {
@@ -213,7 +324,9 @@ pub(super) fn errno(e: &object_store::Error) -> Errno {
 }
 
 impl Fs {
-    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, opts: FsOpts) -> Fs {
+    /// The file system over `store`'s `prefix`; its block cache in `opts.cache_dir` (an
+    /// error names that folder when it cannot be made).
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, opts: FsOpts) -> Result<Fs, String> {
         let mut nodes = Nodes {
             next: ROOT,
             ..Default::default()
@@ -234,7 +347,18 @@ impl Fs {
             },
         );
         nodes.by_rel.insert(String::new(), ROOT);
-        Fs {
+        let cache = super::cache::BlockCache::new(&opts.cache_dir, opts.cache_max)
+            .map_err(|e| format!("{}: the block cache: {e}", opts.cache_dir.display()))?;
+        let fetched = Arc::new(AtomicU64::new(0));
+        let budget_units = (opts.memory_limit / BUDGET_UNIT).clamp(1, u32::MAX as u64 >> 4) as u32;
+        let fetcher = Fetcher {
+            store: store.clone(),
+            cache: Arc::new(cache),
+            budget: Arc::new(tokio::sync::Semaphore::new(budget_units as usize)),
+            budget_units,
+            fetched: fetched.clone(),
+        };
+        Ok(Fs {
             store,
             prefix: prefix.trim_matches('/').to_string(),
             opts,
@@ -244,9 +368,17 @@ impl Fs {
             virtual_dirs: Mutex::new(HashSet::new()),
             rt: tokio::runtime::Handle::try_current().ok(),
             uploaded: AtomicU64::new(0),
-            fetched: AtomicU64::new(0),
+            fetched,
+            fetcher,
             invalidations: AtomicU64::new(0),
-        }
+            backlog: None,
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Gives the mount its state (before it is shared).
+    pub fn set_backlog(&mut self, b: super::writeback::Backlog) {
+        self.backlog = Some(b);
     }
 
     pub(super) fn key(&self, rel: &str) -> StorePath {
@@ -410,13 +542,16 @@ impl Fs {
                 ino,
                 rel: rel.to_string(),
                 key: self.key(rel),
+                version: etag.clone().unwrap_or_default(),
                 etag,
                 size,
-                buf: (0, Bytes::new()),
                 last_end: 0,
                 window: BLOCK,
+                ahead_start: 0,
+                ahead_end: 0,
+                parts: Vec::new(),
                 write,
-                turn: Arc::new(tokio::sync::Mutex::new(())),
+                local: None,
             },
         );
         fh
@@ -470,6 +605,17 @@ impl Fs {
                 if parent == rel && !entries.iter().any(|(n, _, _, _)| n == name) {
                     entries.push((name.to_string(), Kind::Dir, 0, SystemTime::now()));
                 }
+            }
+        }
+        // files closed with --write-back show their new bytes until uploaded
+        for (name, size, mtime) in self.waiting_in(rel) {
+            match entries.iter_mut().find(|(n, _, _, _)| *n == name) {
+                Some(e) if e.1 == Kind::File => {
+                    e.2 = size;
+                    e.3 = mtime;
+                }
+                Some(_) => {}
+                None => entries.push((name, Kind::File, size, mtime)),
             }
         }
         let writing: Vec<(String, u64)> = self
@@ -538,6 +684,17 @@ impl Fs {
             }
             n.rel.clone()
         };
+        if let Some(w) = self.waiting(&rel) {
+            // closed with --write-back, not uploaded yet: its own bytes
+            let file =
+                std::fs::File::open(&w.file).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            let size = file.metadata().map(|m| m.len()).unwrap_or(w.size);
+            let fh = self.new_handle(ino, &rel, None, size, None);
+            if let Some(h) = self.handles().get_mut(&fh) {
+                h.local = Some(file);
+            }
+            return Ok(fh);
+        }
         let meta = self
             .store
             .head(&self.key(&rel))
@@ -550,7 +707,18 @@ impl Fs {
                 n.attr.mtime = meta.last_modified.into();
             }
         }
-        Ok(self.new_handle(ino, &rel, meta.e_tag, meta.size, None))
+        let fh = self.new_handle(ino, &rel, meta.e_tag.clone(), meta.size, None);
+        if meta.e_tag.is_none() {
+            // no ETag: the cache knows the version by its size and time
+            if let Some(h) = self.handles().get_mut(&fh) {
+                h.version = format!(
+                    "{}-{}",
+                    meta.size,
+                    meta.last_modified.timestamp_nanos_opt().unwrap_or_default()
+                );
+            }
+        }
+        Ok(fh)
     }
 
     pub fn release(&self, fh: u64) {
@@ -562,119 +730,176 @@ impl Fs {
         self.handles().get(&fh).map(|h| (h.ino, h.size))
     }
 
-    /// Up to `size` bytes at `offset` of the version `fh` opened.
+    /// Up to `size` bytes at `offset` of the version `fh` opened: from the block cache,
+    /// else from what is already being fetched for this reader, else fetched now. A
+    /// sequential reader keeps a window fetched ahead of it, in the background, that
+    /// doubles to [`MAX_WINDOW`]; a random reader fetches only the blocks it touches.
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Bytes, Errno> {
-        // one read of a handle at a time: the kernel's parallel read-ahead requests wait for
-        // the window the first one fetches instead of each fetching its own block
-        let turn = self
-            .handles()
-            .get(&fh)
-            .map(|h| h.turn.clone())
-            .ok_or(libc::EBADF)?;
-        let _turn = turn.lock().await;
-        let (key, etag, file_size, fetch) = {
-            let mut handles = self.handles();
-            let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
-            if offset >= h.size || size == 0 {
-                return Ok(Bytes::new());
-            }
-            if let Some(w) = &h.write {
-                let n = (size as u64).min(h.size - offset) as usize;
-                let mut buf = vec![0u8; n];
-                use std::os::unix::fs::FileExt;
-                w.file
-                    .read_exact_at(&mut buf, offset)
-                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-                return Ok(Bytes::from(buf));
-            }
-            let end = (offset + size as u64).min(h.size);
-            let (start, buf) = (&h.buf.0, &h.buf.1);
-            if offset >= *start && end <= start + buf.len() as u64 {
-                let from = (offset - start) as usize;
-                let out = buf.slice(from..from + (end - offset) as usize);
-                h.last_end = end;
-                return Ok(out);
-            }
-            // sequential (at or just past where reading was, out-of-order read-ahead
-            // included): the window doubles, to its cap; a seek starts small again
-            let buf_end = start + buf.len() as u64;
-            let near = offset > 0
-                && offset + h.window >= h.last_end.min(*start)
-                && offset <= buf_end.max(h.last_end) + h.window;
-            h.window = if near {
-                (h.window * 2).min(MAX_WINDOW)
-            } else {
-                BLOCK
-            };
-            let want = h.window.max(end - offset);
-            let fetch_end = (offset + want).min(h.size);
-            (h.key.clone(), h.etag.clone(), h.size, offset..fetch_end)
+        let end = match self.read_local(fh, offset, size)? {
+            Local::Bytes(b) => return Ok(b),
+            Local::Store(end) => end,
         };
-        let bytes = self.fetch(&key, etag, fetch.clone()).await?;
-        let got = bytes.len() as u64;
-        if got < fetch.end - fetch.start {
-            tracing::warn!(key = %key, "mount: short read ({got} of {} bytes)", fetch.end - fetch.start);
-            return Err(libc::EIO);
+        // decided under the lock, so the kernel's parallel read-ahead requests find the
+        // parts the first one started instead of each fetching its own
+        let (key, etag, version, file_size, waits) = {
+            let mut handles = self.handles();
+            let readers = handles.len() as u64;
+            let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
+            if let Some(b) = self
+                .fetcher
+                .cache
+                .get(h.key.as_ref(), &h.version, offset..end)
+            {
+                h.last_end = end;
+                self.advance(h, offset, end, readers);
+                return Ok(b);
+            }
+            self.advance(h, offset, end, readers);
+            let waits: Vec<_> = h
+                .parts
+                .iter()
+                .filter(|p| p.range.start < end && p.range.end > offset)
+                .map(|p| p.done.clone())
+                .collect();
+            h.last_end = end;
+            (
+                h.key.clone(),
+                h.etag.clone(),
+                h.version.clone(),
+                h.size,
+                waits,
+            )
+        };
+        let mut failed = None;
+        for mut w in waits {
+            // a part aborted (its reader went) is fetched below
+            if let Ok(v) = w.wait_for(|v| v.is_some()).await {
+                if let Some(Err(e)) = v.as_ref() {
+                    failed = Some(*e);
+                }
+            }
         }
-        let _ = file_size;
-        let n = (size as u64).min(got) as usize;
-        let out = bytes.slice(0..n);
-        if let Some(h) = self.handles().get_mut(&fh) {
-            h.buf = (fetch.start, bytes);
-            h.last_end = offset + n as u64;
+        if let Some(e) = failed {
+            return Err(e);
         }
-        Ok(out)
+        if let Some(b) = self.fetcher.cache.get(key.as_ref(), &version, offset..end) {
+            return Ok(b);
+        }
+        // not in the cache (a cache smaller than what is in flight): this read's own range
+        self.fetcher
+            .fetch(&key, etag, &version, file_size, offset..end)
+            .await
     }
 
-    /// `range` of `key` at version `etag`, as parallel ranged GETs of at most [`PART`].
-    async fn fetch(
-        &self,
-        key: &StorePath,
-        etag: Option<String>,
-        range: std::ops::Range<u64>,
-    ) -> Result<Bytes, Errno> {
-        let mut parts = Vec::new();
-        let mut at = range.start;
-        while at < range.end {
-            let end = (at + PART).min(range.end);
-            parts.push(at..end);
-            at = end;
+    /// A read of a handle whose bytes are local (being written, or a write-back not
+    /// uploaded) is answered here; else the range the store has to answer.
+    fn read_local(&self, fh: u64, offset: u64, size: u32) -> Result<Local, Errno> {
+        let handles = self.handles();
+        let h = handles.get(&fh).ok_or(libc::EBADF)?;
+        if offset >= h.size || size == 0 {
+            return Ok(Local::Bytes(Bytes::new()));
         }
-        let gets = parts.into_iter().map(|r| {
-            let opts = GetOptions {
-                range: Some(GetRange::Bounded(r)),
-                if_match: etag.clone(),
-                ..Default::default()
-            };
-            async move {
-                let got = self.store.get_opts(key, opts).await?;
-                got.bytes().await
+        let end = (offset + size as u64).min(h.size);
+        let Some(f) = h.write.as_ref().map(|w| &w.file).or(h.local.as_ref()) else {
+            return Ok(Local::Store(end));
+        };
+        let mut buf = vec![0u8; (end - offset) as usize];
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut buf, offset)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        Ok(Local::Bytes(Bytes::from(buf)))
+    }
+
+    /// Notes a read of `[offset, end)` and starts what it and the reader's window need:
+    /// sequential (at or just past where reading was, out-of-order read-ahead included)
+    /// doubles the window and keeps it fetched ahead; a seek starts small again and fetches
+    /// the blocks the read touches.
+    fn advance(&self, h: &mut Handle, offset: u64, end: u64, readers: u64) {
+        // a part done is in the cache (or gone from it) now
+        h.parts.retain(|p| p.done.borrow().is_none());
+        let near = offset > 0
+            && offset + h.window >= h.last_end.min(h.ahead_start)
+            && offset <= h.ahead_end.max(h.last_end) + h.window;
+        let covered = offset >= h.ahead_start && end <= h.ahead_end;
+        if near {
+            h.window = (h.window * 2).min(self.max_window(readers));
+        } else if !covered || offset == 0 {
+            h.window = BLOCK;
+        }
+        let align = |x: u64| (x / BLOCK) * BLOCK;
+        let up = |x: u64| x.div_ceil(BLOCK) * BLOCK;
+        if !(near || covered) {
+            // a seek: a run starts at the read's first block
+            h.ahead_start = align(offset);
+            h.ahead_end = h.ahead_start;
+        }
+        let want = if near || offset == 0 {
+            offset + h.window
+        } else {
+            end
+        };
+        let want = up(want.max(end)).min(h.size);
+        // the window is topped up when less than half of it is left ahead of the reader,
+        // so a reader at the cap starts parts of megabytes, not one per read
+        let short =
+            h.ahead_end < up(end).min(h.size) || h.ahead_end.saturating_sub(offset) < h.window / 2;
+        if want <= h.ahead_end || !short {
+            return;
+        }
+        let mut at = h.ahead_end;
+        while at < want {
+            let part_end = (at + PART).min(want);
+            // what an earlier open of the same version fetched is not fetched again
+            if !self
+                .fetcher
+                .cache
+                .has(h.key.as_ref(), &h.version, at..part_end)
+            {
+                self.start_part(h, at..part_end);
             }
+            at = part_end;
+        }
+        h.ahead_end = want;
+    }
+
+    /// The window's cap: [`MAX_WINDOW`], or a quarter of the block cache shared by the open
+    /// files (what is fetched ahead must still be there when its reader gets to it).
+    fn max_window(&self, readers: u64) -> u64 {
+        let quarter = (self.fetcher.cache.max() / 4 / readers.max(1) / BLOCK) * BLOCK;
+        MAX_WINDOW.min(quarter).max(BLOCK)
+    }
+
+    /// Fetches `range` of `h`'s version into the block cache in a task of its own.
+    fn start_part(&self, h: &mut Handle, range: std::ops::Range<u64>) {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let f = self.fetcher.clone();
+        let (key, etag, version, size, r) = (
+            h.key.clone(),
+            h.etag.clone(),
+            h.version.clone(),
+            h.size,
+            range.clone(),
+        );
+        let task = async move {
+            let got = f.fetch(&key, etag, &version, size, r).await.map(|_| ());
+            let _ = tx.send(Some(got));
+        };
+        let task = match &self.rt {
+            Some(rt) => rt.spawn(task),
+            None => tokio::spawn(task),
+        };
+        h.parts.push(Part {
+            range,
+            done: rx,
+            task: task.abort_handle(),
         });
-        let got = futures::future::try_join_all(gets).await.map_err(|e| {
-            if matches!(e, object_store::Error::Precondition { .. }) {
-                tracing::warn!(key = %key, "mount: the object changed while open: the open file's version is gone (ESTALE); open it again");
-            } else {
-                tracing::warn!(key = %key, error = %e, "mount: read failed");
-            }
-            errno(&e)
-        })?;
-        let total: usize = got.iter().map(Bytes::len).sum();
-        self.fetched.fetch_add(total as u64, Ordering::Relaxed);
-        if got.len() == 1 {
-            return Ok(got.into_iter().next().unwrap_or_default());
-        }
-        let mut out = Vec::with_capacity(total);
-        for b in got {
-            out.extend_from_slice(&b);
-        }
-        Ok(Bytes::from(out))
     }
 
     /// Forgets what the mount knows of `rel` (a key changed at the store): its folder is
     /// listed again at the next look, and its attributes are read again. The inodes to
     /// invalidate in the kernel: (parent, name) of the entry, and the entry's inode.
     pub fn invalidate(&self, rel: &str) -> Vec<(u64, String, Option<u64>)> {
+        self.fetcher.cache.forget(self.key(rel).as_ref());
         let mut nodes = self.nodes();
         let mut out = Vec::new();
         // the key and every folder above it: a new key can make new folders
@@ -697,6 +922,11 @@ impl Fs {
             path = parent_rel;
         }
         out
+    }
+
+    /// How many files are open through the mount.
+    pub fn open_files(&self) -> usize {
+        self.handles().len()
     }
 
     /// How many inodes the table holds.
@@ -722,9 +952,14 @@ mod tests {
                 umask: 0o022,
                 read_only: true,
                 scheme: crate::core::location::Scheme::S3,
-                cache_dir: std::env::temp_dir(),
+                cache_dir: std::env::temp_dir()
+                    .join(format!("slate-fs-test-{}", std::process::id())),
+                cache_max: 1 << 30,
+                memory_limit: 256 << 20,
+                write_back: None,
             },
         )
+        .unwrap()
     }
 
     async fn put(s: &InMemory, k: &str, b: Vec<u8>) {

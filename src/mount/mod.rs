@@ -4,10 +4,14 @@
 //! and the kernel's entries as they arrive, and each message is acknowledged once its
 //! invalidations are applied. See docs/MOUNT.md for what it does and does not do.
 
+pub mod cache;
 pub mod fs;
 pub mod fuse;
+pub mod metrics;
+pub mod state;
 pub mod stream;
 pub mod write;
+pub mod writeback;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +31,8 @@ pub struct MountSpec {
     pub events: Option<String>,
     pub opts: fs::FsOpts,
     pub allow_other: bool,
+    /// `--listen`: where `/metrics` is served (loopback only).
+    pub listen: Option<String>,
 }
 
 /// The store of `loc`: object_store's client of a cloud location, or its local file system
@@ -83,7 +89,17 @@ async fn follow<S: Source>(
             let mut keys = Vec::new();
             collect(&m.parsed, &scope, &mut keys);
             if let Err(why) = &m.parsed {
-                tracing::warn!(events = %source.spec(), reason = %why, "mount: a message that names no change was dropped");
+                tracing::warn!(events = %source.spec(), reason = %why, "mount: a message that names no change was dropped (`slate mount-status` lists it)");
+                fs.keep_dropped(source.spec(), why, m.decoded.as_deref().unwrap_or(&m.raw));
+            }
+            if let Ok(Parsed::Batch(items)) = &m.parsed {
+                // the good events of the message are applied; its malformed ones are kept
+                for i in items {
+                    if let Parsed::Invalid(why) = i {
+                        tracing::warn!(events = %source.spec(), reason = %why, "mount: a malformed event of a message was dropped (`slate mount-status` lists it)");
+                        fs.keep_dropped(source.spec(), why, m.decoded.as_deref().unwrap_or(&m.raw));
+                    }
+                }
             }
             for rel in keys {
                 let gone = fs.invalidate(&rel);
@@ -201,7 +217,19 @@ pub async fn run(spec: MountSpec) -> Result<()> {
     let (store, prefix) = store_of(&loc)?;
     let mut opts = spec.opts.clone();
     opts.scheme = loc.scheme;
-    let fs = Arc::new(fs::Fs::new(store, &prefix, opts));
+    let cache_err = |why: String| SlateError::BadOption {
+        option: "--cache-dir".into(),
+        why,
+    };
+    let mut fs = fs::Fs::new(store, &prefix, opts).map_err(cache_err)?;
+    // the mount's state: what a killed mount of this source left to upload goes first
+    let state = state::MountState::open(&spec.opts.cache_dir).map_err(cache_err)?;
+    fs.set_backlog(writeback::Backlog::load(&loc.to_string(), state).map_err(cache_err)?);
+    let fs = Arc::new(fs);
+    if let Some(addr) = &spec.listen {
+        let bound = metrics::serve(addr, fs.clone()).await?;
+        tracing::info!(%bound, "the mount's metrics: http://{bound}/metrics");
+    }
     // the root is listed before the mount shows: credentials or a bucket that fail, fail here
     fs.readdir(fs::ROOT).await.map_err(|e| SlateError::Store {
         url: loc.to_string(),
@@ -241,6 +269,7 @@ pub async fn run(spec: MountSpec) -> Result<()> {
     let notifier = session.notifier();
     let mut unmounter = session.unmount_callable();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let uploader = tokio::spawn(fs.clone().upload_behind(stop_rx.clone()));
     let events = match &spec.events {
         Some(e) => match start_events(e, &loc, fs.clone(), notifier, stop_rx).await {
             Ok(h) => Some(h),
@@ -281,6 +310,19 @@ pub async fn run(spec: MountSpec) -> Result<()> {
     };
     if let Some(h) = events {
         let _ = h.await;
+    }
+    let _ = uploader.await;
+    // files closed with --write-back are uploaded before the process ends
+    let waiting = fs.waiting_count();
+    if waiting > 0 {
+        eprintln!("slate: uploading {waiting} file(s) closed with --write-back");
+    }
+    let failed = fs.settle("").await;
+    if failed > 0 {
+        return Err(mount_err(
+            &spec,
+            format!("{failed} file(s) closed with --write-back could not be uploaded: they stay in {} and the next mount of {} uploads them (`slate mount-status` lists them)", spec.opts.cache_dir.display(), spec.src),
+        ));
     }
     match result {
         Ok(Ok(())) => {

@@ -69,7 +69,7 @@ impl Fs {
             &rel,
             None,
             0,
-            Some(WriteState::new(file, path, true)),
+            Some(self.write_state(file, path, true)),
         );
         Ok((attr, fh))
     }
@@ -80,7 +80,13 @@ impl Fs {
         let rel = self.file_rel(ino)?;
         let (file, path) = self.cache_file()?;
         let mut size = 0;
-        if !truncate {
+        let waiting = self.waiting(&rel).filter(|_| !truncate);
+        if let Some(w) = waiting {
+            // closed with --write-back and not uploaded: its bytes are here
+            let mut from = std::fs::File::open(&w.file).map_err(|e| io_errno(&e))?;
+            let mut to = &file;
+            size = std::io::copy(&mut from, &mut to).map_err(|e| io_errno(&e))?;
+        } else if !truncate {
             let key = self.key(&rel);
             let got = self
                 .store
@@ -97,8 +103,21 @@ impl Fs {
             &rel,
             None,
             size,
-            Some(WriteState::new(file, path, truncate)),
+            Some(self.write_state(file, path, truncate)),
         ))
+    }
+
+    /// A handle's write state: with `--write-back`, nothing streams while it is written
+    /// (the upload follows the close).
+    fn write_state(
+        &self,
+        file: std::fs::File,
+        path: std::path::PathBuf,
+        dirty: bool,
+    ) -> WriteState {
+        let mut w = WriteState::new(file, path, dirty);
+        w.seq.broken = self.opts.write_back.is_some();
+        w
     }
 
     /// Writes `data` at `offset` of an open file's cache file; parts a sequential writer has
@@ -184,7 +203,7 @@ impl Fs {
     /// Uploads an open file's cache file when it changed, and waits until the object is
     /// complete at the store (what `close` answers).
     pub async fn flush(&self, fh: u64) -> Result<(), Errno> {
-        let (ino, rel, file, stream) = {
+        let (ino, rel, file, stream, path) = {
             let mut handles = self.handles();
             let Some(h) = handles.get_mut(&fh) else {
                 return Ok(());
@@ -200,11 +219,20 @@ impl Fs {
             // way this handle streams no more (its next close uploads whole)
             let stream = w.seq.stream.take().filter(|_| !w.seq.broken);
             w.seq.broken = true;
-            (h.ino, h.rel.clone(), file, stream)
+            (h.ino, h.rel.clone(), file, stream, w.path.clone())
         };
         let key = self.key(&rel);
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
         let mtime = SystemTime::now();
+        if let Some(delay) = self.opts.write_back {
+            self.keep_for_upload(&rel, &file, &path, size, mtime, delay)?;
+            if let Some(w) = self.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
+                w.dirty = false;
+            }
+            self.fetcher.cache.forget(key.as_ref());
+            self.set_size(ino, size);
+            return Ok(());
+        }
         let streamed = match stream {
             Some(s) => match s.finish(size).await {
                 Ok(()) => true,
@@ -222,13 +250,14 @@ impl Fs {
             w.dirty = false;
         }
         self.uploaded.fetch_add(size, Ordering::Relaxed);
+        self.fetcher.cache.forget(key.as_ref());
         self.set_size(ino, size);
         tracing::debug!(key = %key, size, "mount: uploaded");
         Ok(())
     }
 
     /// The cache file's `size` bytes to `key`: one PUT up to a part, else a multipart upload.
-    async fn upload(
+    pub(super) async fn upload(
         &self,
         key: &StorePath,
         rel: &str,
@@ -314,8 +343,12 @@ impl Fs {
             return Err(libc::EISDIR);
         }
         let rel = join(&self.rel_of(parent)?, name);
+        let waited = self.waiting(&rel).is_some();
+        self.drop_waiting(&rel);
         match self.store.delete(&self.key(&rel)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            // never uploaded: nothing at the store to delete
+            Err(_) if waited => {}
             Err(e) => return Err(super::fs::errno(&e)),
         }
         self.remove_child(parent, name);
@@ -370,6 +403,10 @@ impl Fs {
         let a = self.lookup(parent, name).await?;
         let from = join(&self.rel_of(parent)?, name);
         let to = join(&self.rel_of(new_parent)?, new_name);
+        // what waits for its upload goes first: the rename copies it at the store
+        if self.settle(&from).await > 0 {
+            return Err(libc::EIO);
+        }
         if let Ok(b) = self.lookup(new_parent, new_name).await {
             match (a.kind, b.kind) {
                 (Kind::File, Kind::Dir) => return Err(libc::EISDIR),

@@ -1,0 +1,421 @@
+//! The mount's disk cache of fetched blocks: each object's blocks live in a sparse file of
+//! its own with a map of which [`BLOCK`]s are there, valid while the object's ETag is the
+//! one they were fetched at; the least recently used objects are evicted when the total
+//! passes `max` bytes. Reads are `pread`s of those files (the kernel's page cache, not this
+//! process's memory). The map is the process's own: a new mount starts with an empty cache
+//! (its folder, `blocks/PID`, is removed at exit, and those of processes that are gone
+//! are removed at start).
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use super::fs::BLOCK;
+
+struct Obj {
+    etag: String,
+    size: u64,
+    file: Arc<std::fs::File>,
+    path: PathBuf,
+    /// The blocks here, and when each was last written or read.
+    blocks: HashMap<u64, u64>,
+    used: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    objects: HashMap<String, Obj>,
+    /// Bytes the blocks of every object take.
+    total: u64,
+    clock: u64,
+    next_file: u64,
+}
+
+/// Fetched blocks of objects, on disk, bounded.
+pub struct BlockCache {
+    dir: PathBuf,
+    max: u64,
+    inner: Mutex<Inner>,
+    /// Reads answered from the cache, and bytes evicted, for `/metrics` and tests.
+    pub hits: std::sync::atomic::AtomicU64,
+    pub evicted: std::sync::atomic::AtomicU64,
+}
+
+/// The bytes block `b` of a `size`-byte object holds.
+fn block_len(b: u64, size: u64) -> u64 {
+    BLOCK.min(size.saturating_sub(b * BLOCK))
+}
+
+impl BlockCache {
+    /// A cache of at most `max` bytes in `root/blocks/PID`; the folders of mounts that are
+    /// gone are removed.
+    pub fn new(root: &Path, max: u64) -> std::io::Result<BlockCache> {
+        let base = root.join("blocks");
+        std::fs::create_dir_all(&base)?;
+        if let Ok(rd) = std::fs::read_dir(&base) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                let gone = name
+                    .parse::<u32>()
+                    .map(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+                    .unwrap_or(false);
+                if gone {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let dir = base.join(std::process::id().to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(BlockCache {
+            dir,
+            max,
+            inner: Mutex::new(Inner::default()),
+            hits: Default::default(),
+            evicted: Default::default(),
+        })
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cache's limit.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.inner().total
+    }
+
+    /// `range` of `key` at `etag`, when every block of it is here.
+    pub fn get(&self, key: &str, etag: &str, range: std::ops::Range<u64>) -> Option<Bytes> {
+        if range.is_empty() {
+            return Some(Bytes::new());
+        }
+        let file = {
+            let mut inner = self.inner();
+            inner.clock += 1;
+            let clock = inner.clock;
+            let o = inner.objects.get_mut(key)?;
+            if o.etag != etag {
+                return None;
+            }
+            let (first, last) = (range.start / BLOCK, (range.end - 1) / BLOCK);
+            if !(first..=last).all(|b| o.blocks.contains_key(&b)) {
+                return None;
+            }
+            for b in first..=last {
+                o.blocks.insert(b, clock);
+            }
+            o.used = clock;
+            o.file.clone()
+        };
+        // an object evicted meanwhile is unlinked, not overwritten: its blocks still read
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        file.read_exact_at(&mut buf, range.start).ok()?;
+        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(Bytes::from(buf))
+    }
+
+    /// Keeps `data`, fetched from `start` (a block boundary) of `key` at `etag`, a
+    /// `size`-byte object: its whole blocks (and the object's last one) are kept.
+    pub fn put(&self, key: &str, etag: &str, size: u64, start: u64, data: &[u8]) {
+        if start % BLOCK != 0 || self.max == 0 {
+            return;
+        }
+        let end = start + data.len() as u64;
+        let blocks: Vec<u64> = (start / BLOCK..end.div_ceil(BLOCK))
+            .filter(|b| b * BLOCK + block_len(*b, size) <= end)
+            .collect();
+        if blocks.is_empty() {
+            return;
+        }
+        let file = match self.object(key, etag, size) {
+            Some(f) => f,
+            None => return,
+        };
+        let stored = (blocks[0] * BLOCK - start) as usize;
+        let stored_end =
+            (blocks[blocks.len() - 1] * BLOCK + block_len(blocks[blocks.len() - 1], size)).min(end)
+                - start;
+        if let Err(e) = file.write_all_at(&data[stored..stored_end as usize], blocks[0] * BLOCK) {
+            tracing::warn!(key, error = %e, "mount: writing the block cache failed");
+            return;
+        }
+        let mut inner = self.inner();
+        inner.clock += 1;
+        let clock = inner.clock;
+        let Some(o) = inner.objects.get_mut(key) else {
+            return;
+        };
+        // the object was evicted or replaced while this was written: its blocks are not
+        // this file's
+        if !Arc::ptr_eq(&o.file, &file) {
+            return;
+        }
+        let mut added = 0;
+        for b in blocks {
+            if o.blocks.insert(b, clock).is_none() {
+                added += block_len(b, size);
+            }
+        }
+        o.used = clock;
+        inner.total += added;
+        self.evict(&mut inner, key);
+    }
+
+    /// The file of `key` at `etag` (a new one when the object is new here or changed).
+    fn object(&self, key: &str, etag: &str, size: u64) -> Option<Arc<std::fs::File>> {
+        let mut inner = self.inner();
+        if let Some(o) = inner.objects.get(key) {
+            if o.etag == etag {
+                return Some(o.file.clone());
+            }
+        }
+        if let Some(old) = inner.objects.remove(key) {
+            inner.total -= old
+                .blocks
+                .keys()
+                .map(|b| block_len(*b, old.size))
+                .sum::<u64>();
+            let _ = std::fs::remove_file(&old.path);
+        }
+        inner.next_file += 1;
+        let path = self.dir.join(format!("{}", inner.next_file));
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+        {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "mount: the block cache's file");
+                return None;
+            }
+        };
+        inner.clock += 1;
+        let used = inner.clock;
+        inner.objects.insert(
+            key.to_string(),
+            Obj {
+                etag: etag.to_string(),
+                size,
+                file: file.clone(),
+                path,
+                blocks: HashMap::new(),
+                used,
+            },
+        );
+        Some(file)
+    }
+
+    /// Drops the least recently used objects until the cache is under its limit; `keep`
+    /// (just written) goes last, and then only the blocks it holds beyond the limit.
+    fn evict(&self, inner: &mut Inner, keep: &str) {
+        while inner.total > self.max {
+            let victim = inner
+                .objects
+                .iter()
+                .filter(|(k, _)| k.as_str() != keep)
+                .min_by_key(|(_, o)| o.used)
+                .map(|(k, _)| k.clone());
+            let Some(victim) = victim else { break };
+            if let Some(o) = inner.objects.remove(&victim) {
+                let bytes: u64 = o.blocks.keys().map(|b| block_len(*b, o.size)).sum();
+                inner.total -= bytes;
+                self.evicted
+                    .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+                let _ = std::fs::remove_file(&o.path);
+            }
+        }
+        if inner.total > self.max {
+            // one object larger than the cache: its least recently used blocks go
+            if let Some(o) = inner.objects.get_mut(keep) {
+                let mut blocks: Vec<(u64, u64)> = o.blocks.iter().map(|(b, u)| (*u, *b)).collect();
+                blocks.sort_unstable();
+                let blocks = blocks.into_iter().map(|(_, b)| b);
+                let mut over = inner.total - self.max;
+                let mut freed = 0;
+                for b in blocks {
+                    if over == 0 {
+                        break;
+                    }
+                    let len = block_len(b, o.size);
+                    o.blocks.remove(&b);
+                    punch(&o.file, b * BLOCK, len);
+                    freed += len;
+                    over = over.saturating_sub(len);
+                }
+                inner.total -= freed;
+                self.evicted
+                    .fetch_add(freed, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether every block of `range` of `key` at `etag` is here.
+    pub fn has(&self, key: &str, etag: &str, range: std::ops::Range<u64>) -> bool {
+        if range.is_empty() {
+            return true;
+        }
+        let inner = self.inner();
+        inner.objects.get(key).is_some_and(|o| {
+            o.etag == etag
+                && (range.start / BLOCK..=(range.end - 1) / BLOCK)
+                    .all(|b| o.blocks.contains_key(&b))
+        })
+    }
+
+    /// Forgets `key` (changed at the store, or written through the mount).
+    pub fn forget(&self, key: &str) {
+        let mut inner = self.inner();
+        if let Some(old) = inner.objects.remove(key) {
+            inner.total -= old
+                .blocks
+                .keys()
+                .map(|b| block_len(*b, old.size))
+                .sum::<u64>();
+            let _ = std::fs::remove_file(&old.path);
+        }
+    }
+
+    /// Bytes the cache's files take on disk (blocks punched out or never written excluded).
+    pub fn on_disk(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(&self.dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.blocks() * 512)
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for BlockCache {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Frees `[off, off + len)` of `file` on disk (a hole reads as zeros; the map no longer
+/// names those blocks).
+fn punch(file: &std::fs::File, off: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on an open descriptor this process owns; no memory is passed
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if r != 0 {
+        tracing::debug!(
+            "mount: punching the block cache failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// The default limit: a tenth of the free space of `dir`'s file system, at most 20 GiB.
+pub fn default_max(dir: &Path) -> u64 {
+    const CAP: u64 = 20 << 30;
+    let _ = std::fs::create_dir_all(dir);
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return 1 << 30;
+    };
+    // SAFETY: statvfs writes into the zeroed struct it is given; the path is NUL-terminated
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if r != 0 {
+        return 1 << 30;
+    }
+    (st.f_bavail as u64 * st.f_frsize as u64 / 10).min(CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(max: u64) -> (tempfile::TempDir, BlockCache) {
+        let d = tempfile::tempdir().unwrap();
+        let c = BlockCache::new(d.path(), max).unwrap();
+        (d, c)
+    }
+
+    #[test]
+    fn blocks_are_kept_whole_and_read_back_only_at_their_etag() {
+        let (_d, c) = cache(1 << 30);
+        let size = 3 * BLOCK + 10;
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        // a fetch of a block and a half keeps one block
+        c.put("k", "e1", size, 0, &data[..(BLOCK + BLOCK / 2) as usize]);
+        assert_eq!(c.held(), BLOCK);
+        assert_eq!(c.get("k", "e1", 10..100).as_deref(), Some(&data[10..100]));
+        assert!(
+            c.get("k", "e1", BLOCK - 1..BLOCK + 1).is_none(),
+            "block 1 is not whole"
+        );
+        assert!(c.get("k", "e2", 10..100).is_none(), "another version");
+        // the object's last, short block counts as whole
+        c.put("k", "e1", size, 3 * BLOCK, &data[(3 * BLOCK) as usize..]);
+        assert_eq!(
+            c.get("k", "e1", 3 * BLOCK..size).as_deref(),
+            Some(&data[(3 * BLOCK) as usize..])
+        );
+        assert_eq!(c.held(), BLOCK + 10);
+        // a put not on a block boundary is not kept
+        c.put("k", "e1", size, 5, &data[5..]);
+        assert!(c.get("k", "e1", BLOCK..BLOCK + 1).is_none());
+        // a new version replaces the old blocks
+        c.put("k", "e2", size, 0, &vec![9u8; BLOCK as usize]);
+        assert_eq!(c.held(), BLOCK);
+        assert!(c.get("k", "e1", 0..1).is_none());
+        assert_eq!(c.get("k", "e2", 0..2).as_deref(), Some(&[9u8, 9][..]));
+        c.forget("k");
+        assert_eq!(c.held(), 0);
+        assert!(c.get("k", "e2", 0..2).is_none());
+    }
+
+    #[test]
+    fn the_least_recently_used_objects_go_first_and_the_cache_stays_under_its_limit() {
+        let (_d, c) = cache(4 * BLOCK);
+        let block = vec![1u8; BLOCK as usize];
+        let two = vec![2u8; 2 * BLOCK as usize];
+        c.put("a", "e", 2 * BLOCK, 0, &two);
+        c.put("b", "e", 2 * BLOCK, 0, &two);
+        assert_eq!(c.held(), 4 * BLOCK);
+        // a is read: b is now the least recently used
+        assert!(c.get("a", "e", 0..1).is_some());
+        c.put("c", "e", BLOCK, 0, &block);
+        assert!(c.held() <= 4 * BLOCK);
+        assert!(c.get("b", "e", 0..1).is_none(), "b went");
+        assert!(c.get("a", "e", 0..1).is_some(), "a stayed");
+        assert!(c.get("c", "e", 0..1).is_some());
+        // one object larger than the cache: its lowest blocks go, and the disk holds no more
+        let big = vec![3u8; 10 * BLOCK as usize];
+        c.put("big", "e", 10 * BLOCK, 0, &big);
+        assert!(c.held() <= 4 * BLOCK, "{}", c.held());
+        assert!(c.on_disk() <= 4 * BLOCK + 4096 * 4, "{}", c.on_disk());
+        assert!(c.get("big", "e", 9 * BLOCK..10 * BLOCK).is_some());
+        assert!(c.get("big", "e", 0..1).is_none());
+        // within one object, the blocks read last stay: block 6 is read, then two more come
+        assert!(c.get("big", "e", 6 * BLOCK..6 * BLOCK + 1).is_some());
+        c.put("big", "e", 10 * BLOCK, 0, &big[..2 * BLOCK as usize]);
+        assert!(c.has("big", "e", 6 * BLOCK..7 * BLOCK), "read last: kept");
+        assert!(c.has("big", "e", 0..2 * BLOCK));
+        assert!(!c.has("big", "e", 7 * BLOCK..8 * BLOCK), "older: gone");
+        assert!(c.evicted.load(std::sync::atomic::Ordering::Relaxed) >= 10 * BLOCK);
+    }
+}

@@ -1,0 +1,265 @@
+//! The mount's own state, a SQLite file in its cache folder (`state.db`), shared by the
+//! mounts that use that folder (a column names each one's source):
+//! - **pending:** files closed with `--write-back` and not uploaded yet: where their bytes
+//!   are kept (`dirty/`), and as of when. A mount that is killed leaves them; the next
+//!   mount of the same source uploads them first.
+//! - **dropped:** event messages the mount could not read (it acknowledges them, as a
+//!   daemon dead-letters them), with the reason and the text.
+//!
+//! `slate mount-status` lists both.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection};
+
+/// A written file waiting for its upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub src: String,
+    pub rel: String,
+    pub file: PathBuf,
+    pub size: u64,
+    pub mtime: SystemTime,
+    /// Raised at each new close of the same path: an upload clears only its own.
+    pub gen: i64,
+    /// When it was closed (seconds since the epoch).
+    pub since: i64,
+}
+
+/// A message the mount dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub src: String,
+    pub at: i64,
+    pub source: String,
+    pub reason: String,
+    pub text: String,
+}
+
+pub struct MountState {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+fn secs(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn nanos(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
+        .unwrap_or(0)
+}
+
+impl MountState {
+    /// Opens (or makes) `dir/state.db`.
+    pub fn open(dir: &Path) -> Result<MountState, String> {
+        let path = dir.join("state.db");
+        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
+        let conn = Connection::open(&path).map_err(|e| fail(&e))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(|e| fail(&e))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=FULL;
+             CREATE TABLE IF NOT EXISTS pending (
+                 src TEXT NOT NULL, rel TEXT NOT NULL, file TEXT NOT NULL,
+                 size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, gen INTEGER NOT NULL,
+                 since INTEGER NOT NULL, PRIMARY KEY (src, rel));
+             CREATE TABLE IF NOT EXISTS dropped (
+                 id INTEGER PRIMARY KEY, src TEXT NOT NULL, at INTEGER NOT NULL,
+                 source TEXT NOT NULL, reason TEXT NOT NULL, text TEXT NOT NULL);",
+        )
+        .map_err(|e| fail(&e))?;
+        Ok(MountState {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fail(&self, e: rusqlite::Error) -> String {
+        format!("{}: {e}", self.path.display())
+    }
+
+    /// Records `rel` of `src` as closed and waiting, its bytes in `file`; returns its
+    /// generation. A record of the same path is replaced (its file is the caller's to remove).
+    pub fn record(
+        &self,
+        src: &str,
+        rel: &str,
+        file: &Path,
+        size: u64,
+        mtime: SystemTime,
+    ) -> Result<i64, String> {
+        let conn = self.conn();
+        let gen: i64 = conn
+            .query_row(
+                "SELECT COALESCE(MAX(gen), 0) + 1 FROM pending WHERE src = ?1",
+                params![src],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.fail(e))?;
+        conn.execute(
+            "INSERT OR REPLACE INTO pending (src, rel, file, size, mtime_ns, gen, since)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                src,
+                rel,
+                file.to_string_lossy(),
+                size as i64,
+                nanos(mtime),
+                gen,
+                secs(SystemTime::now())
+            ],
+        )
+        .map_err(|e| self.fail(e))?;
+        Ok(gen)
+    }
+
+    /// Clears `rel`'s record when it is still generation `gen`; whether it was.
+    pub fn uploaded(&self, src: &str, rel: &str, gen: i64) -> Result<bool, String> {
+        self.conn()
+            .execute(
+                "DELETE FROM pending WHERE src = ?1 AND rel = ?2 AND gen = ?3",
+                params![src, rel, gen],
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.fail(e))
+    }
+
+    /// Clears `rel`'s record whatever its generation (deleted through the mount).
+    pub fn forget(&self, src: &str, rel: &str) -> Result<(), String> {
+        self.conn()
+            .execute(
+                "DELETE FROM pending WHERE src = ?1 AND rel = ?2",
+                params![src, rel],
+            )
+            .map(|_| ())
+            .map_err(|e| self.fail(e))
+    }
+
+    /// The waiting files of `src` (every source's when None), oldest first.
+    pub fn pending(&self, src: Option<&str>) -> Result<Vec<Pending>, String> {
+        let conn = self.conn();
+        let mut q = conn
+            .prepare(
+                "SELECT src, rel, file, size, mtime_ns, gen, since FROM pending
+                 WHERE ?1 IS NULL OR src = ?1 ORDER BY since, rel",
+            )
+            .map_err(|e| self.fail(e))?;
+        let rows = q
+            .query_map(params![src], |r| {
+                let mtime_ns: i64 = r.get(4)?;
+                Ok(Pending {
+                    src: r.get(0)?,
+                    rel: r.get(1)?,
+                    file: PathBuf::from(r.get::<_, String>(2)?),
+                    size: r.get::<_, i64>(3)?.max(0) as u64,
+                    mtime: UNIX_EPOCH + Duration::from_nanos(mtime_ns.max(0) as u64),
+                    gen: r.get(5)?,
+                    since: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.fail(e))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.fail(e))
+    }
+
+    /// Keeps a dropped message (its text cut to 64 KiB).
+    pub fn dropped_message(
+        &self,
+        src: &str,
+        source: &str,
+        reason: &str,
+        text: &[u8],
+    ) -> Result<(), String> {
+        let text = String::from_utf8_lossy(&text[..text.len().min(64 * 1024)]).to_string();
+        self.conn()
+            .execute(
+                "INSERT INTO dropped (src, at, source, reason, text) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![src, secs(SystemTime::now()), source, reason, text],
+            )
+            .map(|_| ())
+            .map_err(|e| self.fail(e))
+    }
+
+    /// The dropped messages of `src` (every source's when None), newest last.
+    pub fn dropped(&self, src: Option<&str>) -> Result<Vec<Dropped>, String> {
+        let conn = self.conn();
+        let mut q = conn
+            .prepare(
+                "SELECT src, at, source, reason, text FROM dropped
+                 WHERE ?1 IS NULL OR src = ?1 ORDER BY id",
+            )
+            .map_err(|e| self.fail(e))?;
+        let rows = q
+            .query_map(params![src], |r| {
+                Ok(Dropped {
+                    src: r.get(0)?,
+                    at: r.get(1)?,
+                    source: r.get(2)?,
+                    reason: r.get(3)?,
+                    text: r.get(4)?,
+                })
+            })
+            .map_err(|e| self.fail(e))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.fail(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_file_is_cleared_only_by_the_upload_of_its_own_close() {
+        let d = tempfile::tempdir().unwrap();
+        let s = MountState::open(d.path()).unwrap();
+        let t = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+        let g1 = s
+            .record("s3://b", "a/x.bin", Path::new("/c/1"), 5, t)
+            .unwrap();
+        s.record("s3://other", "a/x.bin", Path::new("/c/9"), 1, t)
+            .unwrap();
+        // closed again while the first upload runs
+        let g2 = s
+            .record("s3://b", "a/x.bin", Path::new("/c/2"), 7, t)
+            .unwrap();
+        assert!(g2 > g1);
+        assert!(
+            !s.uploaded("s3://b", "a/x.bin", g1).unwrap(),
+            "an older close"
+        );
+        let p = s.pending(Some("s3://b")).unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(
+            (p[0].file.as_path(), p[0].size, p[0].mtime),
+            (Path::new("/c/2"), 7, t)
+        );
+        // a second opening of the file sees the same
+        let s2 = MountState::open(d.path()).unwrap();
+        assert_eq!(s2.pending(None).unwrap().len(), 2);
+        assert!(s.uploaded("s3://b", "a/x.bin", g2).unwrap());
+        assert!(s.pending(Some("s3://b")).unwrap().is_empty());
+        s.forget("s3://other", "a/x.bin").unwrap();
+        assert!(s.pending(None).unwrap().is_empty());
+        s.dropped_message("s3://b", "sqs", "not JSON", b"{oops")
+            .unwrap();
+        let dr = s2.dropped(Some("s3://b")).unwrap();
+        assert_eq!(
+            (dr[0].reason.as_str(), dr[0].text.as_str()),
+            ("not JSON", "{oops")
+        );
+        assert!(s.dropped(Some("s3://other")).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,261 @@
+//! `--write-back DELAY`: `close` returns once the file's bytes are kept in the cache folder
+//! (`dirty/`) and recorded in the mount's state; an uploader sends each one DELAY after its
+//! last close, and clears its record only when the object is complete at the store. A file
+//! waiting shows in the mount with its new bytes; deleted through the mount it is not
+//! uploaded; renamed (or its folder renamed) it is uploaded first. At a clean unmount every
+//! waiting file is uploaded before the process ends; after a kill, the next mount of the
+//! same source uploads what its state still lists, first thing.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::fs::{Errno, Fs};
+use super::state::MountState;
+
+/// A file closed and not uploaded yet.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    pub file: PathBuf,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub gen: i64,
+    pub due: Instant,
+    /// Failed uploads so far (each waits longer).
+    pub tries: u32,
+}
+
+/// The mount's state and what waits in it.
+pub struct Backlog {
+    pub(super) src: String,
+    pub(super) state: MountState,
+    pub(super) waiting: std::sync::Mutex<HashMap<String, Waiting>>,
+    pub(super) wake: tokio::sync::Notify,
+}
+
+impl Backlog {
+    /// `src`'s backlog in `state`: what a mount before this one left is due now.
+    pub fn load(src: &str, state: MountState) -> Result<Backlog, String> {
+        let mut waiting = HashMap::new();
+        for p in state.pending(Some(src))? {
+            if !p.file.exists() {
+                tracing::error!(path = %p.rel, file = %p.file.display(), "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded");
+                let _ = state.forget(src, &p.rel);
+                continue;
+            }
+            tracing::info!(path = %p.rel, size = p.size, "mount: uploading a file an earlier mount closed with --write-back and did not upload");
+            waiting.insert(
+                p.rel.clone(),
+                Waiting {
+                    file: p.file,
+                    size: p.size,
+                    mtime: p.mtime,
+                    gen: p.gen,
+                    due: Instant::now(),
+                    tries: 0,
+                },
+            );
+        }
+        Ok(Backlog {
+            src: src.to_string(),
+            state,
+            waiting: std::sync::Mutex::new(waiting),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl Fs {
+    fn backlog(&self) -> Result<&Backlog, Errno> {
+        self.backlog.as_ref().ok_or(libc::EIO)
+    }
+
+    /// What waits for its upload at `rel`, if anything.
+    pub(super) fn waiting(&self, rel: &str) -> Option<Waiting> {
+        self.backlog.as_ref()?.waiting().get(rel).cloned()
+    }
+
+    /// The waiting files directly in folder `rel`: (name, size, mtime).
+    pub(super) fn waiting_in(&self, rel: &str) -> Vec<(String, u64, SystemTime)> {
+        let Some(b) = &self.backlog else {
+            return Vec::new();
+        };
+        b.waiting()
+            .iter()
+            .filter_map(|(r, w)| {
+                let (parent, name) = r.rsplit_once('/').unwrap_or(("", r));
+                (parent == rel).then(|| (name.to_string(), w.size, w.mtime))
+            })
+            .collect()
+    }
+
+    /// How many files wait for their upload.
+    pub fn waiting_count(&self) -> usize {
+        self.backlog
+            .as_ref()
+            .map(|b| b.waiting().len())
+            .unwrap_or(0)
+    }
+
+    /// A close with `--write-back`: the cache file `path` of `rel` is kept (a hard link in
+    /// `dirty/`, made durable) and recorded; its upload is due `delay` from now.
+    pub(super) fn keep_for_upload(
+        &self,
+        rel: &str,
+        file: &std::fs::File,
+        path: &std::path::Path,
+        size: u64,
+        mtime: SystemTime,
+        delay: Duration,
+    ) -> Result<(), Errno> {
+        let b = self.backlog()?;
+        let dirty = self.opts.cache_dir.join("dirty");
+        std::fs::create_dir_all(&dirty).map_err(|e| io_errno(&e))?;
+        file.sync_all().map_err(|e| io_errno(&e))?;
+        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let kept = dirty.join(format!("{}-{n}", std::process::id()));
+        std::fs::hard_link(path, &kept).map_err(|e| {
+            tracing::warn!(file = %kept.display(), error = %e, "mount: keeping a written file for its upload");
+            io_errno(&e)
+        })?;
+        if let Ok(d) = std::fs::File::open(&dirty) {
+            let _ = d.sync_all();
+        }
+        let gen = b
+            .state
+            .record(&b.src, rel, &kept, size, mtime)
+            .map_err(|why| {
+                tracing::error!(path = %rel, %why, "mount: recording a written file for its upload failed");
+                let _ = std::fs::remove_file(&kept);
+                libc::EIO
+            })?;
+        let old = b.waiting().insert(
+            rel.to_string(),
+            Waiting {
+                file: kept,
+                size,
+                mtime,
+                gen,
+                due: Instant::now() + delay,
+                tries: 0,
+            },
+        );
+        if let Some(old) = old {
+            let _ = std::fs::remove_file(old.file);
+        }
+        b.wake.notify_one();
+        tracing::debug!(path = %rel, size, "mount: closed; its upload follows (--write-back)");
+        Ok(())
+    }
+
+    /// Uploads one waiting file; clears it when no close came meanwhile.
+    async fn upload_waiting(&self, rel: &str, w: &Waiting) -> Result<(), Errno> {
+        let b = self.backlog()?;
+        let file = std::fs::File::open(&w.file).map_err(|e| io_errno(&e))?;
+        let size = file.metadata().map_err(|e| io_errno(&e))?.len();
+        let key = self.key(rel);
+        self.upload(&key, rel, file, size, w.mtime).await?;
+        self.uploaded.fetch_add(size, Ordering::Relaxed);
+        let mut waiting = b.waiting();
+        if waiting.get(rel).is_some_and(|x| x.gen == w.gen) {
+            waiting.remove(rel);
+            drop(waiting);
+            if let Err(why) = b.state.uploaded(&b.src, rel, w.gen) {
+                tracing::warn!(path = %rel, %why, "mount: clearing an uploaded file's record failed (it is uploaded again by the next mount)");
+            }
+            let _ = std::fs::remove_file(&w.file);
+        }
+        tracing::info!(path = %rel, size, "mount: uploaded (--write-back)");
+        Ok(())
+    }
+
+    /// Uploads what is due, then waits for the next due time or a new close, until `stop`.
+    pub async fn upload_behind(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let Some(b) = &self.backlog else { return };
+        loop {
+            let now = Instant::now();
+            let due: Vec<(String, Waiting)> = b
+                .waiting()
+                .iter()
+                .filter(|(_, w)| w.due <= now)
+                .map(|(r, w)| (r.clone(), w.clone()))
+                .collect();
+            for (rel, w) in due {
+                if let Err(e) = self.upload_waiting(&rel, &w).await {
+                    let tries = w.tries + 1;
+                    let wait = Duration::from_secs(1 << tries.min(8));
+                    tracing::warn!(path = %rel, error = %std::io::Error::from_raw_os_error(e), retry_in = ?wait, "mount: a --write-back upload failed; it is tried again");
+                    if let Some(x) = b.waiting().get_mut(&rel) {
+                        if x.gen == w.gen {
+                            x.due = Instant::now() + wait;
+                            x.tries = tries;
+                        }
+                    }
+                }
+            }
+            let next = b.waiting().values().map(|w| w.due).min();
+            let sleep = next
+                .map(|d| d.saturating_duration_since(Instant::now()))
+                .unwrap_or(Duration::from_secs(3600));
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = b.wake.notified() => {}
+                _ = stop.wait_for(|v| *v) => return,
+            }
+        }
+    }
+
+    /// Uploads now every waiting file at `rel` or under it (all of them for ""): before a
+    /// rename, and at unmount. The failures' count.
+    pub async fn settle(&self, rel: &str) -> usize {
+        let Some(b) = &self.backlog else { return 0 };
+        let under = |r: &str| {
+            rel.is_empty() || r == rel || r.strip_prefix(rel).is_some_and(|x| x.starts_with('/'))
+        };
+        let these: Vec<(String, Waiting)> = b
+            .waiting()
+            .iter()
+            .filter(|(r, _)| under(r))
+            .map(|(r, w)| (r.clone(), w.clone()))
+            .collect();
+        let mut failed = 0;
+        for (r, w) in these {
+            if let Err(e) = self.upload_waiting(&r, &w).await {
+                tracing::error!(path = %r, error = %std::io::Error::from_raw_os_error(e), "mount: uploading a --write-back file failed; it stays in the state for the next mount");
+                failed += 1;
+            }
+        }
+        failed
+    }
+
+    /// A waiting file deleted through the mount: not uploaded.
+    pub(super) fn drop_waiting(&self, rel: &str) {
+        let Some(b) = &self.backlog else { return };
+        if let Some(w) = b.waiting().remove(rel) {
+            let _ = std::fs::remove_file(&w.file);
+        }
+        if let Err(why) = b.state.forget(&b.src, rel) {
+            tracing::warn!(path = %rel, %why, "mount: forgetting a deleted file's upload");
+        }
+    }
+
+    /// Keeps a message the mount could not read, for `slate mount-status`.
+    pub(super) fn keep_dropped(&self, source: &str, reason: &str, text: &[u8]) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        if let Some(b) = &self.backlog {
+            if let Err(why) = b.state.dropped_message(&b.src, source, reason, text) {
+                tracing::warn!(%why, "mount: recording a dropped message failed");
+            }
+        }
+    }
+}
