@@ -806,12 +806,35 @@ fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mou
         &src,
         &dir,
         &tmp.path().join("mount4.log"),
-        &["--cache-dir", cache_arg, "--write-back", "1s"],
+        &[
+            "--cache-dir",
+            cache_arg,
+            "--write-back",
+            "1s",
+            "--storage-class",
+            "standard-ia",
+            "--acl",
+            "public-read",
+        ],
     );
     std::fs::write(dir.join("soon.txt"), b"soon").expect("write");
     wait_for("a 1 s write-back uploaded", 20, || {
         at_store(&store, "wb/soon.txt").is_some()
     });
+    // written with the storage class and canned ACL asked for, as the copier writes
+    let (st, h, _) = s3_signed("HEAD", &format!("/{bucket}/wb/soon.txt"), &[], "");
+    assert_eq!(st, 200);
+    assert!(
+        h.iter()
+            .any(|(k, v)| k == "x-amz-storage-class" && v == "STANDARD_IA"),
+        "{h:?}"
+    );
+    let (st, _, acl) = s3_signed("GET", &format!("/{bucket}/wb/soon.txt?acl"), &[], "");
+    assert_eq!(st, 200, "{acl}");
+    assert!(
+        acl.contains("http://acs.amazonaws.com/groups/global/AllUsers"),
+        "public-read: {acl}"
+    );
     assert_eq!(m4.stop(), Some(0));
 }
 

@@ -50,6 +50,17 @@ pub struct MountArgs {
     /// mount killed before uploading them uploads them when mounted again.
     #[arg(long, value_parser = crate::core::filter::parse_age, value_name = "DURATION")]
     pub write_back: Option<Duration>,
+    /// Storage class of what the mount writes: an S3 class, an Azure access tier or a GCS
+    /// class (as `slate copy --storage-class`).
+    #[arg(long, value_name = "CLASS")]
+    pub storage_class: Option<String>,
+    /// Canned ACL of what the mount writes (S3 or GCS; as `slate copy --acl`).
+    #[arg(long, value_name = "CANNED")]
+    pub acl: Option<String>,
+    /// Fetch and upload at most RATE a second together (`8M`, `off`), or a timetable as
+    /// rclone's (`"08:00,10M 19:00,off"`).
+    #[arg(long, value_name = "RATE|TIMETABLE", value_parser = crate::copy::bwlimit::Schedule::parse)]
+    pub bwlimit: Option<crate::copy::bwlimit::Schedule>,
     /// Serve the mount's meters at http://ADDR/metrics (cache hits, bytes fetched and
     /// uploaded, uploads waiting, invalidations); a loopback address such as 127.0.0.1:9431.
     #[arg(long, value_name = "ADDR")]
@@ -102,7 +113,15 @@ pub async fn run(a: MountArgs) -> i32 {
                 .unwrap_or_else(|| crate::mount::cache::default_max(&cache_dir)),
             memory_limit: a.memory_limit,
             write_back: a.write_back,
+            storage_class: None,
+            bwlimit: a
+                .bwlimit
+                .map(|s| std::sync::Arc::new(crate::copy::bwlimit::BwLimit::new(s))),
             cache_dir,
+        },
+        placement: crate::core::meta::Placement {
+            storage_class: a.storage_class,
+            acl: a.acl,
         },
         allow_other: a.allow_other,
         listen: a.listen,

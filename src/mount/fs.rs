@@ -60,6 +60,10 @@ pub struct FsOpts {
     pub memory_limit: u64,
     /// `--write-back`: close returns at once and the upload follows this long after.
     pub write_back: Option<Duration>,
+    /// The storage class (or Azure access tier) of what is written, checked for the store.
+    pub storage_class: Option<String>,
+    /// `--bwlimit`: bytes fetched and uploaded, together, at most this fast.
+    pub bwlimit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
 }
 
 impl FsOpts {
@@ -209,6 +213,7 @@ pub(super) struct Fetcher {
     budget: Arc<tokio::sync::Semaphore>,
     budget_units: u32,
     fetched: Arc<AtomicU64>,
+    bwlimit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
 }
 
 /// The memory budget's unit.
@@ -242,6 +247,9 @@ impl Fetcher {
                 let units = ((r.end - r.start).div_ceil(BUDGET_UNIT) as u32)
                     .clamp(1, self.budget_units.max(1));
                 let _permit = self.budget.acquire_many(units).await.ok();
+                if let Some(l) = &self.bwlimit {
+                    l.take(r.end - r.start).await;
+                }
                 let got = self.store.get_opts(key, opts).await?;
                 let bytes = got.bytes().await?;
                 self.fetched
@@ -357,6 +365,7 @@ impl Fs {
             budget: Arc::new(tokio::sync::Semaphore::new(budget_units as usize)),
             budget_units,
             fetched: fetched.clone(),
+            bwlimit: opts.bwlimit.clone(),
         };
         Ok(Fs {
             store,
@@ -957,6 +966,8 @@ mod tests {
                 cache_max: 1 << 30,
                 memory_limit: 256 << 20,
                 write_back: None,
+                storage_class: None,
+                bwlimit: None,
             },
         )
         .unwrap()

@@ -31,13 +31,18 @@ pub struct MountSpec {
     pub events: Option<String>,
     pub opts: fs::FsOpts,
     pub allow_other: bool,
+    /// `--storage-class` and `--acl` of what the mount writes (as the copier's).
+    pub placement: crate::core::meta::Placement,
     /// `--listen`: where `/metrics` is served (loopback only).
     pub listen: Option<String>,
 }
 
-/// The store of `loc`: object_store's client of a cloud location, or its local file system
-/// over a folder.
-fn store_of(loc: &Location) -> Result<(Arc<dyn object_store::ObjectStore>, String)> {
+/// The store of `loc`: object_store's client of a cloud location (every write carrying the
+/// canned ACL of `placement`, as the copier's), or its local file system over a folder.
+fn store_of(
+    loc: &Location,
+    placement: &crate::core::meta::Placement,
+) -> Result<(Arc<dyn object_store::ObjectStore>, String)> {
     match loc.scheme {
         Scheme::Local => {
             let fs = object_store::local::LocalFileSystem::new_with_prefix(&loc.prefix).map_err(
@@ -48,7 +53,22 @@ fn store_of(loc: &Location) -> Result<(Arc<dyn object_store::ObjectStore>, Strin
             )?;
             Ok((Arc::new(fs), String::new()))
         }
-        _ => Ok((crate::stores::build_paged(loc)?.store, loc.prefix.clone())),
+        _ => {
+            let mut h = http::HeaderMap::new();
+            if let Some(acl) = &placement.acl {
+                let name = match loc.scheme {
+                    Scheme::Gcs => "x-goog-acl",
+                    _ => "x-amz-acl",
+                };
+                if let Ok(v) = http::HeaderValue::from_str(acl) {
+                    h.insert(name, v);
+                }
+            }
+            Ok((
+                crate::stores::build_with_headers(loc, &h)?.store,
+                loc.prefix.clone(),
+            ))
+        }
     }
 }
 
@@ -214,9 +234,16 @@ pub async fn run(spec: MountSpec) -> Result<()> {
             why: format!("{} is not a folder", spec.mountpoint.display()),
         });
     }
-    let (store, prefix) = store_of(&loc)?;
+    // a class or ACL the store has not, or a remote's own, as the copier takes them
+    let placement = crate::copy::CopyOptions {
+        placement: spec.placement.clone(),
+        ..Default::default()
+    }
+    .placement_for(&loc)?;
+    let (store, prefix) = store_of(&loc, &placement)?;
     let mut opts = spec.opts.clone();
     opts.scheme = loc.scheme;
+    opts.storage_class = placement.storage_class.clone();
     let cache_err = |why: String| SlateError::BadOption {
         option: "--cache-dir".into(),
         why,

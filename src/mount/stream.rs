@@ -75,9 +75,10 @@ pub fn start(
     key: StorePath,
     attributes: object_store::Attributes,
     file: std::fs::File,
+    limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
 ) -> Stream {
     let (tx, rx) = mpsc::unbounded_channel();
-    rt.spawn(run(store, key, attributes, file, rx));
+    rt.spawn(run(store, key, attributes, file, limit, rx));
     Stream { tx, sent: 0 }
 }
 
@@ -124,6 +125,7 @@ async fn run(
     key: StorePath,
     attributes: object_store::Attributes,
     file: std::fs::File,
+    limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
     mut rx: mpsc::UnboundedReceiver<Msg>,
 ) {
     let mut upload: Option<Box<dyn MultipartUpload>> = None;
@@ -169,6 +171,9 @@ async fn run(
                         break;
                     }
                 }
+            }
+            if let Some(l) = &limit {
+                l.take(len).await;
             }
             let body = match read_at(&file, off, len) {
                 Ok(b) => b,

@@ -142,6 +142,7 @@ impl Fs {
                         h.key.clone(),
                         attributes,
                         file,
+                        self.opts.bwlimit.clone(),
                     ));
                 }
             }
@@ -277,6 +278,9 @@ impl Fs {
             Ok(buf)
         };
         if size <= PART {
+            if let Some(l) = &self.opts.bwlimit {
+                l.take(size).await;
+            }
             let body = read(0, size)?;
             let opts = PutOptions {
                 attributes,
@@ -304,6 +308,9 @@ impl Fs {
         while off < size {
             let len = PART.min(size - off);
             w.wait_for_capacity(8).await.map_err(failed)?;
+            if let Some(l) = &self.opts.bwlimit {
+                l.take(len).await;
+            }
             w.put(read(off, len)?.into());
             off += len;
         }
@@ -322,7 +329,7 @@ impl Fs {
             return Ok(object_store::Attributes::new());
         }
         Meta::of_local_file(rel, Some(mtime))
-            .to_attributes(self.opts.scheme, None)
+            .to_attributes(self.opts.scheme, self.opts.storage_class.as_deref())
             .map(|(a, _)| a)
             .map_err(|why| {
                 tracing::warn!(key = %rel, %why, "mount: metadata");
