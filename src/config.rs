@@ -26,6 +26,9 @@ pub struct Config {
     /// The pairs `slate sync --config` keeps equal, all in one process.
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
+    /// The folders `slate mount --config` mounts, all in one process.
+    #[serde(default)]
+    pub mounts: Vec<MountConfig>,
     /// rclone remotes defined here (`[remotes.NAME]`, rclone's option names): locations
     /// `NAME:path` of every command, each with its own credentials; they win over a remote of
     /// the same name in rclone's config file.
@@ -44,6 +47,32 @@ impl std::fmt::Debug for Remotes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.0.keys()).finish()
     }
+}
+
+/// One `[[mounts]]` entry: `slate mount`'s flags by their names (a flag given on the command
+/// line is the default of every entry).
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct MountConfig {
+    pub src: String,
+    pub mountpoint: String,
+    pub events: Option<String>,
+    pub dir_cache_time: Option<String>,
+    pub read_only: Option<bool>,
+    pub cache_dir: Option<String>,
+    #[serde(default, deserialize_with = "de_size")]
+    pub cache_max_size: Option<u64>,
+    #[serde(default, deserialize_with = "de_size")]
+    pub memory_limit: Option<u64>,
+    pub write_back: Option<String>,
+    pub allow_other: Option<bool>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub umask: Option<String>,
+    pub storage_class: Option<String>,
+    pub acl: Option<String>,
+    pub bwlimit: Option<String>,
+    pub listen: Option<String>,
 }
 
 /// Settings of the daemon.

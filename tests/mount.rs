@@ -976,3 +976,93 @@ fn the_block_cache_stays_under_its_limit_and_memory_under_its_budget() {
         "the cache's folder goes with its mount"
     );
 }
+
+/// Detaches `dirs` when dropped (a failing test leaves no mount behind).
+struct Unmount(Vec<PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            if mounted(d) {
+                let _ = std::process::Command::new("fusermount3")
+                    .args(["-u", "-z"])
+                    .arg(d)
+                    .status();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_config_mounts_each_entry_in_the_background() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let t = tmp.path();
+    let (a, b, ma, mb) = (t.join("a"), t.join("b"), t.join("ma"), t.join("mb"));
+    for d in [&a, &b, &ma, &mb] {
+        std::fs::create_dir(d).expect("dir");
+    }
+    std::fs::write(a.join("x.txt"), b"from a").expect("seed");
+    let config = t.join("slate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mounts]]\nsrc = {:?}\nmountpoint = {:?}\nread_only = true\n\n\
+             [[mounts]]\nsrc = {:?}\nmountpoint = {:?}\nwrite_back = \"1s\"\n",
+            a.display().to_string(),
+            ma.display().to_string(),
+            b.display().to_string(),
+            mb.display().to_string()
+        ),
+    )
+    .expect("config");
+    let _guard = Unmount(vec![ma.clone(), mb.clone()]);
+    let out = slate()
+        .args(["mount", "--daemon", "--config"])
+        .arg(&config)
+        .arg("--cache-dir")
+        .arg(t.join("cache"))
+        .output()
+        .expect("slate mount --daemon");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    // the command returned with both mounted, its process in the background
+    assert!(mounted(&ma) && mounted(&mb), "{err}");
+    let pid: i32 = err
+        .split("pid ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the daemon's pid in: {err}"));
+    assert_eq!(std::fs::read(ma.join("x.txt")).expect("read"), b"from a");
+    let e = std::fs::write(ma.join("no.txt"), b"x").expect_err("read-only entry");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    std::fs::write(mb.join("w.txt"), b"written").expect("write");
+    wait_for("the second entry's write-back at its folder", 20, || {
+        std::fs::read(b.join("w.txt")).ok().as_deref() == Some(&b"written"[..])
+    });
+    for d in [&ma, &mb] {
+        let st = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(d)
+            .status()
+            .expect("fusermount3");
+        assert!(st.success());
+    }
+    // SAFETY: kill(2) with signal 0 only asks whether the process is there
+    wait_for("the background mount process gone", 20, || unsafe {
+        libc::kill(pid, 0) != 0
+    });
+    // an entry the config gets wrong is named
+    std::fs::write(&config, "[[mounts]]\nsrc = \"/x\"\nmount_point = \"/y\"\n").expect("config");
+    let out = slate()
+        .args(["mount", "--config"])
+        .arg(&config)
+        .output()
+        .expect("slate mount");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("line 3") && err.contains("mount_point"),
+        "{err}"
+    );
+}

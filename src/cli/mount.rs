@@ -5,14 +5,27 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::core::error::SlateError;
 use crate::mount::{fs::FsOpts, MountSpec};
 
 #[derive(Debug, Args)]
 pub struct MountArgs {
     /// The location to mount: s3://, az://, gs://BUCKET[/PREFIX], a remote, or a local folder.
-    pub src: String,
+    /// Without it, every `[[mounts]]` entry of the config file is mounted.
+    pub src: Option<String>,
     /// An existing empty folder to mount it on.
-    pub mountpoint: PathBuf,
+    pub mountpoint: Option<PathBuf>,
+    /// Config file: its remotes, and its `[[mounts]]` when no SRC is given (default:
+    /// ~/.config/slate/slate.toml when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Run in the background once mounted (the command returns when every mount shows, or
+    /// fails with the mount's error); its log goes to --log-file.
+    #[arg(long)]
+    pub daemon: bool,
+    /// Where --daemon writes its log. [default: mount.log in --cache-dir]
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
     /// The mount's own queue or subscription of the source's change events (sqs://,
     /// azqueue://, pubsub://; not the daemon's: a queue hands each message to one consumer).
     /// A change shows in the mount as its event arrives.
@@ -91,47 +104,267 @@ fn parse_umask(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("'{s}': an octal mask such as 022"))
 }
 
+/// Set in the process `--daemon` starts: it serves the mounts itself.
+const DAEMON_CHILD: &str = "SLATE_MOUNT_DAEMON_CHILD";
+
 pub async fn run(a: MountArgs) -> i32 {
+    let specs = match specs(&a) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("slate: {e}");
+            return e.exit_code();
+        }
+    };
+    if a.daemon && std::env::var_os(DAEMON_CHILD).is_none() {
+        return daemonize(&a, &specs);
+    }
+    let results = futures::future::join_all(specs.into_iter().map(crate::mount::run)).await;
+    let mut code = 0;
+    for r in results {
+        if let Err(e) = r {
+            eprintln!("slate: {e}");
+            if code == 0 {
+                code = e.exit_code();
+            }
+        }
+    }
+    code
+}
+
+/// The mounts asked for: SRC and MOUNTPOINT, or the config's `[[mounts]]` (the flags are
+/// each entry's defaults).
+fn specs(a: &MountArgs) -> Result<Vec<MountSpec>, SlateError> {
+    let need = |option: &str, why: &str| SlateError::BadOption {
+        option: option.into(),
+        why: why.into(),
+    };
+    match (&a.src, &a.mountpoint) {
+        (Some(src), Some(mp)) => {
+            if a.config.is_some() {
+                // its remotes
+                crate::config::Config::load(a.config.as_deref())?;
+            } else {
+                crate::config::load_default_remotes();
+            }
+            Ok(vec![spec_of(a, src, mp, None)?])
+        }
+        (Some(_), None) => Err(need("MOUNTPOINT", "give the folder to mount SRC on")),
+        (None, _) => {
+            let origin = a
+                .config
+                .clone()
+                .or_else(crate::config::default_path)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let cfg = crate::config::Config::load(a.config.as_deref())?;
+            if cfg.mounts.is_empty() {
+                return Err(need(
+                    "SRC",
+                    "give SRC and MOUNTPOINT, or [[mounts]] entries in the config file (--config)",
+                ));
+            }
+            cfg.mounts
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    spec_of(
+                        a,
+                        &m.src,
+                        &PathBuf::from(&m.mountpoint),
+                        Some((i, m, &origin)),
+                    )
+                })
+                .collect()
+        }
+    }
+}
+
+/// One mount's spec: the flags, and over them a config entry's settings.
+fn spec_of(
+    a: &MountArgs,
+    src: &str,
+    mountpoint: &std::path::Path,
+    entry: Option<(usize, &crate::config::MountConfig, &String)>,
+) -> Result<MountSpec, SlateError> {
     // SAFETY: getuid and getgid cannot fail and touch no memory
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let cache_dir = a.cache_dir.unwrap_or_else(default_cache_dir);
+    let mut o = MountOverrides::default();
+    if let Some((i, m, origin)) = entry {
+        let bad = |field: &str, why: String| SlateError::Config {
+            path: origin.to_string(),
+            why: format!("mounts[{i}].{field}: {why}"),
+        };
+        o.dir_ttl = m
+            .dir_cache_time
+            .as_deref()
+            .map(crate::core::filter::parse_age)
+            .transpose()
+            .map_err(|e| bad("dir_cache_time", e))?;
+        o.write_back = m
+            .write_back
+            .as_deref()
+            .map(crate::core::filter::parse_age)
+            .transpose()
+            .map_err(|e| bad("write_back", e))?;
+        o.umask = m
+            .umask
+            .as_deref()
+            .map(parse_umask)
+            .transpose()
+            .map_err(|e| bad("umask", e))?;
+        o.bwlimit = m
+            .bwlimit
+            .as_deref()
+            .map(crate::copy::bwlimit::Schedule::parse)
+            .transpose()
+            .map_err(|e| bad("bwlimit", e))?;
+        crate::core::location::Location::parse(src).map_err(|e| bad("src", e.to_string()))?;
+    }
+    let m = entry.map(|e| e.1).cloned().unwrap_or_default();
+    let cache_dir = m
+        .cache_dir
+        .map(PathBuf::from)
+        .or_else(|| a.cache_dir.clone())
+        .unwrap_or_else(default_cache_dir);
     // the state records paths in it: they must hold from any working folder
     let cache_dir = std::path::absolute(&cache_dir).unwrap_or(cache_dir);
-    let spec = MountSpec {
-        src: a.src,
-        mountpoint: a.mountpoint,
-        events: a.events,
+    let bwlimit = o.bwlimit.or_else(|| a.bwlimit.clone());
+    Ok(MountSpec {
+        src: src.to_string(),
+        mountpoint: mountpoint.to_path_buf(),
+        events: m.events.or_else(|| a.events.clone()),
         opts: FsOpts {
-            dir_ttl: a.dir_cache_time,
-            uid: a.uid.unwrap_or(uid),
-            gid: a.gid.unwrap_or(gid),
-            umask: a.umask,
-            read_only: a.read_only,
+            dir_ttl: o.dir_ttl.unwrap_or(a.dir_cache_time),
+            uid: m.uid.or(a.uid).unwrap_or(uid),
+            gid: m.gid.or(a.gid).unwrap_or(gid),
+            umask: o.umask.unwrap_or(a.umask),
+            read_only: m.read_only.unwrap_or(a.read_only),
             scheme: crate::core::location::Scheme::Local,
-            cache_max: a
+            cache_max: m
                 .cache_max_size
+                .or(a.cache_max_size)
                 .unwrap_or_else(|| crate::mount::cache::default_max(&cache_dir)),
-            memory_limit: a.memory_limit,
-            write_back: a.write_back,
+            memory_limit: m.memory_limit.unwrap_or(a.memory_limit),
+            write_back: o.write_back.or(a.write_back),
             storage_class: None,
-            bwlimit: a
-                .bwlimit
-                .map(|s| std::sync::Arc::new(crate::copy::bwlimit::BwLimit::new(s))),
+            bwlimit: bwlimit.map(|s| std::sync::Arc::new(crate::copy::bwlimit::BwLimit::new(s))),
             cache_dir,
         },
         placement: crate::core::meta::Placement {
-            storage_class: a.storage_class,
-            acl: a.acl,
+            storage_class: m.storage_class.or_else(|| a.storage_class.clone()),
+            acl: m.acl.or_else(|| a.acl.clone()),
         },
-        allow_other: a.allow_other,
-        listen: a.listen,
+        allow_other: m.allow_other.unwrap_or(a.allow_other),
+        listen: m.listen.or_else(|| a.listen.clone()),
+    })
+}
+
+/// A config entry's settings that need parsing.
+#[derive(Default)]
+struct MountOverrides {
+    dir_ttl: Option<Duration>,
+    write_back: Option<Duration>,
+    umask: Option<u32>,
+    bwlimit: Option<crate::copy::bwlimit::Schedule>,
+}
+
+/// Whether `dir` is a mount point now (/proc/mounts).
+fn is_mounted(dir: &std::path::Path) -> bool {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return false;
     };
-    match crate::mount::run(spec).await {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("slate: {e}");
-            e.exit_code()
+    let want = dir.to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// `--daemon`: this command again, detached (its own session, its output to the log), and
+/// an answer once every mount shows or the process ended.
+fn daemonize(a: &MountArgs, specs: &[MountSpec]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let log = a.log_file.clone().unwrap_or_else(|| {
+        specs
+            .first()
+            .map(|s| s.opts.cache_dir.join("mount.log"))
+            .unwrap_or_else(|| PathBuf::from("mount.log"))
+    });
+    let fail = |why: String| {
+        eprintln!("slate: --daemon: {why}");
+        2
+    };
+    if let Some(parent) = log.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let file = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+    {
+        Ok(f) => f,
+        Err(e) => return fail(format!("{}: {e}", log.display())),
+    };
+    let (out, err) = match (file.try_clone(), file.try_clone()) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(e), _) | (_, Err(e)) => return fail(format!("{}: {e}", log.display())),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return fail(format!("this program's path: {e}")),
+    };
+    let args: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .filter(|x| x != "--daemon")
+        .collect();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args)
+        .env(DAEMON_CHILD, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    // SAFETY: setsid(2) only, between fork and exec: async-signal-safe, no allocation
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return fail(e.to_string()),
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+            eprintln!(
+                "slate: the mount ended ({status}); its log: {}",
+                log.display()
+            );
+            return status.code().filter(|c| *c != 0).unwrap_or(1);
         }
+        if specs.iter().all(|s| is_mounted(&s.mountpoint)) {
+            eprintln!(
+                "slate: mounted in the background (pid {}; log {}; stop with `fusermount3 -u MOUNTPOINT` or kill {})",
+                child.id(),
+                log.display(),
+                child.id()
+            );
+            return 0;
+        }
+        if std::time::Instant::now() > until {
+            return fail(format!(
+                "not mounted after 120 s (pid {} still runs; its log: {})",
+                child.id(),
+                log.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
