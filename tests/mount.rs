@@ -289,11 +289,29 @@ fn a_local_folder_mounts_and_fusermount_unmounts_it() {
     seed_local(&root, &files);
     let dir = tmp.path().join("mnt");
     let log = tmp.path().join("mount.log");
-    let mut m = Mounted::start(root.to_str().expect("utf-8"), &dir, &log, &[]);
+    let mut m = Mounted::start(
+        root.to_str().expect("utf-8"),
+        &dir,
+        &log,
+        &["--dir-cache-time", "1h"],
+    );
     for (k, v) in &files {
         assert_eq!(&std::fs::read(dir.join(k)).expect("read"), v, "{k}");
     }
     assert_eq!(names(&dir.join("a")), ["b"]);
+    // changes made in the folder itself show by inotify, within the hour's folder cache
+    std::fs::write(root.join("a/new.txt"), b"new").expect("write");
+    let took = time_until("a file made in the folder shows in the mount", 2, || {
+        names(&dir.join("a")) == ["b", "new.txt"]
+    });
+    assert_eq!(std::fs::read(dir.join("a/new.txt")).expect("read"), b"new");
+    std::fs::write(root.join("top.txt"), b"changed, longer").expect("overwrite");
+    wait_for("an overwrite shows", 2, || {
+        std::fs::read(dir.join("top.txt")).ok().as_deref() == Some(&b"changed, longer"[..])
+    });
+    std::fs::remove_file(root.join("a/new.txt")).expect("rm");
+    wait_for("a delete shows", 2, || names(&dir.join("a")) == ["b"]);
+    eprintln!("inotify: a new file showed in {took:?}");
     // a mount point that is not a folder is named
     let out = run({
         let mut c = slate();

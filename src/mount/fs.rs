@@ -505,6 +505,13 @@ impl Fs {
         }
     }
 
+    /// Every folder is listed again at its next look.
+    pub(super) fn forget_all_listings(&self) {
+        for n in self.nodes().by_ino.values_mut() {
+            n.listed = None;
+        }
+    }
+
     /// Folder `ino` is listed again at its next look.
     pub(super) fn forget_listing(&self, ino: u64) {
         if let Some(n) = self.nodes().by_ino.get_mut(&ino) {

@@ -122,26 +122,7 @@ async fn follow<S: Source>(
                 }
             }
             for rel in keys {
-                let gone = fs.invalidate(&rel);
-                // the kernel's side blocks while it holds the folder's lock for a lookup that
-                // this process answers: never on a runtime worker, which that answer needs
-                let n = notifier.clone();
-                let done = tokio::task::spawn_blocking(move || {
-                    for (parent, name, ino) in gone {
-                        // ENOENT: the kernel never looked it up; nothing to drop
-                        let _ = n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name));
-                        if let Some(ino) = ino {
-                            let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
-                        }
-                    }
-                })
-                .await;
-                if let Err(e) = done {
-                    tracing::warn!(key = %rel, error = %e, "mount: invalidating the kernel's entry failed");
-                }
-                tracing::debug!(key = %rel, "mount: invalidated");
-                fs.invalidations
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                invalidate(&fs, &notifier, &rel).await;
             }
             acks.push(m.ack);
         }
@@ -150,6 +131,69 @@ async fn follow<S: Source>(
             tracing::warn!(events = %source.spec(), failed, "mount: acknowledgements failed: those messages come again");
         }
     }
+}
+
+/// Forgets `rel` in the mount and in the kernel (its entry, its inode's pages, and the
+/// listings of the folders above it).
+async fn invalidate(fs: &fs::Fs, notifier: &fuser::Notifier, rel: &str) {
+    let gone = fs.invalidate(rel);
+    // the kernel's side blocks while it holds the folder's lock for a lookup that this
+    // process answers: never on a runtime worker, which that answer needs
+    let n = notifier.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        for (parent, name, ino) in gone {
+            // ENOENT: the kernel never looked it up; nothing to drop
+            let _ = n.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(&name));
+            if let Some(ino) = ino {
+                let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
+            }
+        }
+    })
+    .await;
+    if let Err(e) = done {
+        tracing::warn!(key = %rel, error = %e, "mount: invalidating the kernel's entry failed");
+    }
+    tracing::debug!(key = %rel, "mount: invalidated");
+    fs.invalidations
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A local folder's changes, by inotify (as the daemon follows a local source): each key
+/// touched is invalidated; when the kernel dropped events, every listing is read again.
+async fn follow_local(
+    root: PathBuf,
+    fs: Arc<fs::Fs>,
+    notifier: fuser::Notifier,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>> {
+    use crate::events::watch;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(watch::CHANNEL);
+    let r = root.clone();
+    // a recursive watch walks the whole tree: off the runtime's workers
+    let handle =
+        tokio::task::spawn_blocking(move || watch::watch(r, Duration::from_millis(50), tx))
+            .await
+            .map_err(|e| SlateError::Store {
+                url: root.display().to_string(),
+                detail: e.to_string(),
+            })??;
+    Ok(tokio::spawn(async move {
+        let _keep = handle;
+        loop {
+            let batch = tokio::select! {
+                b = rx.recv() => b,
+                _ = stop.wait_for(|v| *v) => return,
+            };
+            let Some(batch) = batch else { return };
+            if !batch.rescan.is_empty() {
+                tracing::warn!(root = %root.display(), "mount: file events were lost: every folder is listed again");
+                fs.forget_all_listings();
+            }
+            for rel in batch.keys {
+                invalidate(&fs, &notifier, &rel).await;
+            }
+        }
+    }))
 }
 
 /// The keys (relative to the mount) `parsed` changes; a folder event names its folder.
@@ -194,6 +238,9 @@ async fn start_events(
         why: format!("'{spec}': {why}"),
     };
     Ok(match loc.scheme {
+        Scheme::Local if spec == "inotify" => {
+            return follow_local(loc.local_path(), fs, notifier, stop).await
+        }
         Scheme::S3 if spec.starts_with("sqs://") => {
             let s = crate::events::sqs::SqsSource::connect(spec).await?;
             tokio::spawn(follow(s, fs, notifier, scope, stop))
@@ -208,7 +255,7 @@ async fn start_events(
         }
         _ => {
             return Err(bad(
-                "a mount follows its own queue: sqs:// for s3://, azqueue:// for az://, pubsub:// for gs://",
+                "a mount follows its own queue: sqs:// for s3://, azqueue:// for az://, pubsub:// for gs://; a local folder's changes come by inotify (the default there)",
             ))
         }
     })
@@ -297,7 +344,12 @@ pub async fn run(spec: MountSpec) -> Result<()> {
     let mut unmounter = session.unmount_callable();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let uploader = tokio::spawn(fs.clone().upload_behind(stop_rx.clone()));
-    let events = match &spec.events {
+    // a local folder is followed by inotify unless told otherwise
+    let events_spec = spec
+        .events
+        .clone()
+        .or_else(|| (loc.scheme == Scheme::Local).then(|| "inotify".to_string()));
+    let events = match &events_spec {
         Some(e) => match start_events(e, &loc, fs.clone(), notifier, stop_rx).await {
             Ok(h) => Some(h),
             Err(err) => {
@@ -308,7 +360,7 @@ pub async fn run(spec: MountSpec) -> Result<()> {
         None => None,
     };
     tracing::info!(src = %spec.src, mountpoint = %spec.mountpoint.display(),
-        events = spec.events.as_deref().unwrap_or("none (folders kept for --dir-cache-time)"),
+        events = events_spec.as_deref().unwrap_or("none (folders kept for --dir-cache-time)"),
         "mounted");
     eprintln!(
         "slate: {} mounted on {} (stop with Ctrl-C, SIGTERM or `fusermount3 -u {}`)",
