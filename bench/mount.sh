@@ -9,6 +9,8 @@
 #   cp-tree   cp -r of a dataset folder of BENCH_MOUNT_TREE_N files (default 2,000: parquet-
 #             like shards of 1-2 MiB and small json files; ≈ BENCH_MOUNT_TREE_N MiB) into it,
 #             until cp returns and until every object is at the store
+#   unzip     unzip -q of a zip of BENCH_MOUNT_ZIP_N files (default 5,000, 1-80 KiB each,
+#             stored) from the mount to a local folder
 #   read-seq  a sequential read of the file (fio, bs=1M; dd when fio is missing)
 #   read-rand random 4 KiB reads of the file for BENCH_MOUNT_RAND_SECS (default 30) s (fio)
 #   find      find over BENCH_MOUNT_FIND_N entries (default 20,000 empty objects in 100
@@ -16,7 +18,9 @@
 # and the mount process's peak RSS over the whole run (VmHWM).
 # Peers: rclone mount with its defaults, and with the seed's fast flags as far as Debian's
 # rclone 1.60 has them: --vfs-cache-mode full --vfs-fast-fingerprint --no-modtime
-# --transfers 10 (it lacks --vfs-read-chunk-streams). slate mounts with no flags.
+# --transfers 10 (it lacks --vfs-read-chunk-streams). slate mounts with no flags (close waits
+# for the upload); slate-wb is slate with --write-back 1s (close returns at once, as rclone's
+# full cache mode), run for the two cp workloads only.
 # Everything talks to 127.0.0.1 only. Prints a markdown table, written to
 # bench/last-mount-run.md.
 #
@@ -36,8 +40,9 @@ FILE_MB="${BENCH_MOUNT_FILE_MB:-1024}"
 TREE_N="${BENCH_MOUNT_TREE_N:-2000}"
 FIND_N="${BENCH_MOUNT_FIND_N:-20000}"
 RAND_SECS="${BENCH_MOUNT_RAND_SECS:-30}"
-WORKLOADS="${BENCH_MOUNT_WORKLOADS:-cp-file cp-tree read-seq read-rand find}"
-TOOLS="${BENCH_MOUNT_TOOLS:-slate rclone-default rclone-fast}"
+ZIP_N="${BENCH_MOUNT_ZIP_N:-5000}"
+WORKLOADS="${BENCH_MOUNT_WORKLOADS:-cp-file cp-tree unzip read-seq read-rand find}"
+TOOLS="${BENCH_MOUNT_TOOLS:-slate slate-wb rclone-default rclone-fast}"
 REPORT="${BENCH_REPORT:-$SCRIPT_DIR/last-mount-run.md}"
 S3S_PORT="${SLATE_S3S_PORT:-8034}" LAB_PORT=8035
 S3S_BIN="$SLATE_TEST_HOME/s3s-fs/bin/s3s-fs"
@@ -45,7 +50,7 @@ S3S_BIN="$SLATE_TEST_HOME/s3s-fs/bin/s3s-fs"
 log() { printf '[mount %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf '\n[mount] ERROR: %s\n' "$*" >&2; exit 1; }
 want() { [[ " $WORKLOADS " == *" $1 "* ]]; }
-for v in DELAY FILE_MB TREE_N FIND_N RAND_SECS; do
+for v in DELAY FILE_MB TREE_N FIND_N RAND_SECS ZIP_N; do
     [[ "${!v}" =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
 done
 
@@ -59,6 +64,13 @@ if ! command -v fio >/dev/null; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends fio >&2 \
             || log "fio could not be installed: dd for sequential reads, no random reads"
     fi
+fi
+if want unzip && ! command -v unzip >/dev/null; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+        log "installing Debian's unzip"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends unzip >&2 || true
+    fi
+    command -v unzip >/dev/null || die "unzip missing (apt-get install unzip)"
 fi
 if [[ -z "${SLATE_BIN:-}" || -z "${LAB_BIN:-}" ]]; then
     log "cargo build --release (slate and the lab)"
@@ -124,8 +136,17 @@ for i in range(n):
             f.write(os.urandom(rng.randint(1 << 20, 2 << 20)))
 EOF
 TREE_BYTES=$(du -sb "$WORK/seed/dataset" | awk '{print $1}')
+python3 - "$WORK/seed/small.zip" "$ZIP_N" <<'EOF'
+import os, random, sys, zipfile
+path, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(11)
+with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+    for i in range(n):
+        z.writestr(f"ds/part-{i // 500:02d}/img-{i:05d}.bin", os.urandom(rng.randint(1 << 10, 80 << 10)))
+EOF
 rcl mkdir s3:bench-mnt >&2
 rcl copy "$WORK/seed/big.zip" s3:bench-mnt/read/ >&2
+rcl copy "$WORK/seed/small.zip" s3:bench-mnt/read/ >&2
 mkdir -p "$WORK/seed/find"
 python3 - "$WORK/seed/find" "$FIND_N" <<'EOF'
 import os, sys
@@ -143,10 +164,12 @@ rm -rf "$WORK/seed/find"
 mount_tool() {
     local tool=$1
     case $tool in
-        slate)
+        slate | slate-wb)
+            local extra=()
+            [[ $tool == slate-wb ]] && extra=(--write-back 1s)
             env -u AWS_PROFILE AWS_ENDPOINT_URL="$LABBED" AWS_ACCESS_KEY_ID=testing \
                 AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
-                "$SLATE" mount s3://bench-mnt "$MNT" --cache-dir "$WORK/cache-slate" \
+                "$SLATE" mount s3://bench-mnt "$MNT" --cache-dir "$WORK/cache-slate" "${extra[@]}" \
                 >"$WORK/mount-$tool.log" 2>&1 &
             ;;
         rclone-default)
@@ -213,6 +236,21 @@ for tool in $TOOLS; do
         R[$tool,cp-tree]=$(secs "$t0" "$t1"); R[$tool,cp-tree-store]=$(secs "$t0" "$t2")
         unmount_tool; ((PEAK_KB > PEAK)) && PEAK=$PEAK_KB
     fi
+    if [[ $tool == slate-wb ]]; then
+        # reads are slate's: only the writes differ
+        R[$tool,rss]=$((PEAK / 1024))
+        continue
+    fi
+    if want unzip; then
+        mount_tool "$tool"
+        log "$tool: unzip -q of $ZIP_N files from the mount"
+        t0=$(now); unzip -q "$MNT/read/small.zip" -d "$WORK/unz-$tool"; t1=$(now); peak
+        n=$(find "$WORK/unz-$tool" -type f | wc -l)
+        [[ $n == "$ZIP_N" ]] || die "$tool: unzip gave $n files, not $ZIP_N"
+        rm -rf "$WORK/unz-$tool"
+        R[$tool,unzip]=$(secs "$t0" "$t1")
+        unmount_tool; ((PEAK_KB > PEAK)) && PEAK=$PEAK_KB
+    fi
     if want read-seq || want read-rand; then
         mount_tool "$tool"
         if want read-seq; then
@@ -258,16 +296,24 @@ ratio() { # ratio SLATE PEER HIGHER_IS_BETTER
     echo
     echo "rclone $(rclone version | head -n 1 | awk '{print $2}'): fast flags = --vfs-cache-mode full --vfs-fast-fingerprint --no-modtime --transfers 10 (no --vfs-read-chunk-streams in this version)."
     echo
-    echo "| workload | slate | rclone defaults | rclone fast flags | slate vs defaults | slate vs fast |"
-    echo "|---|---|---|---|---|---|"
+    echo "slate-wb is slate with --write-back 1s; its ratios are in brackets."
+    echo
+    echo "| workload | slate | slate-wb | rclone defaults | rclone fast flags | slate vs defaults | slate vs fast |"
+    echo "|---|---|---|---|---|---|---|"
     row() { # row LABEL KEY HIGHER_IS_BETTER UNIT
-        local s=${R[slate,$2]:-} d=${R[rclone-default,$2]:-} f=${R[rclone-fast,$2]:-}
-        echo "| $1 | ${s:-—} $4 | ${d:-—} $4 | ${f:-—} $4 | $(ratio "$s" "$d" "$3") | $(ratio "$s" "$f" "$3") |"
+        local s=${R[slate,$2]:-} w=${R[slate-wb,$2]:-} d=${R[rclone-default,$2]:-} f=${R[rclone-fast,$2]:-}
+        local vd vf
+        vd=$(ratio "$s" "$d" "$3"); vf=$(ratio "$s" "$f" "$3")
+        if [[ -n $w ]]; then
+            vd="$vd ($(ratio "$w" "$d" "$3"))"; vf="$vf ($(ratio "$w" "$f" "$3"))"
+        fi
+        echo "| $1 | ${s:-—} $4 | ${w:-—} $4 | ${d:-—} $4 | ${f:-—} $4 | $vd | $vf |"
     }
     want cp-file && row "cp ${FILE_MB} MiB file, until cp returns" cp-file 0 s
     want cp-file && row "cp ${FILE_MB} MiB file, until complete at the store" cp-file-store 0 s
     want cp-tree && row "cp -r $TREE_N files ($((TREE_BYTES >> 20)) MiB), until cp returns" cp-tree 0 s
     want cp-tree && row "cp -r $TREE_N files, until all at the store" cp-tree-store 0 s
+    want unzip && row "unzip -q of $ZIP_N files from the mount" unzip 0 s
     want read-seq && row "sequential read (fio bs=1M)" read-seq 1 MB/s
     want read-rand && row "random 4 KiB reads, ${RAND_SECS} s" read-rand 1 IOPS
     want find && row "find over $FIND_N entries" find 0 s

@@ -12,7 +12,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::StreamExt;
+
 use super::fs::{Errno, Fs};
+
+/// Files a write-back uploads at once.
+const UPLOADS_AT_ONCE: usize = 16;
 use super::state::MountState;
 
 /// A file closed and not uploaded yet.
@@ -190,8 +195,17 @@ impl Fs {
                 .filter(|(_, w)| w.due <= now)
                 .map(|(r, w)| (r.clone(), w.clone()))
                 .collect();
-            for (rel, w) in due {
-                if let Err(e) = self.upload_waiting(&rel, &w).await {
+            // several at once: a tree of small files is bound by the round trip, not the link
+            let uploads = futures::stream::iter(due).map(|(rel, w)| {
+                let me = &self;
+                async move {
+                    let r = me.upload_waiting(&rel, &w).await;
+                    (rel, w, r)
+                }
+            });
+            let mut uploads = uploads.buffer_unordered(UPLOADS_AT_ONCE);
+            while let Some((rel, w, r)) = uploads.next().await {
+                if let Err(e) = r {
                     let tries = w.tries + 1;
                     let wait = Duration::from_secs(1 << tries.min(8));
                     tracing::warn!(path = %rel, error = %std::io::Error::from_raw_os_error(e), retry_in = ?wait, "mount: a --write-back upload failed; it is tried again");
@@ -229,8 +243,14 @@ impl Fs {
             .map(|(r, w)| (r.clone(), w.clone()))
             .collect();
         let mut failed = 0;
-        for (r, w) in these {
-            if let Err(e) = self.upload_waiting(&r, &w).await {
+        let mut uploads = futures::stream::iter(these)
+            .map(|(r, w)| async move {
+                let res = self.upload_waiting(&r, &w).await;
+                (r, res)
+            })
+            .buffer_unordered(UPLOADS_AT_ONCE);
+        while let Some((r, res)) = uploads.next().await {
+            if let Err(e) = res {
                 tracing::error!(path = %r, error = %std::io::Error::from_raw_os_error(e), "mount: uploading a --write-back file failed; it stays in the state for the next mount");
                 failed += 1;
             }
