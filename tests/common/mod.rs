@@ -16,6 +16,8 @@ use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload};
 
+pub mod mount;
+
 pub const MIB: usize = 1 << 20;
 
 fn var(name: &str, default: &str) -> String {
