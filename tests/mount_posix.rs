@@ -1460,6 +1460,52 @@ fn store_file_unlinked_while_written_stays_gone(at: &At) -> Outcome {
     at.lacks("unlink_of_a_file_open_for_writing_stays_unlinked/writing.txt")
 }
 
+// ---------------------------------------------------------------------------------------------
+// after a remount (a new mount process on the same location): what the store holds
+// ---------------------------------------------------------------------------------------------
+
+fn remount_reads_what_close_acknowledged(root: &Path) -> Outcome {
+    holds(
+        &root.join("write_close_reopen_read/reopen.bin"),
+        &bytes(12, 300 * 1024 + 1),
+    )?;
+    holds(
+        &root.join("fsync_after_writes/synced.txt"),
+        b"first second third",
+    )?;
+    holds(&root.join("truncate_shrinks/shrink.txt"), b"0123")?;
+    holds(&root.join("rename_of_a_file_moves_it/b.txt"), b"moved")?;
+    gone(&root.join("rename_of_a_file_moves_it/a.txt"))?;
+    holds(
+        &root.join("rename_of_a_folder_with_files/e/sub/z.txt"),
+        b"zzz",
+    )?;
+    gone(&root.join("rename_of_a_folder_with_files/d"))?;
+    holds(&root.join("mkdir_makes_folders/a/b/deep.txt"), b"deep")?;
+    lists(
+        &root.join("readdir_shows_created_entries_and_hides_removed_ones"),
+        &["a", "dir"],
+    )
+}
+
+fn remount_forgets_empty_folders(root: &Path) -> Outcome {
+    // docs/MOUNT.md: a folder made in the mount that never held a file is gone after an
+    // unmount (object stores have no empty folders)
+    gone(&root.join("mkdir_in_a_missing_folder_is_enoent"))?;
+    lists(
+        &root.join("rmdir_of_a_non_empty_folder_is_enotempty"),
+        &["full"],
+    )?;
+    lists(&root.join("mkdir_makes_folders/a"), &["b"])
+}
+
+fn remount_cases() -> Vec<Case> {
+    vec![
+        case!(remount_reads_what_close_acknowledged),
+        case!(remount_forgets_empty_folders),
+    ]
+}
+
 macro_rules! store_check {
     ($f:ident) => {
         StoreCheck {
@@ -1513,7 +1559,7 @@ impl Verdict {
 
 /// Runs each case in a fresh folder of `root`, in its own thread (a hung FUSE call fails the
 /// case, and the mount is given up for the rest).
-fn run_cases(root: &Path, cases: &[Case]) -> Vec<Verdict> {
+fn run_cases(root: &Path, cases: &[Case], fresh: bool) -> Vec<Verdict> {
     let mut out = Vec::new();
     let mut hung: Option<&str> = None;
     for c in cases {
@@ -1521,8 +1567,12 @@ fn run_cases(root: &Path, cases: &[Case]) -> Vec<Verdict> {
             out.push(Verdict::Skipped(format!("{h} hung")));
             continue;
         }
-        let dir = root.join(c.name);
-        if let Err(e) = std::fs::create_dir(&dir) {
+        let dir = if fresh {
+            root.join(c.name)
+        } else {
+            root.to_path_buf()
+        };
+        if let Err(e) = std::fs::create_dir(&dir).or_else(|e| if fresh { Err(e) } else { Ok(()) }) {
             out.push(Verdict::Fail(format!(
                 "mkdir of the case's folder: {}",
                 describe(&e)
@@ -1649,45 +1699,57 @@ fn posix_cases_on_slate_and_rclone_mounts() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cases = cases();
     let checks = store_checks();
+    let remount = remount_cases();
 
     // slate
     let dir = tmp.path().join("slate");
-    let log = tmp.path().join("slate.log");
     let cache = tmp.path().join("slate-cache");
-    let mut m = Mounted::start(
-        &format!("s3://{bucket}/slate"),
-        &dir,
-        &log,
-        &["--cache-dir", cache.to_str().expect("utf-8")],
-    );
+    let src = format!("s3://{bucket}/slate");
+    let opts = ["--cache-dir", cache.to_str().expect("utf-8")];
     let t = Instant::now();
-    let mut slate = run_cases(&dir, &cases);
+    let mut m = Mounted::start(&src, &dir, &tmp.path().join("slate.log"), &opts);
+    let mut slate = run_cases(&dir, &cases, true);
     let slate_at = At {
         store: store.clone(),
         prefix: "slate".into(),
     };
     slate.extend(run_store_checks(&slate_at, &checks, Duration::ZERO));
+    let mut slate_log = m.log_text();
+    let mut stopped = vec![m.stop()];
+    drop(m);
+    let mut m = Mounted::start(&src, &dir, &tmp.path().join("slate-2.log"), &opts);
+    slate.extend(run_cases(&dir, &remount, false));
+    slate_log.push_str(&m.log_text());
+    stopped.push(m.stop());
+    drop(m);
     let slate_took = t.elapsed();
-    let slate_log = m.log_text();
-    let stopped = m.stop();
 
     // rclone, for comparison
     let rdir = tmp.path().join("rclone");
     let t = Instant::now();
     let rclone: Vec<Verdict> = match RcloneMount::start(&bucket, "rclone", &rdir, tmp.path()) {
         Ok(r) => {
-            let mut out = run_cases(&rdir, &cases);
+            let mut out = run_cases(&rdir, &cases, true);
             let at = At {
                 store: store.clone(),
                 prefix: "rclone".into(),
             };
             out.extend(run_store_checks(&at, &checks, Duration::from_secs(20)));
             drop(r);
+            match RcloneMount::start(&bucket, "rclone", &rdir, tmp.path()) {
+                Ok(_second) => out.extend(run_cases(&rdir, &remount, false)),
+                Err(why) => out.extend(
+                    remount
+                        .iter()
+                        .map(|_| Verdict::Skipped(format!("no second rclone mount: {why}"))),
+                ),
+            }
             out
         }
         Err(why) => {
             println!("rclone mount: not run: {why}");
-            vec![Verdict::Skipped("no rclone mount".into()); cases.len() + checks.len()]
+            let n = cases.len() + checks.len() + remount.len();
+            vec![Verdict::Skipped("no rclone mount".into()); n]
         }
     };
     let rclone_took = t.elapsed();
@@ -1697,6 +1759,7 @@ fn posix_cases_on_slate_and_rclone_mounts() {
         .iter()
         .map(|c| (c.name, c.slate_bug))
         .chain(checks.iter().map(|c| (c.name, c.slate_bug)))
+        .chain(remount.iter().map(|c| (c.name, c.slate_bug)))
         .collect();
     let width = names.iter().map(|(n, _)| n.len()).max().unwrap_or(4);
     let mut table = format!("{:width$} | slate | rclone\n", "case");
@@ -1735,8 +1798,8 @@ fn posix_cases_on_slate_and_rclone_mounts() {
     );
     assert_eq!(
         stopped,
-        Some(0),
-        "slate mount's exit: {}",
+        [Some(0), Some(0)],
+        "slate mounts' exits: {}",
         log_tail(&slate_log)
     );
 }
