@@ -143,6 +143,8 @@ pub struct WriteState {
     pub dirty: bool,
     /// A sequential writer's parts, uploaded while it writes (`stream.rs`).
     pub seq: super::stream::Sequence,
+    /// Unlinked while open: its close uploads nothing.
+    pub unlinked: bool,
 }
 
 impl WriteState {
@@ -152,6 +154,7 @@ impl WriteState {
             path,
             dirty,
             seq: Default::default(),
+            unlinked: false,
         }
     }
 }
@@ -492,15 +495,95 @@ impl Fs {
             })
     }
 
+    /// Takes `name` out of folder `parent`: its path is free. Its inode stays while a file
+    /// is open on it (an unlinked open file still answers `fstat` and reads what it has).
     pub(super) fn remove_child(&self, parent: u64, name: &str) {
+        let open: HashSet<u64> = self.handles().values().map(|h| h.ino).collect();
         let mut nodes = self.nodes();
         let gone = nodes
             .by_ino
             .get_mut(&parent)
             .and_then(|p| p.children.remove(name));
         if let Some(ino) = gone {
-            if let Some(n) = nodes.by_ino.remove(&ino) {
-                nodes.by_rel.remove(&n.rel);
+            let rel = nodes.by_ino.get(&ino).map(|n| n.rel.clone());
+            if let Some(rel) = rel {
+                if nodes.by_rel.get(&rel) == Some(&ino) {
+                    nodes.by_rel.remove(&rel);
+                }
+            }
+            if !open.contains(&ino) {
+                nodes.by_ino.remove(&ino);
+            }
+        }
+    }
+
+    /// Moves entry `name` of `parent` to `new_name` of `new_parent`, keeping its inode (the
+    /// kernel's moved entry still names it) and those of everything under it; an entry it
+    /// replaces is taken out first. Open files, files waiting for a write-back and folders
+    /// made in the mount move with it.
+    pub(super) fn move_child(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
+        let (from, to) = {
+            let nodes = self.nodes();
+            let rel = |ino: u64| nodes.by_ino.get(&ino).map(|n| n.rel.clone());
+            match (rel(parent), rel(new_parent)) {
+                (Some(a), Some(b)) => (join(&a, name), join(&b, new_name)),
+                _ => return,
+            }
+        };
+        self.remove_child(new_parent, new_name);
+        let under =
+            |r: &str| r == from || r.strip_prefix(&from).is_some_and(|x| x.starts_with('/'));
+        let moved = |r: &str| format!("{to}{}", &r[from.len()..]);
+        {
+            let mut nodes = self.nodes();
+            let Some(ino) = nodes
+                .by_ino
+                .get_mut(&parent)
+                .and_then(|p| p.children.remove(name))
+            else {
+                return;
+            };
+            let renames: Vec<(u64, String)> = nodes
+                .by_ino
+                .iter()
+                .filter(|(i, n)| **i == ino || (n.rel != from && under(&n.rel)))
+                .map(|(i, n)| (*i, n.rel.clone()))
+                .collect();
+            for (i, old) in renames {
+                if nodes.by_rel.get(&old) == Some(&i) {
+                    nodes.by_rel.remove(&old);
+                }
+                let new = moved(&old);
+                if let Some(n) = nodes.by_ino.get_mut(&i) {
+                    n.rel = new.clone();
+                }
+                nodes.by_rel.insert(new, i);
+            }
+            if let Some(n) = nodes.by_ino.get_mut(&ino) {
+                n.parent = new_parent;
+            }
+            if let Some(p) = nodes.by_ino.get_mut(&new_parent) {
+                p.children.insert(new_name.to_string(), ino);
+            }
+        }
+        {
+            let mut virt = self.virtual_dirs();
+            let inside: Vec<String> = virt.iter().filter(|v| under(v)).cloned().collect();
+            for v in inside {
+                virt.remove(&v);
+                virt.insert(moved(&v));
+            }
+        }
+        for h in self.handles().values_mut() {
+            if under(&h.rel) {
+                h.rel = moved(&h.rel);
+                h.key = self.key(&h.rel);
+                if let Some(w) = h.write.as_mut() {
+                    // what streamed went to the old name: the close uploads it whole, here
+                    w.seq.stream = None;
+                    w.seq.broken = true;
+                    w.dirty = true;
+                }
             }
         }
     }
@@ -508,13 +591,6 @@ impl Fs {
     /// Every folder is listed again at its next look.
     pub(super) fn forget_all_listings(&self) {
         for n in self.nodes().by_ino.values_mut() {
-            n.listed = None;
-        }
-    }
-
-    /// Folder `ino` is listed again at its next look.
-    pub(super) fn forget_listing(&self, ino: u64) {
-        if let Some(n) = self.nodes().by_ino.get_mut(&ino) {
             n.listed = None;
         }
     }
@@ -536,10 +612,6 @@ impl Fs {
 
     pub(super) fn remove_virtual_dir(&self, rel: &str) {
         self.virtual_dirs().remove(rel);
-    }
-
-    pub(super) fn is_virtual_dir(&self, rel: &str) -> bool {
-        self.virtual_dirs().contains(rel)
     }
 
     /// A new handle on `ino`.
@@ -700,6 +772,24 @@ impl Fs {
             }
             n.rel.clone()
         };
+        let writer = self.handles().values().find_map(|h| {
+            (h.ino == ino)
+                .then(|| {
+                    h.write
+                        .as_ref()
+                        .and_then(|w| w.file.try_clone().ok())
+                        .map(|f| (f, h.size))
+                })
+                .flatten()
+        });
+        if let Some((file, size)) = writer {
+            // open for writing elsewhere: what it wrote, not yet at the store
+            let fh = self.new_handle(ino, &rel, None, size, None);
+            if let Some(h) = self.handles().get_mut(&fh) {
+                h.local = Some(file);
+            }
+            return Ok(fh);
+        }
         if let Some(w) = self.waiting(&rel) {
             // closed with --write-back, not uploaded yet: its own bytes
             let file =

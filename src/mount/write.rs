@@ -98,13 +98,16 @@ impl Fs {
             size = bytes.len() as u64;
             self.fetched.fetch_add(size, Ordering::Relaxed);
         }
-        Ok(self.new_handle(
+        let fh = self.new_handle(
             ino,
             &rel,
             None,
             size,
             Some(self.write_state(file, path, truncate)),
-        ))
+        );
+        // what stat answers from now on (an O_TRUNC open: 0, before any write)
+        self.set_size(ino, size);
+        Ok(fh)
     }
 
     /// A handle's write state: with `--write-back`, nothing streams while it is written
@@ -212,7 +215,7 @@ impl Fs {
             let Some(w) = h.write.as_mut() else {
                 return Ok(());
             };
-            if !w.dirty {
+            if !w.dirty || w.unlinked {
                 return Ok(());
             }
             let file = w.file.try_clone().map_err(|e| io_errno(&e))?;
@@ -352,6 +355,16 @@ impl Fs {
         let rel = join(&self.rel_of(parent)?, name);
         let waited = self.waiting(&rel).is_some();
         self.drop_waiting(&rel);
+        // a file unlinked while open for writing stays unlinked: its close uploads nothing
+        for h in self.handles().values_mut() {
+            if h.rel == rel {
+                if let Some(w) = h.write.as_mut() {
+                    w.unlinked = true;
+                    w.seq.broken = true;
+                    w.seq.stream = None;
+                }
+            }
+        }
         match self.store.delete(&self.key(&rel)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             // never uploaded: nothing at the store to delete
@@ -444,22 +457,22 @@ impl Fs {
                     .collect()
             }
         };
+        // a file open for writing may not be at the store yet: its close uploads it under
+        // the new name
+        let writing = a.kind == Kind::File && self.writing_handle(a.ino).is_some();
         for (f, t) in &moves {
-            self.store
-                .copy(&self.key(f), &self.key(t))
-                .await
-                .map_err(|e| super::fs::errno(&e))?;
-            self.store
-                .delete(&self.key(f))
-                .await
-                .map_err(|e| super::fs::errno(&e))?;
+            match self.store.copy(&self.key(f), &self.key(t)).await {
+                Ok(()) => {}
+                Err(object_store::Error::NotFound { .. }) if writing => continue,
+                Err(e) => return Err(super::fs::errno(&e)),
+            }
+            match self.store.delete(&self.key(f)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(super::fs::errno(&e)),
+            }
         }
-        if a.kind == Kind::Dir && self.is_virtual_dir(&from) {
-            self.remove_virtual_dir(&from);
-            self.add_virtual_dir(&to);
-        }
-        self.remove_child(parent, name);
-        self.forget_listing(new_parent);
+        self.fetcher.cache.forget(self.key(&from).as_ref());
+        self.move_child(parent, name, new_parent, new_name);
         Ok(())
     }
 
