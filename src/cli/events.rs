@@ -205,6 +205,27 @@ impl QueueRef {
 }
 
 /// The queue's URL, ARN and policy; None when there is no such queue.
+/// Makes queue `q` (said on stdout) and reads back its URL, ARN and policy.
+async fn create_queue(
+    c: &aws_sdk_sqs::Client,
+    q: &QueueRef,
+) -> Result<(String, String, Option<String>), SlateError> {
+    let out = c
+        .create_queue()
+        .queue_name(&q.name)
+        .send()
+        .await
+        .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
+    println!("created SQS queue {}", q.name);
+    queue_state(c, q).await?.ok_or_else(|| SlateError::Queue {
+        url: q.spec.clone(),
+        detail: format!(
+            "made as {} but not found after",
+            out.queue_url.unwrap_or_default()
+        ),
+    })
+}
+
 async fn queue_state(
     c: &aws_sdk_sqs::Client,
     q: &QueueRef,
@@ -421,24 +442,7 @@ async fn setup(a: SetupArgs) -> Result<i32, SlateError> {
             println!("would create SQS queue {}", q.name);
             (String::new(), planned_queue, None)
         }
-        None => {
-            let out = sqs
-                .create_queue()
-                .queue_name(&q.name)
-                .send()
-                .await
-                .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
-            println!("created SQS queue {}", q.name);
-            queue_state(&sqs, &q)
-                .await?
-                .ok_or_else(|| SlateError::Queue {
-                    url: q.spec.clone(),
-                    detail: format!(
-                        "made as {} but not found after",
-                        out.queue_url.unwrap_or_default()
-                    ),
-                })?
-        }
+        None => create_queue(&sqs, &q).await?,
     };
     // 2. with a fan-out: the topic, its policy, the queue's subscription
     let target = match (&topic_name, topic.flatten()) {
@@ -799,20 +803,7 @@ async fn setup_eventbridge(
                 None,
             )
         }
-        None => {
-            sqs.create_queue()
-                .queue_name(&q.name)
-                .send()
-                .await
-                .map_err(|e| crate::events::sqs::error(&q.spec, e))?;
-            println!("created SQS queue {}", q.name);
-            queue_state(sqs, q)
-                .await?
-                .ok_or_else(|| SlateError::Queue {
-                    url: q.spec.clone(),
-                    detail: "made but not found after".into(),
-                })?
-        }
+        None => create_queue(sqs, q).await?,
     };
     let mut changed = false;
     // 2. the rule, its pattern merged with what it admitted before

@@ -132,12 +132,8 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
 /// The `error.message` (and status) of a Google API error answer, for a message.
 fn api_error(status: u16, v: &Value) -> String {
     let code = v["error"]["status"].as_str().unwrap_or_default();
-    let message: String = v["error"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .chars()
-        .take(300)
-        .collect();
+    let message =
+        crate::core::error::first_line(v["error"]["message"].as_str().unwrap_or_default());
     match status {
         401 | 403 => format!("access denied ({status} {code}): {message}"),
         s => format!("HTTP {s} {code} {message}").trim_end().to_string(),

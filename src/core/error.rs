@@ -112,3 +112,31 @@ impl SlateError {
 }
 
 pub type Result<T, E = SlateError> = std::result::Result<T, E>;
+
+/// The part of a service's error message an error line shows: its first line that is not
+/// empty, trimmed, at most 300 characters (answers carry stack traces, HTML and long texts).
+pub fn first_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .chars()
+        .take(300)
+        .collect()
+}
+
+#[cfg(test)]
+mod first_line_tests {
+    use super::first_line;
+
+    #[test]
+    fn first_line_keeps_one_trimmed_line_of_at_most_300_characters() {
+        assert_eq!(
+            first_line("\n  boom: denied  \nat frame 1\n"),
+            "boom: denied"
+        );
+        assert_eq!(first_line(""), "");
+        assert_eq!(first_line(&"é".repeat(400)).chars().count(), 300);
+    }
+}

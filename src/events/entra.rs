@@ -140,13 +140,7 @@ pub fn answer_error(status: u16, v: &Value) -> String {
         ),
         _ => ("", ""),
     };
-    let message: String = message
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .chars()
-        .take(300)
-        .collect();
+    let message = crate::core::error::first_line(message);
     format!("HTTP {status} {code} {message}")
         .trim_end()
         .to_string()
@@ -329,14 +323,9 @@ async fn az_cli(tenant: Option<&str>, resource: &str) -> Result<Token, String> {
         }),
         _ => {
             let err = String::from_utf8_lossy(&out.stderr);
-            let line = err
-                .lines()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .unwrap_or("no token in its output")
-                .chars()
-                .take(300)
-                .collect::<String>();
+            let line = Some(crate::core::error::first_line(&err))
+                .filter(|l| !l.is_empty())
+                .unwrap_or_else(|| "no token in its output".into());
             Err(format!(
                 "`az account get-access-token` ({}): {line} (run `az login`)",
                 out.status

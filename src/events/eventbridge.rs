@@ -211,16 +211,12 @@ impl<'a> EventBridge<'a> {
     }
 
     fn error(action: &str, status: u16, v: &Value) -> String {
-        let message: String = v["message"]
-            .as_str()
-            .or_else(|| v["Message"].as_str())
-            .unwrap_or_default()
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .take(300)
-            .collect();
+        let message = crate::core::error::first_line(
+            v["message"]
+                .as_str()
+                .or_else(|| v["Message"].as_str())
+                .unwrap_or_default(),
+        );
         let hint = if matches!(status, 400 | 403) && error_type(v).contains("AccessDenied") {
             " (needs events:DescribeRule, events:PutRule, events:ListTargetsByRule, events:PutTargets)"
         } else {

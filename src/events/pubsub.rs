@@ -260,12 +260,8 @@ impl PubSubSource {
         if hold.is_some() && (status.as_u16() == 504 || code == "DEADLINE_EXCEEDED") {
             return Ok(serde_json::Value::Object(Default::default()));
         }
-        let message: String = v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .take(300)
-            .collect();
+        let message =
+            crate::core::error::first_line(v["error"]["message"].as_str().unwrap_or_default());
         let what = match status.as_u16() {
             404 => "the subscription does not exist".to_string(),
             401 | 403 => format!("access denied: {message}"),

@@ -154,13 +154,7 @@ impl fuser::Filesystem for Adapter {
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        let fs = self.fs.clone();
-        self.rt.spawn(async move {
-            match fs.flush(fh.0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        });
+        self.answer_empty(reply, move |fs| async move { fs.flush(fh.0).await });
     }
 
     fn fsync(
@@ -171,13 +165,7 @@ impl fuser::Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let fs = self.fs.clone();
-        self.rt.spawn(async move {
-            match fs.flush(fh.0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        });
+        self.answer_empty(reply, move |fs| async move { fs.flush(fh.0).await });
     }
 
     fn create(
@@ -263,13 +251,10 @@ impl fuser::Filesystem for Adapter {
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
-        let fs = self.fs.clone();
-        self.rt.spawn(async move {
-            match fs.unlink(parent.0, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        });
+        self.answer_empty(
+            reply,
+            move |fs| async move { fs.unlink(parent.0, &name).await },
+        );
     }
 
     fn mkdir(
@@ -297,13 +282,10 @@ impl fuser::Filesystem for Adapter {
         let Some(name) = name.to_str().map(str::to_string) else {
             return reply.error(Errno::ENOENT);
         };
-        let fs = self.fs.clone();
-        self.rt.spawn(async move {
-            match fs.rmdir(parent.0, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        });
+        self.answer_empty(
+            reply,
+            move |fs| async move { fs.rmdir(parent.0, &name).await },
+        );
     }
 
     fn rename(
@@ -326,12 +308,8 @@ impl fuser::Filesystem for Adapter {
             // RENAME_EXCHANGE, RENAME_NOREPLACE: not with a copy and a delete
             return reply.error(Errno::EINVAL);
         }
-        let fs = self.fs.clone();
-        self.rt.spawn(async move {
-            match fs.rename(parent.0, &name, new_parent.0, &new_name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
+        self.answer_empty(reply, move |fs| async move {
+            fs.rename(parent.0, &name, new_parent.0, &new_name).await
         });
     }
 
@@ -428,6 +406,21 @@ impl fuser::Filesystem for Adapter {
 }
 
 impl Adapter {
+    /// Runs `op` on the file system in a task and answers `reply` with its outcome: the
+    /// shape of every request that answers nothing but success or an errno.
+    fn answer_empty<F>(&self, reply: ReplyEmpty, op: impl FnOnce(Arc<Fs>) -> F)
+    where
+        F: std::future::Future<Output = Result<(), i32>> + Send + 'static,
+    {
+        let fut = op(self.fs.clone());
+        self.rt.spawn(async move {
+            match fut.await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
     /// A copy of what building replies needs, for a task.
     fn clone_view(&self) -> Adapter {
         Adapter {
