@@ -654,7 +654,8 @@ fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mou
         &tmp.path().join("mount1.log"),
         &["--cache-dir", cache_arg, "--write-back", "1h"],
     );
-    let big = bytes(3, 9 * 1024 * 1024 + 5);
+    // under a part (8 MiB): nothing streams while it is written, the upload waits the hour
+    let big = bytes(3, 5 * 1024 * 1024 + 5);
     std::fs::create_dir(dir.join("data")).expect("mkdir");
     std::fs::write(dir.join("data/x.bin"), &big).expect("write");
     std::fs::write(dir.join("notes.txt"), b"first").expect("write");
@@ -749,8 +750,14 @@ fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mou
         ],
     );
     std::fs::write(dir.join("soon.txt"), b"soon").expect("write");
+    // a large file streams its parts while written: its close only completes the upload
+    let large = bytes(8, 20 * 1024 * 1024 + 3);
+    std::fs::write(dir.join("large.bin"), &large).expect("write large");
     wait_for("a 1 s write-back uploaded", 20, || {
         at_store(&store, "wb/soon.txt").is_some()
+    });
+    wait_for("the streamed file complete", 30, || {
+        at_store(&store, "wb/large.bin").is_some_and(|(b, _, _)| b == large)
     });
     // written with the storage class and canned ACL asked for, as the copier writes
     let (st, h, _) = s3_signed("HEAD", &format!("/{bucket}/wb/soon.txt"), &[], "");

@@ -110,17 +110,15 @@ impl Fs {
         Ok(fh)
     }
 
-    /// A handle's write state: with `--write-back`, nothing streams while it is written
-    /// (the upload follows the close).
+    /// A handle's write state (with `--write-back` too, a sequential writer's parts go as
+    /// they fill: its close records it and the completion follows at once).
     fn write_state(
         &self,
         file: std::fs::File,
         path: std::path::PathBuf,
         dirty: bool,
     ) -> WriteState {
-        let mut w = WriteState::new(file, path, dirty);
-        w.seq.broken = self.opts.write_back.is_some();
-        w
+        WriteState::new(file, path, dirty)
     }
 
     /// Writes `data` at `offset` of an open file's cache file; parts a sequential writer has
@@ -229,7 +227,7 @@ impl Fs {
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
         let mtime = SystemTime::now();
         if let Some(delay) = self.opts.write_back {
-            self.keep_for_upload(&rel, &file, &path, size, mtime, delay)?;
+            self.keep_for_upload(&rel, (&file, &path), (size, mtime), delay, stream)?;
             if let Some(w) = self.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
                 w.dirty = false;
             }

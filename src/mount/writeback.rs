@@ -30,6 +30,9 @@ pub struct Waiting {
     pub due: Instant,
     /// Failed uploads so far (each waits longer).
     pub tries: u32,
+    /// The multipart upload its writer streamed while writing: completing it is the upload
+    /// (taken by whoever uploads first).
+    pub stream: Arc<std::sync::Mutex<Option<super::stream::Stream>>>,
 }
 
 /// The mount's state and what waits in it.
@@ -60,6 +63,7 @@ impl Backlog {
                     gen: p.gen,
                     due: Instant::now(),
                     tries: 0,
+                    stream: Default::default(),
                 },
             );
         }
@@ -113,15 +117,15 @@ impl Fs {
     }
 
     /// A close with `--write-back`: the cache file `path` of `rel` is kept (a hard link in
-    /// `dirty/`, made durable) and recorded; its upload is due `delay` from now.
+    /// `dirty/`, made durable) and recorded; its upload is due `delay` from now, or at once
+    /// when its writer streamed it (the parts are at the store: only the completion is left).
     pub(super) fn keep_for_upload(
         &self,
         rel: &str,
-        file: &std::fs::File,
-        path: &std::path::Path,
-        size: u64,
-        mtime: SystemTime,
+        (file, path): (&std::fs::File, &std::path::Path),
+        (size, mtime): (u64, SystemTime),
         delay: Duration,
+        stream: Option<super::stream::Stream>,
     ) -> Result<(), Errno> {
         let b = self.backlog()?;
         let dirty = self.opts.cache_dir.join("dirty");
@@ -151,8 +155,14 @@ impl Fs {
                 size,
                 mtime,
                 gen,
-                due: Instant::now() + delay,
+                due: Instant::now()
+                    + if stream.is_some() {
+                        Duration::ZERO
+                    } else {
+                        delay
+                    },
                 tries: 0,
+                stream: Arc::new(std::sync::Mutex::new(stream)),
             },
         );
         if let Some(old) = old {
@@ -169,7 +179,20 @@ impl Fs {
         let file = std::fs::File::open(&w.file).map_err(|e| io_errno(&e))?;
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
         let key = self.key(rel);
-        self.upload(&key, rel, file, size, w.mtime).await?;
+        let stream = w.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let streamed = match stream {
+            Some(s) => match s.finish(size).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(key = %key, errno = e, "mount: the streamed upload failed; uploading the file whole");
+                    false
+                }
+            },
+            None => false,
+        };
+        if !streamed {
+            self.upload(&key, rel, file, size, w.mtime).await?;
+        }
         self.uploaded.fetch_add(size, Ordering::Relaxed);
         let mut waiting = b.waiting();
         if waiting.get(rel).is_some_and(|x| x.gen == w.gen) {
