@@ -11,8 +11,9 @@
 #             until cp returns and until every object is at the store
 #   unzip     unzip -q of a zip of BENCH_MOUNT_ZIP_N files (default 5,000, 1-80 KiB each,
 #             stored) from the mount to a local folder
-#   read-seq  a sequential read of the file (fio, bs=1M; dd when fio is missing)
-#   read-rand random 4 KiB reads of the file for BENCH_MOUNT_RAND_SECS (default 30) s (fio)
+#   read-rand random 4 KiB reads of the file for BENCH_MOUNT_RAND_SECS (default 30) s (fio),
+#             first on a fresh mount: nothing of the file in any cache (round-trip bound)
+#   read-seq  then a sequential read of the file (fio, bs=1M; dd when fio is missing)
 #   find      find over BENCH_MOUNT_FIND_N entries (default 20,000 empty objects in 100
 #             folders), on a fresh mount
 # and the mount process's peak RSS over the whole run (VmHWM).
@@ -253,6 +254,14 @@ for tool in $TOOLS; do
     fi
     if want read-seq || want read-rand; then
         mount_tool "$tool"
+        if want read-rand && command -v fio >/dev/null; then
+            log "$tool: random 4 KiB reads for $RAND_SECS s"
+            fio --name=rand --filename="$MNT/read/big.zip" --rw=randread --bs=4k --readonly \
+                --size=$((FILE_MB))M --ioengine=psync --time_based --runtime="$RAND_SECS" \
+                --output-format=json --output="$WORK/fio-rand.json" >/dev/null
+            peak
+            R[$tool,read-rand]=$(python3 -c "import json; print(f\"{json.load(open('$WORK/fio-rand.json'))['jobs'][0]['read']['iops']:.1f}\")")
+        fi
         if want read-seq; then
             log "$tool: sequential read of ${FILE_MB} MiB"
             t0=$(now)
@@ -264,14 +273,6 @@ for tool in $TOOLS; do
             fi
             t1=$(now); peak
             R[$tool,read-seq]=$(python3 -c "print(f'{$FILE_MB * 1.048576 / ($t1 - $t0):.1f}')")
-        fi
-        if want read-rand && command -v fio >/dev/null; then
-            log "$tool: random 4 KiB reads for $RAND_SECS s"
-            fio --name=rand --filename="$MNT/read/big.zip" --rw=randread --bs=4k --readonly \
-                --size=$((FILE_MB))M --ioengine=psync --time_based --runtime="$RAND_SECS" \
-                --output-format=json --output="$WORK/fio-rand.json" >/dev/null
-            peak
-            R[$tool,read-rand]=$(python3 -c "import json; print(f\"{json.load(open('$WORK/fio-rand.json'))['jobs'][0]['read']['iops']:.1f}\")")
         fi
         unmount_tool; ((PEAK_KB > PEAK)) && PEAK=$PEAK_KB
     fi
