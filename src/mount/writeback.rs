@@ -41,6 +41,8 @@ pub struct Backlog {
     pub(super) state: MountState,
     pub(super) waiting: std::sync::Mutex<HashMap<String, Waiting>>,
     pub(super) wake: tokio::sync::Notify,
+    /// A lock per path being uploaded.
+    pub(super) uploading: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Backlog {
@@ -72,6 +74,7 @@ impl Backlog {
             state,
             waiting: std::sync::Mutex::new(waiting),
             wake: tokio::sync::Notify::new(),
+            uploading: Default::default(),
         })
     }
 
@@ -174,8 +177,35 @@ impl Fs {
     }
 
     /// Uploads one waiting file; clears it when no close came meanwhile.
-    async fn upload_waiting(&self, rel: &str, w: &Waiting) -> Result<(), Errno> {
+    async fn upload_waiting(&self, rel: &str, picked: &Waiting) -> Result<(), Errno> {
+        let r = self.upload_newest(rel, picked).await;
+        if let Some(b) = &self.backlog {
+            let mut locks = b.uploading.lock().unwrap_or_else(|p| p.into_inner());
+            // nobody else holds or waits for the path's lock: it goes
+            if locks.get(rel).is_some_and(|l| Arc::strong_count(l) == 1) {
+                locks.remove(rel);
+            }
+        }
+        r
+    }
+
+    async fn upload_newest(&self, rel: &str, _picked: &Waiting) -> Result<(), Errno> {
         let b = self.backlog()?;
+        // one upload of a path at a time, and always of its newest close: an older close's
+        // upload finishing after a newer one would leave the older bytes at the store
+        let lock = b
+            .uploading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(rel.to_string())
+            .or_default()
+            .clone();
+        let _turn = lock.lock().await;
+        let Some(w) = self.waiting(rel) else {
+            // uploaded meanwhile (or deleted through the mount)
+            return Ok(());
+        };
+        let w = &w;
         let file = std::fs::File::open(&w.file).map_err(|e| io_errno(&e))?;
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
         let key = self.key(rel);
