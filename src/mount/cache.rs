@@ -44,6 +44,12 @@ pub struct BlockCache {
     pub evicted: std::sync::atomic::AtomicU64,
 }
 
+/// What the cache knows one version of an object by: versions of a key live side by side,
+/// so a file open on the old version reads its blocks after an overwrite elsewhere.
+fn id(key: &str, etag: &str) -> String {
+    format!("{key}\u{0}{etag}")
+}
+
 /// The bytes block `b` of a `size`-byte object holds.
 fn block_len(b: u64, size: u64) -> u64 {
     BLOCK.min(size.saturating_sub(b * BLOCK))
@@ -102,7 +108,7 @@ impl BlockCache {
             let mut inner = self.inner();
             inner.clock += 1;
             let clock = inner.clock;
-            let o = inner.objects.get_mut(key)?;
+            let o = inner.objects.get_mut(&id(key, etag))?;
             if o.etag != etag {
                 return None;
             }
@@ -136,7 +142,8 @@ impl BlockCache {
         if blocks.is_empty() {
             return;
         }
-        let file = match self.object(key, etag, size) {
+        let vid = id(key, etag);
+        let file = match self.object(&vid, etag, size) {
             Some(f) => f,
             None => return,
         };
@@ -151,7 +158,7 @@ impl BlockCache {
         let mut inner = self.inner();
         inner.clock += 1;
         let clock = inner.clock;
-        let Some(o) = inner.objects.get_mut(key) else {
+        let Some(o) = inner.objects.get_mut(&vid) else {
             return;
         };
         // the object was evicted or replaced while this was written: its blocks are not
@@ -167,7 +174,7 @@ impl BlockCache {
         }
         o.used = clock;
         inner.total += added;
-        self.evict(&mut inner, key);
+        self.evict(&mut inner, &vid);
     }
 
     /// The file of `key` at `etag` (a new one when the object is new here or changed).
@@ -267,23 +274,32 @@ impl BlockCache {
             return true;
         }
         let inner = self.inner();
-        inner.objects.get(key).is_some_and(|o| {
+        inner.objects.get(&id(key, etag)).is_some_and(|o| {
             o.etag == etag
                 && (range.start / BLOCK..=(range.end - 1) / BLOCK)
                     .all(|b| o.blocks.contains_key(&b))
         })
     }
 
-    /// Forgets `key` (changed at the store, or written through the mount).
+    /// Forgets every version of `key` (written through the mount).
     pub fn forget(&self, key: &str) {
         let mut inner = self.inner();
-        if let Some(old) = inner.objects.remove(key) {
-            inner.total -= old
-                .blocks
-                .keys()
-                .map(|b| block_len(*b, old.size))
-                .sum::<u64>();
-            let _ = std::fs::remove_file(&old.path);
+        let prefix = id(key, "");
+        let ids: Vec<String> = inner
+            .objects
+            .keys()
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect();
+        for k in ids {
+            if let Some(old) = inner.objects.remove(&k) {
+                inner.total -= old
+                    .blocks
+                    .keys()
+                    .map(|b| block_len(*b, old.size))
+                    .sum::<u64>();
+                let _ = std::fs::remove_file(&old.path);
+            }
         }
     }
 
@@ -378,10 +394,10 @@ mod tests {
         // a put not on a block boundary is not kept
         c.put("k", "e1", size, 5, &data[5..]);
         assert!(c.get("k", "e1", BLOCK..BLOCK + 1).is_none());
-        // a new version replaces the old blocks
+        // a new version lives beside the old one (a file open on it reads on)
         c.put("k", "e2", size, 0, &vec![9u8; BLOCK as usize]);
-        assert_eq!(c.held(), BLOCK);
-        assert!(c.get("k", "e1", 0..1).is_none());
+        assert_eq!(c.held(), 2 * BLOCK + 10);
+        assert_eq!(c.get("k", "e1", 10..11).as_deref(), Some(&data[10..11]));
         assert_eq!(c.get("k", "e2", 0..2).as_deref(), Some(&[9u8, 9][..]));
         c.forget("k");
         assert_eq!(c.held(), 0);

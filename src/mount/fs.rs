@@ -1005,7 +1005,8 @@ impl Fs {
     /// listed again at the next look, and its attributes are read again. The inodes to
     /// invalidate in the kernel: (parent, name) of the entry, and the entry's inode.
     pub fn invalidate(&self, rel: &str) -> Vec<(u64, String, Option<u64>)> {
-        self.fetcher.cache.forget(self.key(rel).as_ref());
+        // the cache's blocks stay: they name their version (an open file of the old one
+        // reads on; least recently used, they go)
         let mut nodes = self.nodes();
         let mut out = Vec::new();
         // the key and every folder above it: a new key can make new folders
