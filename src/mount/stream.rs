@@ -38,7 +38,13 @@ pub struct Sequence {
     /// A write or truncate below `stream.sent`: the stream is useless.
     pub broken: bool,
     pub stream: Option<Stream>,
+    /// Writes past `seq_end` not joined to it yet, start → end: the kernel's two request
+    /// threads hand sequential writes over out of order.
+    ahead: std::collections::BTreeMap<u64, u64>,
 }
+
+/// Extents past the sequential end a writer may leave before it counts as random.
+const MAX_AHEAD: usize = 1024;
 
 impl Sequence {
     /// Notes a write of `[offset, end)`; returns the parts now ready to go, as (offset, len).
@@ -47,8 +53,23 @@ impl Sequence {
         if offset < sent {
             self.broken = true;
         }
-        if offset <= self.seq_end && end > self.seq_end {
-            self.seq_end = end;
+        if offset <= self.seq_end {
+            if end > self.seq_end {
+                self.seq_end = end;
+                // what was written past the gap this write filled joins the run
+                while let Some((&o, &e)) = self.ahead.range(..=self.seq_end).next() {
+                    self.ahead.remove(&o);
+                    self.seq_end = self.seq_end.max(e);
+                }
+            }
+        } else {
+            let e = self.ahead.entry(offset).or_insert(end);
+            *e = (*e).max(end);
+            if self.ahead.len() > MAX_AHEAD {
+                // a random writer: its close uploads it whole
+                self.broken = true;
+                self.ahead.clear();
+            }
         }
         let mut ready = Vec::new();
         let mut at = sent;
@@ -65,6 +86,10 @@ impl Sequence {
             self.broken = true;
         }
         self.seq_end = self.seq_end.min(size);
+        self.ahead.retain(|o, _| *o < size);
+        for e in self.ahead.values_mut() {
+            *e = (*e).min(size);
+        }
     }
 }
 
@@ -246,6 +271,13 @@ mod tests {
         s.wrote(10, 20);
         assert!(s.broken);
         assert!(s.wrote(2 * PART + 5, 5 * PART).is_empty());
+        // writes handed over out of order still make a run: the later one waits for the gap
+        let mut o = Sequence::default();
+        assert!(o.wrote(PART / 2, PART + 10).is_empty());
+        assert!(o.wrote(PART + 10, 2 * PART).is_empty());
+        assert_eq!(o.seq_end, 0);
+        assert_eq!(o.wrote(0, PART / 2), [(0, PART), (PART, PART)]);
+        assert_eq!(o.seq_end, 2 * PART);
         let mut t = Sequence {
             stream: Some(Stream {
                 tx: mpsc::unbounded_channel().0,
