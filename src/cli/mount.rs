@@ -54,9 +54,9 @@ pub struct MountArgs {
     /// least recently used). [default: a tenth of the free space there, at most 20 GiB]
     #[arg(long, value_parser = crate::core::units::parse_size, value_name = "SIZE")]
     pub cache_max_size: Option<u64>,
-    /// The budget of fetched data in memory at once, whatever the number of open files and
-    /// their sizes.
-    #[arg(long, default_value = "256MiB", value_parser = crate::core::units::parse_size, value_name = "SIZE")]
+    /// The budget of data in memory at once, fetched or being uploaded, whatever the number
+    /// of open files and their sizes.
+    #[arg(long, default_value = "64MiB", value_parser = crate::core::units::parse_size, value_name = "SIZE")]
     pub memory_limit: u64,
     /// close returns at once and the upload starts this long after the file's last close
     /// (as rclone's --vfs-write-back); such files are kept in --cache-dir's state, so a

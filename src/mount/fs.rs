@@ -20,8 +20,18 @@ pub const ROOT: u64 = 1;
 pub const BLOCK: u64 = 128 * 1024;
 /// The read-ahead window's cap.
 pub const MAX_WINDOW: u64 = 64 * 1024 * 1024;
-/// A window is fetched as parallel ranged GETs of at most this much.
+/// A window is fetched as parallel ranged GETs of at most this much, and a file is
+/// uploaded in parts of this much (its first thousand: see [`part_len`]).
 pub const PART: u64 = 8 * 1024 * 1024;
+
+/// The length of an upload's part `n` (from 0): [`PART`] for the first thousand, then twice
+/// that for the next thousand, and so on up to 2 GiB (under every store's part limit), so a
+/// file of any size S3 takes (5 TiB) fits in its 10,000 parts while the parts of the usual
+/// file stay small. (A part is held in memory while it is uploaded: past 56 GiB a file's
+/// parts are 64 MiB and more, larger than the default memory budget.)
+pub fn part_len(n: u64) -> u64 {
+    PART << (n / 1000).min(8)
+}
 
 /// An errno (`libc::ENOENT`, …).
 pub type Errno = i32;
@@ -89,6 +99,11 @@ struct Node {
     attr: Attr,
     /// A folder's entries by name, and when they were listed (None: never, or invalidated).
     listed: Option<Instant>,
+    /// Bumped at each invalidation: a listing that began before one does not count as
+    /// fresh when it ends (what it saw may predate the change).
+    epoch: u64,
+    /// Queued to be listed ahead of a reader of the tree.
+    queued: bool,
     children: BTreeMap<String, u64>,
 }
 
@@ -127,6 +142,8 @@ impl Nodes {
                     mtime,
                 },
                 listed: None,
+                epoch: 0,
+                queued: false,
                 children: BTreeMap::new(),
             },
         );
@@ -195,6 +212,9 @@ pub struct Handle {
     pub write: Option<WriteState>,
     /// A file read from a local copy: a write-back not uploaded yet.
     pub(super) local: Option<std::fs::File>,
+    /// The process (thread group) that opened it: only its `close` uploads (see
+    /// [`Fs::close`]).
+    pub(super) opener: Option<u32>,
 }
 
 impl Drop for Handle {
@@ -206,21 +226,53 @@ impl Drop for Handle {
     }
 }
 
+/// The memory budget (`--memory-limit`): the bytes of data fetched or being uploaded that
+/// may be in memory at once, shared by every reader and writer of the mount.
+#[derive(Clone)]
+pub(super) struct Budget {
+    /// Units of [`BUDGET_UNIT`] bytes.
+    sem: Arc<tokio::sync::Semaphore>,
+    units: u32,
+}
+
+impl Budget {
+    pub(super) fn new(bytes: u64) -> Budget {
+        let units = (bytes / BUDGET_UNIT).clamp(1, u32::MAX as u64 >> 4) as u32;
+        Budget {
+            sem: Arc::new(tokio::sync::Semaphore::new(units as usize)),
+            units,
+        }
+    }
+
+    /// Room for `bytes` (all of the budget at most, so a part larger than the budget
+    /// still goes, alone); held until the permit is dropped.
+    pub(super) async fn take(&self, bytes: u64) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let units = (bytes.div_ceil(BUDGET_UNIT) as u32).clamp(1, self.units.max(1));
+        self.sem.clone().acquire_many_owned(units).await.ok()
+    }
+
+    /// Bytes of the budget in use now.
+    pub(super) fn used(&self) -> u64 {
+        (self.units as u64).saturating_sub(self.sem.available_permits() as u64) * BUDGET_UNIT
+    }
+}
+
 /// What fetches ranges of objects into the block cache, within the memory budget; cloned
 /// into each part's task.
 #[derive(Clone)]
 pub(super) struct Fetcher {
     store: Arc<dyn ObjectStore>,
     pub(super) cache: Arc<super::cache::BlockCache>,
-    /// Units of [`BUDGET_UNIT`] bytes of fetched data that may be in memory at once.
-    budget: Arc<tokio::sync::Semaphore>,
-    budget_units: u32,
+    pub(super) budget: Budget,
     fetched: Arc<AtomicU64>,
     bwlimit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
 }
 
 /// The memory budget's unit.
 const BUDGET_UNIT: u64 = 64 * 1024;
+/// What a fetch streaming into the block cache holds in memory at most: the block it is
+/// filling and the chunk that completes it.
+const STREAM_HELD: u64 = 2 * BLOCK;
 
 impl Fetcher {
     /// `range` of `key` at `etag` (ranged GETs of at most [`PART`], in parallel), each part
@@ -247,9 +299,7 @@ impl Fetcher {
                 ..Default::default()
             };
             async move {
-                let units = ((r.end - r.start).div_ceil(BUDGET_UNIT) as u32)
-                    .clamp(1, self.budget_units.max(1));
-                let _permit = self.budget.acquire_many(units).await.ok();
+                let _permit = self.budget.take(r.end - r.start).await;
                 if let Some(l) = &self.bwlimit {
                     l.take(r.end - r.start).await;
                 }
@@ -278,6 +328,79 @@ impl Fetcher {
             out.extend_from_slice(&b);
         }
         Ok(Bytes::from(out))
+    }
+
+    /// Fetches `range` of `key` at `etag` into the block cache (ranged GETs of at most
+    /// [`PART`], in parallel), each streamed into the cache block by block as it arrives:
+    /// a GET holds a block or two in memory, not its part.
+    async fn fill(
+        &self,
+        key: &StorePath,
+        etag: Option<String>,
+        version: &str,
+        size: u64,
+        range: std::ops::Range<u64>,
+    ) -> Result<(), Errno> {
+        let mut parts = Vec::new();
+        let mut at = range.start;
+        while at < range.end {
+            let end = (at + PART).min(range.end);
+            parts.push(at..end);
+            at = end;
+        }
+        let gets = parts
+            .into_iter()
+            .map(|r| self.fill_part(key, etag.clone(), version, size, r));
+        futures::future::try_join_all(gets).await.map_err(|e| {
+            if matches!(e, object_store::Error::Precondition { .. }) {
+                tracing::warn!(key = %key, "mount: the object changed while open: the open file's version is gone (ESTALE); open it again");
+            } else {
+                tracing::warn!(key = %key, error = %e, "mount: read failed");
+            }
+            errno(&e)
+        })?;
+        Ok(())
+    }
+
+    async fn fill_part(
+        &self,
+        key: &StorePath,
+        etag: Option<String>,
+        version: &str,
+        size: u64,
+        r: std::ops::Range<u64>,
+    ) -> Result<(), object_store::Error> {
+        use futures::StreamExt;
+        let _permit = self.budget.take(STREAM_HELD.min(r.end - r.start)).await;
+        if let Some(l) = &self.bwlimit {
+            l.take(r.end - r.start).await;
+        }
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(r.clone())),
+            if_match: etag,
+            ..Default::default()
+        };
+        let mut body = self.store.get_opts(key, opts).await?.into_stream();
+        let mut held: Vec<u8> = Vec::with_capacity(STREAM_HELD as usize);
+        let mut at = r.start;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            self.fetched
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            held.extend_from_slice(&chunk);
+            let whole = (held.len() as u64 / BLOCK) * BLOCK;
+            if whole > 0 {
+                self.cache
+                    .put(key.as_ref(), version, size, at, &held[..whole as usize]);
+                held.drain(..whole as usize);
+                at += whole;
+            }
+        }
+        // the object's last block, shorter than a block
+        if !held.is_empty() {
+            self.cache.put(key.as_ref(), version, size, at, &held);
+        }
+        Ok(())
     }
 }
 
@@ -313,7 +436,15 @@ pub struct Fs {
     pub(super) backlog: Option<super::writeback::Backlog>,
     /// Event messages dropped as unreadable.
     pub dropped: AtomicU64,
+    /// A lock per folder being listed: one listing of a folder at a time, which the others
+    /// wanting it wait for.
+    listing: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Listings of subfolders started ahead of a reader of the tree (`find`, `ls -R`).
+    list_ahead: Arc<tokio::sync::Semaphore>,
 }
+
+/// Subfolder listings fetched ahead at once.
+const LIST_AHEAD: usize = 16;
 
 pub(super) fn join(a: &str, b: &str) -> String {
     match (a.is_empty(), b.is_empty()) {
@@ -354,6 +485,8 @@ impl Fs {
                     mtime: SystemTime::now(),
                 },
                 listed: None,
+                epoch: 0,
+                queued: false,
                 children: BTreeMap::new(),
             },
         );
@@ -361,12 +494,10 @@ impl Fs {
         let cache = super::cache::BlockCache::new(&opts.cache_dir, opts.cache_max)
             .map_err(|e| format!("{}: the block cache: {e}", opts.cache_dir.display()))?;
         let fetched = Arc::new(AtomicU64::new(0));
-        let budget_units = (opts.memory_limit / BUDGET_UNIT).clamp(1, u32::MAX as u64 >> 4) as u32;
         let fetcher = Fetcher {
             store: store.clone(),
             cache: Arc::new(cache),
-            budget: Arc::new(tokio::sync::Semaphore::new(budget_units as usize)),
-            budget_units,
+            budget: Budget::new(opts.memory_limit),
             fetched: fetched.clone(),
             bwlimit: opts.bwlimit.clone(),
         };
@@ -385,6 +516,8 @@ impl Fs {
             invalidations: AtomicU64::new(0),
             backlog: None,
             dropped: AtomicU64::new(0),
+            listing: Mutex::new(HashMap::new()),
+            list_ahead: Arc::new(tokio::sync::Semaphore::new(LIST_AHEAD)),
         })
     }
 
@@ -420,24 +553,104 @@ impl Fs {
     /// The folder `ino`'s entries, listed again when its listing is older than the TTL or
     /// was invalidated.
     async fn children(&self, ino: u64) -> Result<Vec<(String, Attr)>, Errno> {
-        let (rel, fresh) = {
-            let nodes = self.nodes();
-            let n = nodes.by_ino.get(&ino).ok_or(libc::ENOENT)?;
-            if n.attr.kind != Kind::Dir {
-                return Err(libc::ENOTDIR);
-            }
-            let fresh = n.listed.is_some_and(|t| t.elapsed() < self.opts.dir_ttl);
-            (n.rel.clone(), fresh)
-        };
-        if !fresh {
-            self.list(ino, &rel).await?;
-        }
+        self.listed(ino).await?;
         let nodes = self.nodes();
         let n = nodes.by_ino.get(&ino).ok_or(libc::ENOENT)?;
         Ok(n.children
             .iter()
             .filter_map(|(name, c)| nodes.by_ino.get(c).map(|c| (name.clone(), c.attr.clone())))
             .collect())
+    }
+
+    /// The folder `ino`'s path and whether its listing is current.
+    fn fresh(&self, ino: u64) -> Result<(String, bool), Errno> {
+        let nodes = self.nodes();
+        let n = nodes.by_ino.get(&ino).ok_or(libc::ENOENT)?;
+        if n.attr.kind != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        let fresh = n.listed.is_some_and(|t| t.elapsed() < self.opts.dir_ttl);
+        Ok((n.rel.clone(), fresh))
+    }
+
+    /// Lists the folder `ino` unless its listing is current; a listing already under way
+    /// (by another caller or ahead of a reader) is waited for, not repeated.
+    async fn listed(&self, ino: u64) -> Result<(), Errno> {
+        if self.fresh(ino)?.1 {
+            return Ok(());
+        }
+        let lock = self
+            .listing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(ino)
+            .or_default()
+            .clone();
+        let result = {
+            let _one = lock.lock().await;
+            match self.fresh(ino) {
+                Ok((_, true)) => Ok(()),
+                Ok((rel, false)) => self.list(ino, &rel).await,
+                Err(e) => Err(e),
+            }
+        };
+        let mut listing = self.listing.lock().unwrap_or_else(|p| p.into_inner());
+        if listing.get(&ino).is_some_and(|l| Arc::strong_count(l) <= 2) {
+            listing.remove(&ino);
+        }
+        result
+    }
+
+    /// Notes that folder `ino`'s entries are read. A folder read after its parent's
+    /// entries were is a walk of the tree (`find`, `ls -R`, a dataset loader): its
+    /// siblings not listed yet are listed in the background, [`LIST_AHEAD`] at once, as one
+    /// round trip per folder in turn is what makes a walk slow. A lone `ls` lists nothing
+    /// more.
+    pub fn list_ahead(self: &Arc<Self>, ino: u64) {
+        let subs: Vec<u64> = {
+            let mut nodes = self.nodes();
+            let Some(parent) = nodes.by_ino.get(&ino).map(|n| n.parent) else {
+                return;
+            };
+            let Some(p) = nodes.by_ino.get(&parent) else {
+                return;
+            };
+            if ino == ROOT || p.listed.is_none() {
+                return;
+            }
+            let subs: Vec<u64> = p
+                .children
+                .values()
+                .filter(|c| {
+                    nodes.by_ino.get(c).is_some_and(|c| {
+                        c.attr.kind == Kind::Dir && c.listed.is_none() && !c.queued
+                    })
+                })
+                .copied()
+                .collect();
+            for s in &subs {
+                if let Some(n) = nodes.by_ino.get_mut(s) {
+                    n.queued = true;
+                }
+            }
+            subs
+        };
+        let Some(rt) = self
+            .rt
+            .clone()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+        else {
+            return;
+        };
+        for sub in subs {
+            let (fs, gate) = (self.clone(), self.list_ahead.clone());
+            rt.spawn(async move {
+                let Ok(_turn) = gate.acquire_owned().await else {
+                    return;
+                };
+                let _ = fs.listed(sub).await;
+            });
+        }
     }
 
     pub(super) async fn children_of(&self, ino: u64) -> Result<Vec<(String, Attr)>, Errno> {
@@ -592,6 +805,7 @@ impl Fs {
     pub(super) fn forget_all_listings(&self) {
         for n in self.nodes().by_ino.values_mut() {
             n.listed = None;
+            n.epoch += 1;
         }
     }
 
@@ -640,6 +854,7 @@ impl Fs {
                 parts: Vec::new(),
                 write,
                 local: None,
+                opener: None,
             },
         );
         fh
@@ -649,6 +864,7 @@ impl Fs {
     async fn list(&self, ino: u64, rel: &str) -> Result<(), Errno> {
         let full = join(&self.prefix, rel);
         let at = Instant::now();
+        let epoch = self.nodes().by_ino.get(&ino).map(|n| n.epoch);
         let listed = self
             .store
             .list_with_delimiter(
@@ -727,17 +943,24 @@ impl Fs {
         }
         if let Some(n) = nodes.by_ino.get_mut(&ino) {
             n.children = children;
-            n.listed = Some(at);
+            n.queued = false;
+            // invalidated while this listing was under way: listed again at the next look
+            if Some(n.epoch) == epoch {
+                n.listed = Some(at);
+            }
         }
         Ok(())
     }
 
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr, Errno> {
-        self.children(parent)
-            .await?
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, a)| a)
+        self.listed(parent).await?;
+        let nodes = self.nodes();
+        nodes
+            .by_ino
+            .get(&parent)
+            .and_then(|p| p.children.get(name))
+            .and_then(|c| nodes.by_ino.get(c))
+            .map(|c| c.attr.clone())
             .ok_or(libc::ENOENT)
     }
 
@@ -829,6 +1052,13 @@ impl Fs {
 
     pub fn release(&self, fh: u64) {
         self.handles().remove(&fh);
+    }
+
+    /// Notes the process that opened `fh`.
+    pub fn set_opener(&self, fh: u64, tgid: Option<u32>) {
+        if let Some(h) = self.handles().get_mut(&fh) {
+            h.opener = tgid;
+        }
     }
 
     /// The size an open file reads as.
@@ -987,7 +1217,7 @@ impl Fs {
             range.clone(),
         );
         let task = async move {
-            let got = f.fetch(&key, etag, &version, size, r).await.map(|_| ());
+            let got = f.fill(&key, etag, &version, size, r).await;
             let _ = tx.send(Some(got));
         };
         let task = match &self.rt {
@@ -1020,6 +1250,7 @@ impl Fs {
             if let Some(&parent) = nodes.by_rel.get(&parent_rel) {
                 if let Some(p) = nodes.by_ino.get_mut(&parent) {
                     p.listed = None;
+                    p.epoch += 1;
                 }
                 out.push((parent, name, ino));
             }
@@ -1165,5 +1396,41 @@ mod tests {
         put(&s, "e/f/g.txt", b"g".to_vec()).await;
         f.invalidate("e/f/g.txt");
         assert_eq!(f.lookup(ROOT, "e").await.unwrap().kind, Kind::Dir);
+    }
+
+    #[tokio::test]
+    async fn a_walk_of_the_tree_lists_sibling_folders_ahead_and_a_lone_ls_does_not() {
+        let s = Arc::new(InMemory::new());
+        for d in ["a", "b", "c"] {
+            for sub in ["x", "y"] {
+                put(&s, &format!("{d}/{sub}/f.txt"), b"f".to_vec()).await;
+            }
+        }
+        let f = Arc::new(fs(s.clone(), ""));
+        let ino = |f: &Fs, rel: &str| f.nodes().by_rel.get(rel).copied().unwrap();
+        let listed = |f: &Fs, rel: &str| f.fresh(ino(f, rel)).unwrap().1;
+        // `ls` of the root: its folders are not listed
+        f.readdir(ROOT).await.unwrap();
+        f.list_ahead(ROOT);
+        for d in ["a", "b", "c"] {
+            assert!(!listed(&f, d), "{d} listed by a lone ls");
+        }
+        // `find`: the root, then a: b and c are listed in the background, not their subfolders
+        let a = ino(&f, "a");
+        f.readdir(a).await.unwrap();
+        f.list_ahead(a);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(listed(&f, "b") && listed(&f, "c")) {
+            assert!(Instant::now() < deadline, "b and c were not listed ahead");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(f.lookup(ino(&f, "b"), "x").await.unwrap().kind, Kind::Dir);
+        assert!(!listed(&f, "b/x") && !listed(&f, "a/x"));
+        // a listing in flight when its folder is invalidated does not count as current
+        let b = ino(&f, "b");
+        let epoch = f.nodes().by_ino.get(&b).map(|n| n.epoch);
+        f.invalidate("b/z.txt");
+        assert_ne!(f.nodes().by_ino.get(&b).map(|n| n.epoch), epoch);
+        assert!(!listed(&f, "b"));
     }
 }

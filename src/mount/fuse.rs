@@ -97,15 +97,19 @@ impl fuser::Filesystem for Adapter {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncate;
         let fs = self.fs.clone();
+        let opener = tgid(req.pid());
         self.rt.spawn(async move {
             match fs.open(ino.0, write, truncate).await {
                 // the kernel's page cache of the file is dropped at each open: the next open
                 // reads the newest version
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok(fh) => {
+                    fs.set_opener(fh, opener);
+                    reply.opened(FileHandle(fh), FopenFlags::empty())
+                }
                 Err(e) => reply.error(err(e)),
             }
         });
@@ -141,20 +145,24 @@ impl fuser::Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.fs.release(fh.0);
-        reply.ok();
+        let fs = self.fs.clone();
+        self.rt.spawn(async move {
+            fs.release_written(fh.0).await;
+            reply.ok();
+        });
     }
 
-    // close: a written file is at the store before close returns
+    // close: a written file is at the store before close returns (the opener's close)
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.answer_empty(reply, move |fs| async move { fs.flush(fh.0).await });
+        let tgid = tgid(req.pid());
+        self.answer_empty(reply, move |fs| async move { fs.close(fh.0, tgid).await });
     }
 
     fn fsync(
@@ -170,7 +178,7 @@ impl fuser::Filesystem for Adapter {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         _mode: u32,
@@ -182,15 +190,19 @@ impl fuser::Filesystem for Adapter {
             return reply.error(Errno::EINVAL);
         };
         let (fs, me) = (self.fs.clone(), self.clone_view());
+        let opener = tgid(req.pid());
         self.rt.spawn(async move {
             match fs.create(parent.0, &name).await {
-                Ok((a, fh)) => reply.created(
-                    &me.ttl(),
-                    &me.attr(&a),
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                ),
+                Ok((a, fh)) => {
+                    fs.set_opener(fh, opener);
+                    reply.created(
+                        &me.ttl(),
+                        &me.attr(&a),
+                        Generation(0),
+                        FileHandle(fh),
+                        FopenFlags::empty(),
+                    )
+                }
                 Err(e) => reply.error(err(e)),
             }
         });
@@ -361,6 +373,9 @@ impl fuser::Filesystem for Adapter {
         self.rt.spawn(async move {
             match fs.readdir(ino.0).await {
                 Ok(entries) => {
+                    if offset == 0 {
+                        fs.list_ahead(ino.0);
+                    }
                     for (i, (ino, k, name)) in entries.into_iter().enumerate().skip(offset as usize)
                     {
                         if reply.add(INodeNo(ino), i as u64 + 1, kind(k), &name) {
@@ -428,4 +443,14 @@ impl Adapter {
             rt: self.rt.clone(),
         }
     }
+}
+
+/// The thread group (process) of thread `pid`, as a FUSE request names its caller by thread;
+/// None when it cannot be read (gone, or in another PID namespace).
+fn tgid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }

@@ -25,7 +25,7 @@ struct Listener {
 /// The mount's meters, in Prometheus' text format.
 pub fn render(fs: &Fs) -> String {
     let c = &fs.fetcher.cache;
-    let rows: [(&str, &str, &str, u64); 11] = [
+    let rows: [(&str, &str, &str, u64); 12] = [
         (
             "slate_mount_cache_hits_total",
             "counter",
@@ -89,8 +89,14 @@ pub fn render(fs: &Fs) -> String {
         (
             "slate_mount_memory_limit_bytes",
             "gauge",
-            "the budget of fetched data in memory (--memory-limit)",
+            "the budget of data in memory, fetched or being uploaded (--memory-limit)",
             fs.opts.memory_limit,
+        ),
+        (
+            "slate_mount_memory_used_bytes",
+            "gauge",
+            "the part of the budget held now",
+            fs.fetcher.budget.used(),
         ),
     ];
     let mut out = String::new();

@@ -270,6 +270,7 @@ fn mount_err(spec: &MountSpec, detail: String) -> SlateError {
 
 /// Mounts, serves until SIGTERM, SIGINT or an unmount (`fusermount3 -u`), and unmounts.
 pub async fn run(spec: MountSpec) -> Result<()> {
+    tame_allocator();
     let loc = Location::parse(&spec.src)?;
     let meta = std::fs::metadata(&spec.mountpoint).map_err(|e| SlateError::BadOption {
         option: "MOUNTPOINT".into(),
@@ -410,5 +411,19 @@ pub async fn run(spec: MountSpec) -> Result<()> {
         }
         Ok(Err(e)) => Err(mount_err(&spec, format!("the FUSE session ended: {e}"))),
         Err(e) => Err(mount_err(&spec, format!("the FUSE session failed: {e}"))),
+    }
+}
+
+/// A mount lives long and moves buffers of megabytes (parts) through many threads: glibc's
+/// allocator would keep freed ones in per-thread arenas and raise its mmap threshold past
+/// them, so the process's resident memory would stay at its peak long after. A fixed
+/// threshold maps and unmaps every buffer of 256 KiB and up, and two arenas are enough.
+fn tame_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; it is called before the mount's own
+    // threads start
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
     }
 }

@@ -1,6 +1,6 @@
 //! A file written sequentially through the mount is uploaded while it is written: each
-//! 8 MiB part goes as soon as the writer has filled it (up to 8 in flight), so `close` waits
-//! only for the tail. A write or a truncate below what was handed to the upload breaks the
+//! 8 MiB part goes as soon as the writer has filled it (up to 8 in flight, each within the
+//! mount's memory budget), so `close` waits only for the tail. A write or a truncate below what was handed to the upload breaks the
 //! stream: it is aborted and `close` uploads the file whole.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use object_store::path::Path as StorePath;
 use object_store::{MultipartUpload, ObjectStore, PutMultipartOptions, PutPayload};
 use tokio::sync::{mpsc, oneshot};
 
-use super::fs::{Errno, PART};
+use super::fs::{part_len, Budget, Errno};
 
 /// Parts in flight per file.
 const IN_FLIGHT: usize = 8;
@@ -26,8 +26,9 @@ enum Msg {
 #[derive(Debug)]
 pub struct Stream {
     tx: mpsc::UnboundedSender<Msg>,
-    /// Bytes `[0, sent)` are handed to the upload.
+    /// Bytes `[0, sent)` are handed to the upload, as `parts` parts.
     pub sent: u64,
+    pub parts: u64,
 }
 
 /// Where a sequential writer is, and whether its file can still stream.
@@ -73,9 +74,11 @@ impl Sequence {
         }
         let mut ready = Vec::new();
         let mut at = sent;
-        while !self.broken && self.seq_end >= at + PART {
-            ready.push((at, PART));
-            at += PART;
+        let mut n = self.stream.as_ref().map(|s| s.parts).unwrap_or(0);
+        while !self.broken && self.seq_end >= at + part_len(n) {
+            ready.push((at, part_len(n)));
+            at += part_len(n);
+            n += 1;
         }
         ready
     }
@@ -94,17 +97,22 @@ impl Sequence {
 }
 
 /// Starts the upload task of `key` (its first part not sent yet).
-pub fn start(
+pub(super) fn start(
     rt: &tokio::runtime::Handle,
     store: Arc<dyn ObjectStore>,
     key: StorePath,
     attributes: object_store::Attributes,
     file: std::fs::File,
     limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
+    budget: Budget,
 ) -> Stream {
     let (tx, rx) = mpsc::unbounded_channel();
-    rt.spawn(run(store, key, attributes, file, limit, rx));
-    Stream { tx, sent: 0 }
+    rt.spawn(run(store, key, attributes, file, limit, budget, rx));
+    Stream {
+        tx,
+        sent: 0,
+        parts: 0,
+    }
 }
 
 impl Stream {
@@ -112,6 +120,7 @@ impl Stream {
     pub fn send(&mut self, offset: u64, len: u64) {
         let _ = self.tx.send(Msg::Part(offset, len));
         self.sent = offset + len;
+        self.parts += 1;
     }
 
     /// Uploads the rest of a `size`-byte file and completes; Ok once the object is whole at
@@ -151,12 +160,15 @@ async fn run(
     attributes: object_store::Attributes,
     file: std::fs::File,
     limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
+    budget: Budget,
     mut rx: mpsc::UnboundedReceiver<Msg>,
 ) {
     let mut upload: Option<Box<dyn MultipartUpload>> = None;
     let mut inflight = FuturesUnordered::new();
     let mut failed: Option<Errno> = None;
     let mut next = 0u64;
+    // parts handed to the upload so far
+    let mut index = 0u64;
     let fail = |e: object_store::Error| {
         tracing::warn!(key = %key, error = %e, "mount: a part's upload failed");
         super::fs::errno(&e)
@@ -166,11 +178,12 @@ async fn run(
             Msg::Part(off, len) => (vec![(off, len)], None),
             Msg::Finish(size, reply) => {
                 let mut parts = Vec::new();
-                let mut at = next;
+                let (mut at, mut n) = (next, index);
                 while at < size {
-                    let len = PART.min(size - at);
+                    let len = part_len(n).min(size - at);
                     parts.push((at, len));
                     at += len;
+                    n += 1;
                 }
                 (parts, Some(reply))
             }
@@ -197,16 +210,6 @@ async fn run(
                     }
                 }
             }
-            if let Some(l) = &limit {
-                l.take(len).await;
-            }
-            let body = match read_at(&file, off, len) {
-                Ok(b) => b,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            };
             while inflight.len() >= IN_FLIGHT {
                 if let Some(r) = inflight.next().await {
                     if let Err(e) = joined(r) {
@@ -214,11 +217,29 @@ async fn run(
                     }
                 }
             }
+            if let Some(l) = &limit {
+                l.take(len).await;
+            }
+            // the part's bytes in memory until it is uploaded, within the budget
+            let permit = budget.take(len).await;
+            let body = match read_at(&file, off, len) {
+                Ok(b) => b,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             if let Some(u) = upload.as_mut() {
                 // a task of its own: it goes now, not when this loop next looks
-                inflight.push(tokio::spawn(u.put_part(PutPayload::from(body))));
+                let part = u.put_part(PutPayload::from(body));
+                inflight.push(tokio::spawn(async move {
+                    let done = part.await;
+                    drop(permit);
+                    done
+                }));
             }
             next = off + len;
+            index += 1;
         }
         if let Some(reply) = finish {
             while let Some(r) = inflight.next().await {
@@ -250,6 +271,7 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mount::fs::PART;
 
     #[test]
     fn a_sequential_writer_hands_parts_as_they_fill_and_a_rewrite_breaks_it() {
@@ -260,6 +282,7 @@ mod tests {
         s.stream = Some(Stream {
             tx: mpsc::unbounded_channel().0,
             sent: 2 * PART,
+            parts: 2,
         });
         // a gap: what is after it waits for the end
         assert!(s.wrote(3 * PART, 4 * PART).is_empty());
@@ -282,6 +305,7 @@ mod tests {
             stream: Some(Stream {
                 tx: mpsc::unbounded_channel().0,
                 sent: PART,
+                parts: 1,
             }),
             ..Default::default()
         };
@@ -289,5 +313,26 @@ mod tests {
         assert!(!t.broken);
         t.truncated(5);
         assert!(t.broken);
+    }
+
+    #[test]
+    fn parts_grow_so_that_the_largest_object_fits_in_ten_thousand() {
+        assert_eq!(part_len(0), PART);
+        assert_eq!(part_len(999), PART);
+        assert_eq!(part_len(1000), 2 * PART);
+        let fits: u64 = (0..10_000).map(part_len).sum();
+        assert!(fits >= 5 << 40, "10,000 parts hold {fits} bytes");
+        // a writer past its thousandth part hands the larger parts
+        let mut s = Sequence {
+            stream: Some(Stream {
+                tx: mpsc::unbounded_channel().0,
+                sent: 1000 * PART,
+                parts: 1000,
+            }),
+            seq_end: 1000 * PART,
+            ..Default::default()
+        };
+        assert!(s.wrote(1000 * PART, 1001 * PART).is_empty());
+        assert_eq!(s.wrote(1001 * PART, 1003 * PART), [(1000 * PART, 2 * PART)]);
     }
 }

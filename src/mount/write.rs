@@ -11,9 +11,9 @@ use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use object_store::path::Path as StorePath;
-use object_store::{ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, WriteMultipart};
+use object_store::{ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload};
 
-use super::fs::{join, Attr, Errno, Fs, Kind, WriteState, PART};
+use super::fs::{join, part_len, Attr, Errno, Fs, Kind, WriteState, PART};
 use crate::core::location::Scheme;
 use crate::core::meta::Meta;
 
@@ -144,6 +144,7 @@ impl Fs {
                         attributes,
                         file,
                         self.opts.bwlimit.clone(),
+                        self.fetcher.budget.clone(),
                     ));
                 }
             }
@@ -200,6 +201,33 @@ impl Fs {
         drop(handles);
         self.set_size(ino, size);
         Ok(())
+    }
+
+    /// A `close` of a descriptor of `fh` by process `tgid`: the file is uploaded (`flush`)
+    /// when the process that opened it closes it. A close by another process is the copy
+    /// a fork inherited (closed at its exec, or at its exit) while the opener may still be
+    /// writing: it uploads nothing, and the opener's close, or the release after the last
+    /// descriptor, does (as mountpoint-s3 does). An unknown process (another PID namespace)
+    /// uploads.
+    pub async fn close(&self, fh: u64, tgid: Option<u32>) -> Result<(), Errno> {
+        let opener = self.handles().get(&fh).and_then(|h| h.opener);
+        if let (Some(o), Some(t)) = (opener, tgid) {
+            if o != t {
+                tracing::debug!(fh, opener = o, closer = t, "mount: a close by another process than the opener: the upload waits for the opener's close or the release");
+                return Ok(());
+            }
+        }
+        self.flush(fh).await
+    }
+
+    /// The last descriptor of `fh` is gone: what no close uploaded is uploaded now (an
+    /// error is logged: nobody is left to answer), and the handle goes.
+    pub async fn release_written(&self, fh: u64) {
+        if let Err(e) = self.flush(fh).await {
+            let rel = self.handles().get(&fh).map(|h| h.rel.clone());
+            tracing::error!(path = ?rel, errno = e, "mount: the upload at the file's release failed; its bytes are not at the store");
+        }
+        self.release(fh);
     }
 
     /// Uploads an open file's cache file when it changed, and waits until the object is
@@ -282,6 +310,7 @@ impl Fs {
             if let Some(l) = &self.opts.bwlimit {
                 l.take(size).await;
             }
+            let _permit = self.fetcher.budget.take(size).await;
             let body = read(0, size)?;
             let opts = PutOptions {
                 attributes,
@@ -304,19 +333,46 @@ impl Fs {
             )
             .await
             .map_err(failed)?;
-        let mut w = WriteMultipart::new_with_chunk_size(upload, PART as usize);
-        let mut off = 0;
-        while off < size {
-            let len = PART.min(size - off);
-            w.wait_for_capacity(8).await.map_err(failed)?;
-            if let Some(l) = &self.opts.bwlimit {
-                l.take(len).await;
+        // parts in flight (8 at most), each holding its bytes and a share of the budget
+        // until it is uploaded
+        let mut upload = upload;
+        let mut inflight = futures::stream::FuturesUnordered::new();
+        let (mut off, mut n) = (0, 0);
+        let sent = async {
+            while off < size {
+                let len = part_len(n).min(size - off);
+                n += 1;
+                while inflight.len() >= 8 {
+                    if let Some(r) = futures::StreamExt::next(&mut inflight).await {
+                        part_done(r).map_err(failed)?;
+                    }
+                }
+                if let Some(l) = &self.opts.bwlimit {
+                    l.take(len).await;
+                }
+                let permit = self.fetcher.budget.take(len).await;
+                let part = upload.put_part(PutPayload::from(read(off, len)?));
+                inflight.push(tokio::spawn(async move {
+                    let done = part.await;
+                    drop(permit);
+                    done
+                }));
+                off += len;
             }
-            w.put(read(off, len)?.into());
-            off += len;
+            while let Some(r) = futures::StreamExt::next(&mut inflight).await {
+                part_done(r).map_err(failed)?;
+            }
+            Ok::<(), Errno>(())
         }
-        w.finish().await.map_err(failed)?;
-        Ok(())
+        .await;
+        let done = match sent {
+            Ok(()) => upload.complete().await.map(|_| ()).map_err(failed),
+            Err(e) => Err(e),
+        };
+        if done.is_err() {
+            let _ = upload.abort().await;
+        }
+        done
     }
 
     /// What a file written at `rel` carries: its Content-Type and modification time (none on
@@ -485,4 +541,16 @@ impl Fs {
     fn is_writing(&self, fh: u64) -> bool {
         self.handles().get(&fh).is_some_and(|h| h.write.is_some())
     }
+}
+
+/// A part task's outcome.
+fn part_done(
+    r: Result<object_store::Result<()>, tokio::task::JoinError>,
+) -> object_store::Result<()> {
+    r.unwrap_or_else(|e| {
+        Err(object_store::Error::Generic {
+            store: "mount",
+            source: Box::new(e),
+        })
+    })
 }
