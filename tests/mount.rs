@@ -870,9 +870,10 @@ fn the_block_cache_stays_under_its_limit_and_memory_under_its_budget() {
         fetched < total + total / 10,
         "{fetched} bytes fetched to read {total}"
     );
-    // the budget (16 MiB of fetched data) and the kernel's reads in flight, not 200 MiB
+    // the budget (16 MiB of GETs in flight, each streaming into the cache) and the kernel's
+    // reads in flight (5 MiB measured), not the 64 files' read-ahead windows
     assert!(
-        grew < 80 * 1024 * 1024,
+        grew < 40 * 1024 * 1024,
         "peak RSS grew by {} MiB reading 64 files at once",
         grew >> 20
     );

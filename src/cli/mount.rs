@@ -56,7 +56,7 @@ pub struct MountArgs {
     pub cache_max_size: Option<u64>,
     /// The budget of data in memory at once, fetched or being uploaded, whatever the number
     /// of open files and their sizes.
-    #[arg(long, default_value = "64MiB", value_parser = crate::core::units::parse_size, value_name = "SIZE")]
+    #[arg(long, default_value = "16MiB", value_parser = crate::core::units::parse_size, value_name = "SIZE")]
     pub memory_limit: u64,
     /// close returns at once and the upload starts this long after the file's last close
     /// (as rclone's --vfs-write-back); such files are kept in --cache-dir's state, so a

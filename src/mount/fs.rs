@@ -270,9 +270,10 @@ pub(super) struct Fetcher {
 
 /// The memory budget's unit.
 const BUDGET_UNIT: u64 = 64 * 1024;
-/// What a fetch streaming into the block cache holds in memory at most: the block it is
-/// filling and the chunk that completes it.
-const STREAM_HELD: u64 = 2 * BLOCK;
+/// What a ranged GET streaming into the block cache counts against the budget: the block it
+/// is filling and the chunk that completes it (256 KiB), and the HTTP client's buffers of
+/// its connection (measured: about 1 MiB a GET in all).
+const GET_HELD: u64 = 1024 * 1024;
 
 impl Fetcher {
     /// `range` of `key` at `etag` (ranged GETs of at most [`PART`], in parallel), each part
@@ -371,7 +372,7 @@ impl Fetcher {
         r: std::ops::Range<u64>,
     ) -> Result<(), object_store::Error> {
         use futures::StreamExt;
-        let _permit = self.budget.take(STREAM_HELD.min(r.end - r.start)).await;
+        let _permit = self.budget.take(GET_HELD.min(r.end - r.start)).await;
         if let Some(l) = &self.bwlimit {
             l.take(r.end - r.start).await;
         }
@@ -381,7 +382,7 @@ impl Fetcher {
             ..Default::default()
         };
         let mut body = self.store.get_opts(key, opts).await?.into_stream();
-        let mut held: Vec<u8> = Vec::with_capacity(STREAM_HELD as usize);
+        let mut held: Vec<u8> = Vec::with_capacity(2 * BLOCK as usize);
         let mut at = r.start;
         while let Some(chunk) = body.next().await {
             let chunk = chunk?;
@@ -1086,8 +1087,9 @@ impl Fs {
                 .cache
                 .get(h.key.as_ref(), &h.version, offset..end)
             {
-                h.last_end = end;
+                // advance judges this read against where the last one ended: noted after
                 self.advance(h, offset, end, readers);
+                h.last_end = end;
                 return Ok(b);
             }
             self.advance(h, offset, end, readers);
@@ -1372,6 +1374,33 @@ mod tests {
         f.release(fh);
         let fh = f.open(a.ino, false, false).await.unwrap();
         assert_eq!(f.read(fh, 0, 100).await.unwrap().as_ref(), &[6u8; 10]);
+    }
+
+    #[tokio::test]
+    async fn many_random_reads_stay_random_and_fetch_about_a_block_each() {
+        let s = Arc::new(InMemory::new());
+        let size = 256u64 << 20;
+        put(&s, "r.bin", vec![1u8; size as usize]).await;
+        let f = fs(s.clone(), "");
+        let a = f.lookup(ROOT, "r.bin").await.unwrap();
+        let fh = f.open(a.ino, false, false).await.unwrap();
+        // a fixed sequence of 4 KiB reads at random offsets (a linear congruential walk)
+        let mut x = 12345u64;
+        let reads = 2000u64;
+        for _ in 0..reads {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = ((x >> 20) % (size / 4096)) * 4096;
+            assert_eq!(f.read(fh, off, 4096).await.unwrap().len(), 4096);
+        }
+        let fetched = f.fetched.load(Ordering::Relaxed);
+        assert!(
+            fetched <= reads * BLOCK + BLOCK * 64,
+            "{reads} random reads fetched {} MiB",
+            fetched >> 20
+        );
+        f.release(fh);
     }
 
     #[tokio::test]
