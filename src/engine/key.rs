@@ -571,6 +571,14 @@ impl Engine {
                     let db = self.db.clone();
                     blocking(move || crate::state::brake::Brakes::new(&db).refund(bid)).await?;
                 }
+                // an upload of this key a killed slate left (its temporary file, its multipart
+                // upload) waits for the key to come up again: gone, it never will
+                if let Some(l) = &self.ctx.ledger {
+                    if let Some(u) = l.take(key) {
+                        tracing::info!(key, "aborting an upload a stopped slate left: its object is gone at the source");
+                        l.abort(&u, &self.ctx.dst).await;
+                    }
+                }
                 let (db, id, k) = (self.db.clone(), self.pair_id, key.to_string());
                 blocking(move || db.forget(id, &[k])).await?;
                 return Ok(if existed || m_dst.is_some() {
