@@ -55,25 +55,37 @@ fn block_len(b: u64, size: u64) -> u64 {
     BLOCK.min(size.saturating_sub(b * BLOCK))
 }
 
+/// A name of its own for each mount of this process (`PID-N`): the files of two mounts
+/// that share a cache folder (`[[mounts]]` in one process) never meet.
+pub fn mount_tag() -> String {
+    static MOUNTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
+}
+
+/// Whether a name made from a [`mount_tag`] (`PID-…`) belongs to a process that is gone.
+pub fn left_by_a_gone_process(name: &str) -> bool {
+    let name = name.strip_prefix("w-").unwrap_or(name);
+    name.split('-')
+        .next()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}
+
 impl BlockCache {
-    /// A cache of at most `max` bytes in `root/blocks/PID`; the folders of mounts that are
-    /// gone are removed.
-    pub fn new(root: &Path, max: u64) -> std::io::Result<BlockCache> {
+    /// A cache of at most `max` bytes in `root/blocks/TAG` (a [`mount_tag`]); the folders
+    /// of mounts whose process is gone are removed.
+    pub fn new(root: &Path, max: u64, tag: &str) -> std::io::Result<BlockCache> {
         let base = root.join("blocks");
         std::fs::create_dir_all(&base)?;
         if let Ok(rd) = std::fs::read_dir(&base) {
             for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().to_string();
-                let gone = name
-                    .parse::<u32>()
-                    .map(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-                    .unwrap_or(false);
-                if gone {
+                if left_by_a_gone_process(&e.file_name().to_string_lossy()) {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
             }
         }
-        let dir = base.join(std::process::id().to_string());
+        let dir = base.join(tag);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(BlockCache {
@@ -366,7 +378,7 @@ mod tests {
 
     fn cache(max: u64) -> (tempfile::TempDir, BlockCache) {
         let d = tempfile::tempdir().unwrap();
-        let c = BlockCache::new(d.path(), max).unwrap();
+        let c = BlockCache::new(d.path(), max, &mount_tag()).unwrap();
         (d, c)
     }
 

@@ -104,6 +104,9 @@ struct Node {
     epoch: u64,
     /// Queued to be listed ahead of a reader of the tree.
     queued: bool,
+    /// Its entries were read (readdir), not only looked up: a subfolder read after it is a
+    /// walk of the tree.
+    read: bool,
     children: BTreeMap<String, u64>,
 }
 
@@ -144,6 +147,7 @@ impl Nodes {
                 listed: None,
                 epoch: 0,
                 queued: false,
+                read: false,
                 children: BTreeMap::new(),
             },
         );
@@ -162,6 +166,9 @@ pub struct WriteState {
     pub seq: super::stream::Sequence,
     /// Unlinked while open: its close uploads nothing.
     pub unlinked: bool,
+    /// Writes and truncations so far: a flush leaves the file clean only when none came
+    /// while it uploaded.
+    pub changes: u64,
 }
 
 impl WriteState {
@@ -172,7 +179,14 @@ impl WriteState {
             dirty,
             seq: Default::default(),
             unlinked: false,
+            changes: 0,
         }
+    }
+
+    /// The file changed: its next flush uploads it.
+    pub fn changed(&mut self) {
+        self.dirty = true;
+        self.changes += 1;
     }
 }
 
@@ -442,6 +456,22 @@ pub struct Fs {
     listing: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// Listings of subfolders started ahead of a reader of the tree (`find`, `ls -R`).
     list_ahead: Arc<tokio::sync::Semaphore>,
+    /// This mount's name for its files in the cache folder ([`super::cache::mount_tag`]).
+    pub(super) tag: String,
+}
+
+/// The cache files of open handles (`w-TAG-N`) a killed mount left: what its write-back
+/// still needs is hard-linked in `dirty/`, so they go.
+fn remove_stale_write_files(dir: &std::path::Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with("w-") && super::cache::left_by_a_gone_process(&name) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Subfolder listings fetched ahead at once.
@@ -488,11 +518,14 @@ impl Fs {
                 listed: None,
                 epoch: 0,
                 queued: false,
+                read: false,
                 children: BTreeMap::new(),
             },
         );
         nodes.by_rel.insert(String::new(), ROOT);
-        let cache = super::cache::BlockCache::new(&opts.cache_dir, opts.cache_max)
+        let tag = super::cache::mount_tag();
+        remove_stale_write_files(&opts.cache_dir);
+        let cache = super::cache::BlockCache::new(&opts.cache_dir, opts.cache_max, &tag)
             .map_err(|e| format!("{}: the block cache: {e}", opts.cache_dir.display()))?;
         let fetched = Arc::new(AtomicU64::new(0));
         let fetcher = Fetcher {
@@ -519,6 +552,7 @@ impl Fs {
             dropped: AtomicU64::new(0),
             listing: Mutex::new(HashMap::new()),
             list_ahead: Arc::new(tokio::sync::Semaphore::new(LIST_AHEAD)),
+            tag,
         })
     }
 
@@ -610,13 +644,17 @@ impl Fs {
     pub fn list_ahead(self: &Arc<Self>, ino: u64) {
         let subs: Vec<u64> = {
             let mut nodes = self.nodes();
-            let Some(parent) = nodes.by_ino.get(&ino).map(|n| n.parent) else {
+            let Some(n) = nodes.by_ino.get_mut(&ino) else {
                 return;
             };
+            n.read = true;
+            let parent = n.parent;
             let Some(p) = nodes.by_ino.get(&parent) else {
                 return;
             };
-            if ino == ROOT || p.listed.is_none() {
+            // a lookup lists a folder too (`ls /a/b` lists `a`): only a parent whose
+            // entries were read makes this a walk
+            if ino == ROOT || p.listed.is_none() || !p.read {
                 return;
             }
             let subs: Vec<u64> = p
@@ -1444,6 +1482,19 @@ mod tests {
         for d in ["a", "b", "c"] {
             assert!(!listed(&f, d), "{d} listed by a lone ls");
         }
+        // `ls b/x`: b is listed by the lookup, not read; x's siblings are not listed ahead
+        let b = f.lookup(ROOT, "b").await.unwrap().ino;
+        let bx = f.lookup(b, "x").await.unwrap().ino;
+        f.readdir(bx).await.unwrap();
+        f.list_ahead(bx);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(listed(&f, "b") && listed(&f, "b/x"));
+        assert!(
+            !listed(&f, "b/y"),
+            "a lone ls of a subfolder listed its siblings"
+        );
         // `find`: the root, then a: b and c are listed in the background, not their subfolders
         let a = ino(&f, "a");
         f.readdir(a).await.unwrap();
@@ -1454,7 +1505,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(f.lookup(ino(&f, "b"), "x").await.unwrap().kind, Kind::Dir);
-        assert!(!listed(&f, "b/x") && !listed(&f, "a/x"));
+        assert!(!listed(&f, "c/x") && !listed(&f, "a/x"));
         // a listing in flight when its folder is invalidated does not count as current
         let b = ino(&f, "b");
         let epoch = f.nodes().by_ino.get(&b).map(|n| n.epoch);

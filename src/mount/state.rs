@@ -71,6 +71,7 @@ impl MountState {
                  src TEXT NOT NULL, rel TEXT NOT NULL, file TEXT NOT NULL,
                  size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, gen INTEGER NOT NULL,
                  since INTEGER NOT NULL, PRIMARY KEY (src, rel));
+             CREATE TABLE IF NOT EXISTS gens (src TEXT PRIMARY KEY, last INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS dropped (
                  id INTEGER PRIMARY KEY, src TEXT NOT NULL, at INTEGER NOT NULL,
                  source TEXT NOT NULL, reason TEXT NOT NULL, text TEXT NOT NULL);",
@@ -101,9 +102,15 @@ impl MountState {
         mtime: SystemTime,
     ) -> Result<i64, String> {
         let conn = self.conn();
+        // a generation is never given twice for a source, even after its record is gone
+        // (an upload of a record that was forgotten and made anew must not clear the new)
         let gen: i64 = conn
             .query_row(
-                "SELECT COALESCE(MAX(gen), 0) + 1 FROM pending WHERE src = ?1",
+                "INSERT INTO gens (src, last)
+                 VALUES (?1, (SELECT COALESCE(MAX(gen), 0) + 1 FROM pending WHERE src = ?1))
+                 ON CONFLICT (src) DO UPDATE SET last = MAX(last,
+                     (SELECT COALESCE(MAX(gen), 0) FROM pending WHERE src = ?1)) + 1
+                 RETURNING last",
                 params![src],
                 |r| r.get(0),
             )
@@ -261,5 +268,26 @@ mod tests {
             ("not JSON", "{oops")
         );
         assert!(s.dropped(Some("s3://other")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_generation_is_never_given_twice_even_after_its_record_is_forgotten() {
+        let d = tempfile::tempdir().unwrap();
+        let s = MountState::open(d.path()).unwrap();
+        let t = UNIX_EPOCH;
+        let g1 = s.record("s3://b", "x", Path::new("/c/1"), 1, t).unwrap();
+        // deleted through the mount while its upload ran; then written and closed again
+        s.forget("s3://b", "x").unwrap();
+        let g2 = s.record("s3://b", "x", Path::new("/c/2"), 2, t).unwrap();
+        assert_ne!(g1, g2);
+        // the old upload ends: it does not clear the new close
+        assert!(!s.uploaded("s3://b", "x", g1).unwrap());
+        assert_eq!(s.pending(Some("s3://b")).unwrap().len(), 1);
+        // a state from before the sequence (records only) goes on above them
+        let conn = s.conn();
+        conn.execute("DELETE FROM gens", []).unwrap();
+        drop(conn);
+        let g3 = s.record("s3://b", "y", Path::new("/c/3"), 3, t).unwrap();
+        assert!(g3 > g2);
     }
 }

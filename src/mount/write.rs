@@ -27,10 +27,7 @@ impl Fs {
     fn cache_file(&self) -> Result<(std::fs::File, std::path::PathBuf), Errno> {
         std::fs::create_dir_all(&self.opts.cache_dir).map_err(|e| io_errno(&e))?;
         let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let path = self
-            .opts
-            .cache_dir
-            .join(format!("w-{}-{n}", std::process::id()));
+        let path = self.opts.cache_dir.join(format!("w-{}-{n}", self.tag));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -130,7 +127,7 @@ impl Fs {
         w.file
             .write_all_at(data, offset)
             .map_err(|e| io_errno(&e))?;
-        w.dirty = true;
+        w.changed();
         let end = offset + data.len() as u64;
         let ready = w.seq.wrote(offset, end);
         if !ready.is_empty() {
@@ -194,7 +191,7 @@ impl Fs {
         let h = handles.get_mut(&fh).ok_or(libc::EBADF)?;
         let w = h.write.as_mut().ok_or(libc::EBADF)?;
         w.file.set_len(size).map_err(|e| io_errno(&e))?;
-        w.dirty = true;
+        w.changed();
         w.seq.truncated(size);
         h.size = size;
         let ino = h.ino;
@@ -233,7 +230,7 @@ impl Fs {
     /// Uploads an open file's cache file when it changed, and waits until the object is
     /// complete at the store (what `close` answers).
     pub async fn flush(&self, fh: u64) -> Result<(), Errno> {
-        let (ino, rel, file, stream, path) = {
+        let (ino, rel, file, stream, path, changes) = {
             let mut handles = self.handles();
             let Some(h) = handles.get_mut(&fh) else {
                 return Ok(());
@@ -249,16 +246,30 @@ impl Fs {
             // way this handle streams no more (its next close uploads whole)
             let stream = w.seq.stream.take().filter(|_| !w.seq.broken);
             w.seq.broken = true;
-            (h.ino, h.rel.clone(), file, stream, w.path.clone())
+            (
+                h.ino,
+                h.rel.clone(),
+                file,
+                stream,
+                w.path.clone(),
+                w.changes,
+            )
+        };
+        // clean again only when no write came while this flush uploaded (the next flush
+        // uploads those)
+        let uploaded = |me: &Fs| {
+            if let Some(w) = me.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
+                if w.changes == changes {
+                    w.dirty = false;
+                }
+            }
         };
         let key = self.key(&rel);
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
         let mtime = SystemTime::now();
         if let Some(delay) = self.opts.write_back {
             self.keep_for_upload(&rel, (&file, &path), (size, mtime), delay, stream)?;
-            if let Some(w) = self.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
-                w.dirty = false;
-            }
+            uploaded(self);
             self.fetcher.cache.forget(key.as_ref());
             self.set_size(ino, size);
             return Ok(());
@@ -276,9 +287,7 @@ impl Fs {
         if !streamed {
             self.upload(&key, &rel, file, size, mtime).await?;
         }
-        if let Some(w) = self.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
-            w.dirty = false;
-        }
+        uploaded(self);
         self.uploaded.fetch_add(size, Ordering::Relaxed);
         self.fetcher.cache.forget(key.as_ref());
         self.set_size(ino, size);
@@ -407,11 +416,29 @@ impl Fs {
             return Err(libc::EISDIR);
         }
         let rel = join(&self.rel_of(parent)?, name);
+        // an upload of it under way ends first, or it would put the file back
+        let held = self.hold(&rel).await;
         let waited = self.waiting(&rel).is_some();
         self.drop_waiting(&rel);
-        // a file unlinked while open for writing stays unlinked: its close uploads nothing
+        self.unlink_open(&rel, None);
+        let deleted = match self.store.delete(&self.key(&rel)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            // never uploaded: nothing at the store to delete
+            Err(_) if waited => Ok(()),
+            Err(e) => Err(super::fs::errno(&e)),
+        };
+        self.unhold(&rel, held);
+        deleted?;
+        self.remove_child(parent, name);
+        Ok(())
+    }
+
+    /// The file at `rel` is gone from the mount (unlinked, or renamed over): a handle open
+    /// for writing on it (other than file `keep`) stays open on the unlinked file, and
+    /// its close uploads nothing.
+    fn unlink_open(&self, rel: &str, keep: Option<u64>) {
         for h in self.handles().values_mut() {
-            if h.rel == rel {
+            if h.rel == rel && Some(h.ino) != keep {
                 if let Some(w) = h.write.as_mut() {
                     w.unlinked = true;
                     w.seq.broken = true;
@@ -419,14 +446,6 @@ impl Fs {
                 }
             }
         }
-        match self.store.delete(&self.key(&rel)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            // never uploaded: nothing at the store to delete
-            Err(_) if waited => {}
-            Err(e) => return Err(super::fs::errno(&e)),
-        }
-        self.remove_child(parent, name);
-        Ok(())
     }
 
     /// A folder `name` in `parent`: kept by the mount until a file is put under it.
@@ -477,10 +496,31 @@ impl Fs {
         let a = self.lookup(parent, name).await?;
         let from = join(&self.rel_of(parent)?, name);
         let to = join(&self.rel_of(new_parent)?, new_name);
+        if from == to {
+            return Ok(());
+        }
         // what waits for its upload goes first: the rename copies it at the store
         if self.settle(&from).await > 0 {
             return Err(libc::EIO);
         }
+        // what waited for its upload at the destination is replaced: it is not uploaded
+        // (after an upload of it under way, which the copy then overwrites)
+        let held = self.hold(&to).await;
+        let r = self
+            .rename_held(a, (parent, name, &from), (new_parent, new_name, &to))
+            .await;
+        self.unhold(&to, held);
+        r
+    }
+
+    async fn rename_held(
+        &self,
+        a: Attr,
+        (parent, name, from): (u64, &str, &str),
+        (new_parent, new_name, to): (u64, &str, &str),
+    ) -> Result<(), Errno> {
+        let (from, to) = (from.to_string(), to.to_string());
+        let mut over_a_file = false;
         if let Ok(b) = self.lookup(new_parent, new_name).await {
             match (a.kind, b.kind) {
                 (Kind::File, Kind::Dir) => return Err(libc::EISDIR),
@@ -490,6 +530,7 @@ impl Fs {
                 }
                 _ => {}
             }
+            over_a_file = b.kind == Kind::File;
         }
         let moves: Vec<(String, String)> = match a.kind {
             Kind::File => vec![(from.clone(), to.clone())],
@@ -525,6 +566,10 @@ impl Fs {
                 Err(e) => return Err(super::fs::errno(&e)),
             }
         }
+        if over_a_file {
+            self.drop_waiting(&to);
+            self.unlink_open(&to, Some(a.ino));
+        }
         self.fetcher.cache.forget(self.key(&from).as_ref());
         self.move_child(parent, name, new_parent, new_name);
         Ok(())
@@ -553,4 +598,258 @@ fn part_done(
             source: Box::new(e),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fs::{FsOpts, ROOT};
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        PutResult,
+    };
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A store whose PUTs, once gated, wait until the test lets each one go.
+    #[derive(Debug)]
+    struct Gated {
+        inner: InMemory,
+        gate: AtomicBool,
+        started: tokio::sync::Semaphore,
+        open: tokio::sync::Semaphore,
+    }
+
+    impl std::fmt::Display for Gated {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Gated")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Gated {
+        async fn put_opts(
+            &self,
+            location: &StorePath,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            if self.gate.load(Ordering::SeqCst) {
+                self.started.add_permits(1);
+                if let Ok(p) = self.open.acquire().await {
+                    p.forget();
+                }
+            }
+            self.inner.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &StorePath,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &StorePath,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<StorePath>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<StorePath>> {
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&StorePath>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&StorePath>,
+        ) -> object_store::Result<ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &StorePath,
+            to: &StorePath,
+            options: CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    impl Default for Gated {
+        fn default() -> Gated {
+            Gated {
+                inner: InMemory::new(),
+                gate: AtomicBool::new(false),
+                started: tokio::sync::Semaphore::new(0),
+                open: tokio::sync::Semaphore::new(0),
+            }
+        }
+    }
+
+    impl Gated {
+        /// Waits until a gated PUT has started.
+        async fn put_started(&self) {
+            let p = tokio::time::timeout(Duration::from_secs(10), self.started.acquire())
+                .await
+                .expect("no PUT started within 10 s")
+                .unwrap();
+            p.forget();
+        }
+        async fn body(&self, k: &str) -> Option<Vec<u8>> {
+            match self.inner.get(&StorePath::from(k)).await {
+                Ok(g) => Some(g.bytes().await.unwrap().to_vec()),
+                Err(_) => None,
+            }
+        }
+    }
+
+    fn fs(store: Arc<Gated>, dir: &std::path::Path, write_back: Option<Duration>) -> Arc<Fs> {
+        fs_of("s3://t", store, dir, write_back)
+    }
+
+    fn fs_of(
+        src: &str,
+        store: Arc<Gated>,
+        dir: &std::path::Path,
+        write_back: Option<Duration>,
+    ) -> Arc<Fs> {
+        let mut f = Fs::new(
+            store,
+            "",
+            FsOpts {
+                dir_ttl: Duration::from_secs(3600),
+                uid: 0,
+                gid: 0,
+                umask: 0o022,
+                read_only: false,
+                scheme: Scheme::S3,
+                cache_dir: dir.to_path_buf(),
+                cache_max: 1 << 30,
+                memory_limit: 64 << 20,
+                write_back,
+                storage_class: None,
+                bwlimit: None,
+            },
+        )
+        .unwrap();
+        let state = super::super::state::MountState::open(dir).unwrap();
+        f.set_backlog(super::super::writeback::Backlog::load(src, state).unwrap());
+        Arc::new(f)
+    }
+
+    /// A file `name` written with `body` and closed (with --write-back: waiting).
+    async fn written(f: &Fs, name: &str, body: &[u8]) {
+        let (_, fh) = f.create(ROOT, name).await.unwrap();
+        f.write(fh, 0, body).unwrap();
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+    }
+
+    #[tokio::test]
+    async fn a_write_made_while_its_file_uploads_is_uploaded_by_the_next_flush() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), None);
+        let (_, fh) = f.create(ROOT, "a.txt").await.unwrap();
+        f.write(fh, 0, b"one").unwrap();
+        s.gate.store(true, Ordering::SeqCst);
+        let flushing = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(fh).await }
+        });
+        s.put_started().await;
+        f.write(fh, 3, b"two").unwrap();
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        flushing.await.unwrap().unwrap();
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"one"[..]));
+        f.flush(fh).await.unwrap();
+        assert_eq!(
+            s.body("a.txt").await.as_deref(),
+            Some(&b"onetwo"[..]),
+            "the write made during the first upload was not uploaded"
+        );
+        f.release(fh);
+    }
+
+    #[tokio::test]
+    async fn two_mounts_of_one_process_share_a_cache_folder_without_meeting() {
+        let d = tempfile::tempdir().unwrap();
+        let (s1, s2) = (Arc::new(Gated::default()), Arc::new(Gated::default()));
+        let wb = Some(Duration::from_secs(3600));
+        let f1 = fs_of("s3://one", s1.clone(), d.path(), wb);
+        let f2 = fs_of("s3://two", s2.clone(), d.path(), wb);
+        let (_, h1) = f1.create(ROOT, "a.txt").await.unwrap();
+        let (_, h2) = f2.create(ROOT, "a.txt").await.unwrap();
+        f1.write(h1, 0, b"first").unwrap();
+        f2.write(h2, 0, b"second").unwrap();
+        f1.flush(h1).await.unwrap();
+        f2.flush(h2).await.unwrap();
+        f1.release(h1);
+        f2.release(h2);
+        assert_eq!(f1.settle("").await, 0);
+        assert_eq!(f2.settle("").await, 0);
+        assert_eq!(s1.body("a.txt").await.as_deref(), Some(&b"first"[..]));
+        assert_eq!(s2.body("a.txt").await.as_deref(), Some(&b"second"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_rename_over_a_waiting_file_is_not_undone_by_its_upload() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "dst.txt", b"old").await;
+        written(&f, "src.txt", b"new").await;
+        assert_eq!(f.waiting_count(), 2);
+        f.rename(ROOT, "src.txt", ROOT, "dst.txt").await.unwrap();
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("dst.txt").await.as_deref(), Some(&b"new"[..]));
+        assert_eq!(s.body("src.txt").await, None);
+        assert_eq!(f.waiting_count(), 0);
+        // a rename onto itself changes nothing
+        f.rename(ROOT, "dst.txt", ROOT, "dst.txt").await.unwrap();
+        assert_eq!(s.body("dst.txt").await.as_deref(), Some(&b"new"[..]));
+    }
+
+    #[tokio::test]
+    async fn an_unlink_during_the_files_upload_is_not_undone_by_it() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"bytes").await;
+        s.gate.store(true, Ordering::SeqCst);
+        let settling = tokio::spawn({
+            let f = f.clone();
+            async move { f.settle("").await }
+        });
+        s.put_started().await;
+        let unlinking = tokio::spawn({
+            let f = f.clone();
+            async move { f.unlink(ROOT, "a.txt").await }
+        });
+        // the unlink waits for the upload under way
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !unlinking.is_finished(),
+            "the unlink did not wait for the upload"
+        );
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        assert_eq!(settling.await.unwrap(), 0);
+        unlinking.await.unwrap().unwrap();
+        assert_eq!(s.body("a.txt").await, None, "the unlinked file came back");
+    }
 }

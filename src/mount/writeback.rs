@@ -135,7 +135,7 @@ impl Fs {
         std::fs::create_dir_all(&dirty).map_err(|e| io_errno(&e))?;
         file.sync_all().map_err(|e| io_errno(&e))?;
         let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let kept = dirty.join(format!("{}-{n}", std::process::id()));
+        let kept = dirty.join(format!("{}-{n}", self.tag));
         std::fs::hard_link(path, &kept).map_err(|e| {
             tracing::warn!(file = %kept.display(), error = %e, "mount: keeping a written file for its upload");
             io_errno(&e)
@@ -309,6 +309,30 @@ impl Fs {
             }
         }
         failed
+    }
+
+    /// Waits for an upload of `rel` under way, and holds the path (no upload of it starts)
+    /// until [`Fs::unhold`]: a delete of it, or a rename over it, comes after any upload.
+    pub(super) async fn hold(&self, rel: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let b = self.backlog.as_ref()?;
+        let lock = b
+            .uploading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(rel.to_string())
+            .or_default()
+            .clone();
+        Some(lock.lock_owned().await)
+    }
+
+    /// Lets uploads of `rel` go again.
+    pub(super) fn unhold(&self, rel: &str, held: Option<tokio::sync::OwnedMutexGuard<()>>) {
+        let Some(b) = &self.backlog else { return };
+        drop(held);
+        let mut locks = b.uploading.lock().unwrap_or_else(|p| p.into_inner());
+        if locks.get(rel).is_some_and(|l| Arc::strong_count(l) == 1) {
+            locks.remove(rel);
+        }
     }
 
     /// A waiting file deleted through the mount: not uploaded.
