@@ -289,6 +289,33 @@ const BUDGET_UNIT: u64 = 64 * 1024;
 /// its connection (measured: about 1 MiB a GET in all).
 const GET_HELD: u64 = 1024 * 1024;
 
+/// `range` split into the ranged GETs that fetch it: [`PART`] at most each.
+fn parts(range: std::ops::Range<u64>) -> Vec<std::ops::Range<u64>> {
+    (range.start..range.end)
+        .step_by(PART as usize)
+        .map(|at| at..(at + PART).min(range.end))
+        .collect()
+}
+
+/// A GET of `r` at version `etag` (a changed object answers Precondition).
+fn ranged(r: &std::ops::Range<u64>, etag: Option<String>) -> GetOptions {
+    GetOptions {
+        range: Some(GetRange::Bounded(r.clone())),
+        if_match: etag,
+        ..Default::default()
+    }
+}
+
+/// The errno of a failed read of `key`, logged.
+fn read_failed(key: &StorePath, e: &object_store::Error) -> Errno {
+    if matches!(e, object_store::Error::Precondition { .. }) {
+        tracing::warn!(key = %key, "mount: the object changed while open: the open file's version is gone (ESTALE); open it again");
+    } else {
+        tracing::warn!(key = %key, error = %e, "mount: read failed");
+    }
+    errno(e)
+}
+
 impl Fetcher {
     /// `range` of `key` at `etag` (ranged GETs of at most [`PART`], in parallel), each part
     /// kept in the block cache as it arrives; within the memory budget.
@@ -300,19 +327,8 @@ impl Fetcher {
         size: u64,
         range: std::ops::Range<u64>,
     ) -> Result<Bytes, Errno> {
-        let mut parts = Vec::new();
-        let mut at = range.start;
-        while at < range.end {
-            let end = (at + PART).min(range.end);
-            parts.push(at..end);
-            at = end;
-        }
-        let gets = parts.into_iter().map(|r| {
-            let opts = GetOptions {
-                range: Some(GetRange::Bounded(r.clone())),
-                if_match: etag.clone(),
-                ..Default::default()
-            };
+        let gets = parts(range).into_iter().map(|r| {
+            let opts = ranged(&r, etag.clone());
             async move {
                 let _permit = self.budget.take(r.end - r.start).await;
                 if let Some(l) = &self.bwlimit {
@@ -326,14 +342,9 @@ impl Fetcher {
                 Ok::<_, object_store::Error>(bytes)
             }
         });
-        let got = futures::future::try_join_all(gets).await.map_err(|e| {
-            if matches!(e, object_store::Error::Precondition { .. }) {
-                tracing::warn!(key = %key, "mount: the object changed while open: the open file's version is gone (ESTALE); open it again");
-            } else {
-                tracing::warn!(key = %key, error = %e, "mount: read failed");
-            }
-            errno(&e)
-        })?;
+        let got = futures::future::try_join_all(gets)
+            .await
+            .map_err(|e| read_failed(key, &e))?;
         if got.len() == 1 {
             return Ok(got.into_iter().next().unwrap_or_default());
         }
@@ -356,24 +367,12 @@ impl Fetcher {
         size: u64,
         range: std::ops::Range<u64>,
     ) -> Result<(), Errno> {
-        let mut parts = Vec::new();
-        let mut at = range.start;
-        while at < range.end {
-            let end = (at + PART).min(range.end);
-            parts.push(at..end);
-            at = end;
-        }
-        let gets = parts
+        let gets = parts(range)
             .into_iter()
             .map(|r| self.fill_part(key, etag.clone(), version, size, r));
-        futures::future::try_join_all(gets).await.map_err(|e| {
-            if matches!(e, object_store::Error::Precondition { .. }) {
-                tracing::warn!(key = %key, "mount: the object changed while open: the open file's version is gone (ESTALE); open it again");
-            } else {
-                tracing::warn!(key = %key, error = %e, "mount: read failed");
-            }
-            errno(&e)
-        })?;
+        futures::future::try_join_all(gets)
+            .await
+            .map_err(|e| read_failed(key, &e))?;
         Ok(())
     }
 
@@ -390,12 +389,11 @@ impl Fetcher {
         if let Some(l) = &self.bwlimit {
             l.take(r.end - r.start).await;
         }
-        let opts = GetOptions {
-            range: Some(GetRange::Bounded(r.clone())),
-            if_match: etag,
-            ..Default::default()
-        };
-        let mut body = self.store.get_opts(key, opts).await?.into_stream();
+        let mut body = self
+            .store
+            .get_opts(key, ranged(&r, etag))
+            .await?
+            .into_stream();
         let mut held: Vec<u8> = Vec::with_capacity(2 * BLOCK as usize);
         let mut at = r.start;
         while let Some(chunk) = body.next().await {
@@ -1346,6 +1344,19 @@ mod tests {
         s.put(&StorePath::from(k), PutPayload::from(b))
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn a_range_is_fetched_as_parts_of_at_most_part_bytes() {
+        let cases: [(std::ops::Range<u64>, Vec<std::ops::Range<u64>>); 4] = [
+            (0..0, vec![]),
+            (3..4, vec![3..4]),
+            (0..PART, vec![0..PART]),
+            (5..2 * PART + 1, vec![5..PART + 5, PART + 5..2 * PART + 1]),
+        ];
+        for (range, want) in cases {
+            assert_eq!(parts(range.clone()), want, "{range:?}");
+        }
     }
 
     #[tokio::test]

@@ -84,16 +84,25 @@ impl Fs {
             let mut to = &file;
             size = std::io::copy(&mut from, &mut to).map_err(|e| io_errno(&e))?;
         } else if !truncate {
+            // the object's bytes into the cache file as they arrive: memory holds one
+            // chunk of the response, whatever the object's size
             let key = self.key(&rel);
             let got = self
                 .store
                 .get(&key)
                 .await
                 .map_err(|e| super::fs::errno(&e))?;
-            let bytes = got.bytes().await.map_err(|e| super::fs::errno(&e))?;
-            file.write_all_at(&bytes, 0).map_err(|e| io_errno(&e))?;
-            size = bytes.len() as u64;
-            self.fetched.fetch_add(size, Ordering::Relaxed);
+            let mut chunks = got.into_stream();
+            while let Some(chunk) = futures::StreamExt::next(&mut chunks).await {
+                let chunk = chunk.map_err(|e| super::fs::errno(&e))?;
+                if let Some(l) = &self.opts.bwlimit {
+                    l.take(chunk.len() as u64).await;
+                }
+                file.write_all_at(&chunk, size).map_err(|e| io_errno(&e))?;
+                size += chunk.len() as u64;
+                self.fetched
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            }
         }
         let fh = self.new_handle(
             ino,
