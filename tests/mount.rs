@@ -116,6 +116,11 @@ fn an_s3_bucket_mounts_reads_every_byte_and_follows_its_events() {
             .await
             .expect("overwrite")
     });
+    // a second open meanwhile reads the new version whole, and the first reads on in its
+    // own: the two versions do not mix in the kernel's page cache of the file
+    time_until("the overwrite to show at a second open", 10, || {
+        std::fs::read(dir.join("open.txt")).ok().as_deref() == Some(&b"the new version"[..])
+    });
     let mut rest = Vec::new();
     open.read_to_end(&mut rest).expect("rest");
     let mut whole = head.to_vec();
@@ -308,6 +313,43 @@ fn writes_through_the_mount_are_at_the_store_when_close_returns() {
         &dir,
         &log,
         &["--cache-dir", cache.to_str().expect("utf-8")],
+    );
+
+    // without events, an object grown elsewhere reads whole at its next open: the size the
+    // kernel keeps for the TTL is not the end of the file
+    assert_eq!(
+        std::fs::read(dir.join("old.txt")).expect("read"),
+        b"0123456789"
+    );
+    let grown = bytes(9, 30_000);
+    rt().block_on(async {
+        store
+            .put(
+                &StorePath::from("w/old.txt"),
+                PutPayload::from(grown.clone()),
+            )
+            .await
+            .expect("overwrite")
+    });
+    let got = std::fs::read(dir.join("old.txt")).expect("read");
+    assert!(
+        got == grown,
+        "read {} bytes of the grown object's {}",
+        got.len(),
+        grown.len()
+    );
+    rt().block_on(async {
+        store
+            .put(
+                &StorePath::from("w/old.txt"),
+                PutPayload::from_static(b"0123456789"),
+            )
+            .await
+            .expect("put back")
+    });
+    assert_eq!(
+        std::fs::read(dir.join("old.txt")).expect("read"),
+        b"0123456789"
     );
 
     // a new file: its bytes, its Content-Type from its extension, its time as rclone keeps it

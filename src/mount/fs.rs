@@ -417,6 +417,13 @@ impl Fetcher {
     }
 }
 
+/// How the kernel serves an open file's reads ([`Fs::page_cache`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageCache {
+    Shared,
+    Direct,
+}
+
 /// Where a read is answered.
 enum Local {
     Bytes(Bytes),
@@ -1085,6 +1092,46 @@ impl Fs {
             }
         }
         Ok(fh)
+    }
+
+    /// The attributes the kernel is told for `a`: while a file is open on an older,
+    /// longer version than the newest, its size is that version's, or the kernel (whose
+    /// size of the file all its handles share) would end that reader's reads early. The
+    /// newest version's readers read around the kernel's size ([`PageCache::Direct`]).
+    pub fn shown(&self, a: &Attr) -> Attr {
+        let mut a = a.clone();
+        if a.kind == Kind::File {
+            for h in self.handles().values() {
+                if h.ino == a.ino && h.write.is_none() && h.local.is_none() {
+                    a.size = a.size.max(h.size);
+                }
+            }
+        }
+        a
+    }
+
+    /// How the kernel should serve read handle `fh`, which the kernel's page cache of its
+    /// inode is shared with: `Shared` when no other handle of the inode reads another
+    /// version; `Direct` when one does, so that this version's pages never mix with that
+    /// one's in the page cache.
+    pub fn page_cache(&self, fh: u64) -> PageCache {
+        let handles = self.handles();
+        let Some(h) = handles.get(&fh) else {
+            return PageCache::Shared;
+        };
+        if h.write.is_some() || h.local.is_some() {
+            return PageCache::Shared;
+        }
+        let other = handles.iter().any(|(f, o)| {
+            *f != fh
+                && o.ino == h.ino
+                && (o.version != h.version || o.write.is_some() || o.local.is_some())
+        });
+        if other {
+            PageCache::Direct
+        } else {
+            PageCache::Shared
+        }
     }
 
     pub fn release(&self, fh: u64) {

@@ -10,7 +10,7 @@ use fuser::{
     ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 
-use super::fs::{Attr, Fs, Kind};
+use super::fs::{Attr, Fs, Kind, PageCache};
 
 /// The adapter between fuser and [`Fs`].
 pub struct Adapter {
@@ -31,6 +31,7 @@ fn err(e: i32) -> Errno {
 
 impl Adapter {
     fn attr(&self, a: &Attr) -> FileAttr {
+        let a = &self.fs.shown(a);
         let o = &self.fs.opts;
         FileAttr {
             ino: INodeNo(a.ino),
@@ -104,11 +105,15 @@ impl fuser::Filesystem for Adapter {
         let opener = tgid(req.pid());
         self.rt.spawn(async move {
             match fs.open(ino.0, write, truncate).await {
-                // the kernel's page cache of the file is dropped at each open: the next open
-                // reads the newest version
+                // the kernel's page cache of the file is dropped at each open (no
+                // FOPEN_KEEP_CACHE): the next open reads the newest version
                 Ok(fh) => {
                     fs.set_opener(fh, opener);
-                    reply.opened(FileHandle(fh), FopenFlags::empty())
+                    let flags = match fs.page_cache(fh) {
+                        PageCache::Direct => FopenFlags::FOPEN_DIRECT_IO,
+                        PageCache::Shared => FopenFlags::empty(),
+                    };
+                    reply.opened(FileHandle(fh), flags)
                 }
                 Err(e) => reply.error(err(e)),
             }
