@@ -23,6 +23,9 @@ struct Obj {
     /// The blocks here, and when each was last written or read.
     blocks: HashMap<u64, u64>,
     used: u64,
+    /// Raised at each hole punched in its file: a read or a write made outside the lock
+    /// counts only when no punch came meanwhile (it may have punched those very blocks).
+    punched: u64,
 }
 
 #[derive(Default)]
@@ -132,11 +135,16 @@ impl BlockCache {
                 o.blocks.insert(b, clock);
             }
             o.used = clock;
-            o.file.clone()
+            (o.file.clone(), o.punched)
         };
-        // an object evicted meanwhile is unlinked, not overwritten: its blocks still read
+        let (file, punched) = file;
+        // an object evicted meanwhile is unlinked, not overwritten: its blocks still read;
+        // one whose blocks were punched meanwhile may read zeros: a miss
         let mut buf = vec![0u8; (range.end - range.start) as usize];
         file.read_exact_at(&mut buf, range.start).ok()?;
+        if self.punched_since(key, etag, &file, punched) {
+            return None;
+        }
         self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(Bytes::from(buf))
     }
@@ -155,7 +163,7 @@ impl BlockCache {
             return;
         }
         let vid = id(key, etag);
-        let file = match self.object(&vid, etag, size) {
+        let (file, punched) = match self.object(&vid, etag, size) {
             Some(f) => f,
             None => return,
         };
@@ -178,6 +186,10 @@ impl BlockCache {
         if !Arc::ptr_eq(&o.file, &file) {
             return;
         }
+        // holes were punched while this was written, maybe in its blocks: not kept
+        if o.punched != punched {
+            return;
+        }
         let mut added = 0;
         for b in blocks {
             if o.blocks.insert(b, clock).is_none() {
@@ -190,11 +202,11 @@ impl BlockCache {
     }
 
     /// The file of `key` at `etag` (a new one when the object is new here or changed).
-    fn object(&self, key: &str, etag: &str, size: u64) -> Option<Arc<std::fs::File>> {
+    fn object(&self, key: &str, etag: &str, size: u64) -> Option<(Arc<std::fs::File>, u64)> {
         let mut inner = self.inner();
         if let Some(o) = inner.objects.get(key) {
             if o.etag == etag {
-                return Some(o.file.clone());
+                return Some((o.file.clone(), o.punched));
             }
         }
         if let Some(old) = inner.objects.remove(key) {
@@ -231,9 +243,24 @@ impl BlockCache {
                 path,
                 blocks: HashMap::new(),
                 used,
+                punched: 0,
             },
         );
-        Some(file)
+        Some((file, 0))
+    }
+
+    /// Whether holes were punched in `key` at `etag`'s `file` since its count was `punched`.
+    fn punched_since(
+        &self,
+        key: &str,
+        etag: &str,
+        file: &Arc<std::fs::File>,
+        punched: u64,
+    ) -> bool {
+        self.inner()
+            .objects
+            .get(&id(key, etag))
+            .is_some_and(|o| Arc::ptr_eq(&o.file, file) && o.punched != punched)
     }
 
     /// Drops the least recently used objects until the cache is under its limit; `keep`
@@ -269,6 +296,7 @@ impl BlockCache {
                     }
                     let len = block_len(b, o.size);
                     o.blocks.remove(&b);
+                    o.punched += 1;
                     punch(&o.file, b * BLOCK, len);
                     freed += len;
                     over = over.saturating_sub(len);
