@@ -923,8 +923,19 @@ fn the_block_cache_stays_under_its_limit_and_memory_under_its_budget() {
     let held = meter(&addr, "slate_mount_cache_bytes");
     assert!(held <= limit, "the cache holds {held} bytes");
     assert!(meter(&addr, "slate_mount_cache_evicted_bytes_total") > 0);
-    let on_disk: u64 = std::fs::read_dir(cache.join("blocks").join(pid.to_string()))
+    // the mount's own folder: blocks/PID-N (a process can hold several mounts)
+    let mine = std::fs::read_dir(cache.join("blocks"))
         .expect("the cache's folder")
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{pid}-"))
+        })
+        .expect("the mount's folder of blocks")
+        .path();
+    let on_disk: u64 = std::fs::read_dir(&mine)
+        .expect("the mount's folder of blocks")
         .map(|e| {
             std::os::unix::fs::MetadataExt::blocks(&e.expect("entry").metadata().expect("meta"))
                 * 512
@@ -957,7 +968,10 @@ fn the_block_cache_stays_under_its_limit_and_memory_under_its_budget() {
     drop(f);
     assert_eq!(m.stop(), Some(0));
     assert!(
-        !cache.join("blocks").join(pid.to_string()).exists(),
+        !std::fs::read_dir(cache.join("blocks"))
+            .expect("the cache's folder")
+            .flatten()
+            .any(|e| e.path() == mine),
         "the cache's folder goes with its mount"
     );
 }
