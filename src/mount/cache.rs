@@ -18,7 +18,11 @@ use super::fs::BLOCK;
 struct Obj {
     etag: String,
     size: u64,
-    file: Arc<std::fs::File>,
+    /// Its file, while open: the least recently used objects' are closed past
+    /// [`OPEN_FILES`] and opened again when wanted.
+    file: Option<Arc<std::fs::File>>,
+    /// Which file: the number in its name (a file replaced under the same key is another).
+    n: u64,
     path: PathBuf,
     /// The blocks here, and when each was last written or read.
     blocks: HashMap<u64, u64>,
@@ -35,12 +39,20 @@ struct Inner {
     total: u64,
     clock: u64,
     next_file: u64,
+    /// Objects whose file is open.
+    open: usize,
 }
+
+/// Files of the cache kept open at once: a cache of many small objects must not run the
+/// process out of descriptors.
+const OPEN_FILES: usize = 256;
 
 /// Fetched blocks of objects, on disk, bounded.
 pub struct BlockCache {
     dir: PathBuf,
     max: u64,
+    /// Files kept open at once ([`OPEN_FILES`]).
+    open_max: usize,
     inner: Mutex<Inner>,
     /// Reads answered from the cache, and bytes evicted, for `/metrics` and tests.
     pub hits: std::sync::atomic::AtomicU64,
@@ -94,6 +106,7 @@ impl BlockCache {
         Ok(BlockCache {
             dir,
             max,
+            open_max: OPEN_FILES,
             inner: Mutex::new(Inner::default()),
             hits: Default::default(),
             evicted: Default::default(),
@@ -135,14 +148,15 @@ impl BlockCache {
                 o.blocks.insert(b, clock);
             }
             o.used = clock;
-            (o.file.clone(), o.punched)
+            let (n, punched) = (o.n, o.punched);
+            (self.file_of(&mut inner, &id(key, etag))?, n, punched)
         };
-        let (file, punched) = file;
+        let (file, n, punched) = file;
         // an object evicted meanwhile is unlinked, not overwritten: its blocks still read;
         // one whose blocks were punched meanwhile may read zeros: a miss
         let mut buf = vec![0u8; (range.end - range.start) as usize];
         file.read_exact_at(&mut buf, range.start).ok()?;
-        if self.punched_since(key, etag, &file, punched) {
+        if self.punched_since(key, etag, n, punched) {
             return None;
         }
         self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -163,7 +177,7 @@ impl BlockCache {
             return;
         }
         let vid = id(key, etag);
-        let (file, punched) = match self.object(&vid, etag, size) {
+        let (file, n, punched) = match self.object(&vid, etag, size) {
             Some(f) => f,
             None => return,
         };
@@ -183,7 +197,7 @@ impl BlockCache {
         };
         // the object was evicted or replaced while this was written: its blocks are not
         // this file's
-        if !Arc::ptr_eq(&o.file, &file) {
+        if o.n != n {
             return;
         }
         // holes were punched while this was written, maybe in its blocks: not kept
@@ -202,21 +216,15 @@ impl BlockCache {
     }
 
     /// The file of `key` at `etag` (a new one when the object is new here or changed).
-    fn object(&self, key: &str, etag: &str, size: u64) -> Option<(Arc<std::fs::File>, u64)> {
+    fn object(&self, key: &str, etag: &str, size: u64) -> Option<(Arc<std::fs::File>, u64, u64)> {
         let mut inner = self.inner();
         if let Some(o) = inner.objects.get(key) {
             if o.etag == etag {
-                return Some((o.file.clone(), o.punched));
+                let (n, punched) = (o.n, o.punched);
+                return Some((self.file_of(&mut inner, key)?, n, punched));
             }
         }
-        if let Some(old) = inner.objects.remove(key) {
-            inner.total -= old
-                .blocks
-                .keys()
-                .map(|b| block_len(*b, old.size))
-                .sum::<u64>();
-            let _ = std::fs::remove_file(&old.path);
-        }
+        Self::drop_object(&mut inner, key);
         inner.next_file += 1;
         let path = self.dir.join(format!("{}", inner.next_file));
         let file = match std::fs::OpenOptions::new()
@@ -234,33 +242,81 @@ impl BlockCache {
         };
         inner.clock += 1;
         let used = inner.clock;
+        let n = inner.next_file;
         inner.objects.insert(
             key.to_string(),
             Obj {
                 etag: etag.to_string(),
                 size,
-                file: file.clone(),
+                file: Some(file.clone()),
+                n,
                 path,
                 blocks: HashMap::new(),
                 used,
                 punched: 0,
             },
         );
-        Some((file, 0))
+        inner.open += 1;
+        self.close_beyond(&mut inner, key);
+        Some((file, n, 0))
+    }
+
+    /// Object `vid`'s file, opened again if it was closed.
+    fn file_of(&self, inner: &mut Inner, vid: &str) -> Option<Arc<std::fs::File>> {
+        let o = inner.objects.get_mut(vid)?;
+        if let Some(f) = &o.file {
+            return Some(f.clone());
+        }
+        let f = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&o.path)
+        {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                tracing::warn!(file = %o.path.display(), error = %e, "mount: the block cache's file");
+                return None;
+            }
+        };
+        o.file = Some(f.clone());
+        inner.open += 1;
+        self.close_beyond(inner, vid);
+        Some(f)
+    }
+
+    /// Closes the files of the least recently used objects (but `keep`'s) past the limit.
+    fn close_beyond(&self, inner: &mut Inner, keep: &str) {
+        while inner.open > self.open_max {
+            let lru = inner
+                .objects
+                .iter_mut()
+                .filter(|(k, o)| o.file.is_some() && k.as_str() != keep)
+                .min_by_key(|(_, o)| o.used)
+                .map(|(_, o)| o);
+            let Some(o) = lru else { break };
+            o.file = None;
+            inner.open -= 1;
+        }
+    }
+
+    /// Removes object `vid` and its file.
+    fn drop_object(inner: &mut Inner, vid: &str) -> Option<u64> {
+        let old = inner.objects.remove(vid)?;
+        let bytes: u64 = old.blocks.keys().map(|b| block_len(*b, old.size)).sum();
+        inner.total -= bytes;
+        if old.file.is_some() {
+            inner.open -= 1;
+        }
+        let _ = std::fs::remove_file(&old.path);
+        Some(bytes)
     }
 
     /// Whether holes were punched in `key` at `etag`'s `file` since its count was `punched`.
-    fn punched_since(
-        &self,
-        key: &str,
-        etag: &str,
-        file: &Arc<std::fs::File>,
-        punched: u64,
-    ) -> bool {
+    fn punched_since(&self, key: &str, etag: &str, n: u64, punched: u64) -> bool {
         self.inner()
             .objects
             .get(&id(key, etag))
-            .is_some_and(|o| Arc::ptr_eq(&o.file, file) && o.punched != punched)
+            .is_some_and(|o| o.n == n && o.punched != punched)
     }
 
     /// Drops the least recently used objects until the cache is under its limit; `keep`
@@ -274,17 +330,15 @@ impl BlockCache {
                 .min_by_key(|(_, o)| o.used)
                 .map(|(k, _)| k.clone());
             let Some(victim) = victim else { break };
-            if let Some(o) = inner.objects.remove(&victim) {
-                let bytes: u64 = o.blocks.keys().map(|b| block_len(*b, o.size)).sum();
-                inner.total -= bytes;
+            if let Some(bytes) = Self::drop_object(inner, &victim) {
                 self.evicted
                     .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-                let _ = std::fs::remove_file(&o.path);
             }
         }
         if inner.total > self.max {
             // one object larger than the cache: its least recently used blocks go
-            if let Some(o) = inner.objects.get_mut(keep) {
+            let file = self.file_of(inner, keep);
+            if let (Some(o), Some(file)) = (inner.objects.get_mut(keep), file) {
                 let mut blocks: Vec<(u64, u64)> = o.blocks.iter().map(|(b, u)| (*u, *b)).collect();
                 blocks.sort_unstable();
                 let blocks = blocks.into_iter().map(|(_, b)| b);
@@ -297,7 +351,7 @@ impl BlockCache {
                     let len = block_len(b, o.size);
                     o.blocks.remove(&b);
                     o.punched += 1;
-                    punch(&o.file, b * BLOCK, len);
+                    punch(&file, b * BLOCK, len);
                     freed += len;
                     over = over.saturating_sub(len);
                 }
@@ -332,14 +386,7 @@ impl BlockCache {
             .cloned()
             .collect();
         for k in ids {
-            if let Some(old) = inner.objects.remove(&k) {
-                inner.total -= old
-                    .blocks
-                    .keys()
-                    .map(|b| block_len(*b, old.size))
-                    .sum::<u64>();
-                let _ = std::fs::remove_file(&old.path);
-            }
+            Self::drop_object(&mut inner, &k);
         }
     }
 
@@ -408,6 +455,33 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let c = BlockCache::new(d.path(), max, &mount_tag()).unwrap();
         (d, c)
+    }
+
+    #[test]
+    fn only_the_most_recently_used_files_stay_open_and_the_others_open_again() {
+        let (_d, mut c) = cache(1 << 30);
+        c.open_max = 3;
+        let body = |i: u8| vec![i; BLOCK as usize];
+        for i in 0..10u8 {
+            c.put(&format!("k{i}"), "e", BLOCK, 0, &body(i));
+        }
+        let open = |c: &BlockCache| {
+            let inner = c.inner();
+            let files = inner.objects.values().filter(|o| o.file.is_some()).count();
+            assert_eq!(files, inner.open);
+            files
+        };
+        assert_eq!(open(&c), 3);
+        for i in 0..10u8 {
+            let got = c.get(&format!("k{i}"), "e", 0..BLOCK);
+            assert_eq!(got.as_deref(), Some(&body(i)[..]), "k{i}");
+            assert!(open(&c) <= 3);
+        }
+        // the files of closed objects still go with them
+        c.forget("k0");
+        assert!(c.get("k0", "e", 0..1).is_none());
+        assert!(open(&c) <= 3);
+        assert_eq!(c.held(), 9 * BLOCK);
     }
 
     #[test]

@@ -193,14 +193,7 @@ impl Fs {
         let b = self.backlog()?;
         // one upload of a path at a time, and always of its newest close: an older close's
         // upload finishing after a newer one would leave the older bytes at the store
-        let lock = b
-            .uploading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(rel.to_string())
-            .or_default()
-            .clone();
-        let _turn = lock.lock().await;
+        let _turn = self.hold(rel).await;
         let Some(w) = self.waiting(rel) else {
             // uploaded meanwhile (or deleted through the mount)
             return Ok(());
