@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/mount.sh — `slate mount` against `rclone mount` in the same run, in the latency lab.
 #
-# s3s-fs (a fast S3 server on disk) sits behind the lab (examples/lab.rs: BENCH_MOUNT_DELAY
-# one-way each way, default 20 ms; a cap of BENCH_MOUNT_RATE each way, default 200M). Each
+# s3s-fs (a fast S3 server on disk) sits behind the lab (examples/lab.rs: a round trip of
+# BENCH_MOUNT_DELAY, half each way, default 20 ms; a cap of BENCH_MOUNT_RATE each way, default 200M). Each
 # tool mounts s3://bench-mnt, runs the workloads, and is unmounted:
 #   cp-file   cp of a BENCH_MOUNT_FILE_MB MiB file (default 1024) into the mount: until cp
 #             returns, and until the object is complete at the store (a HEAD, past the lab)
@@ -293,7 +293,7 @@ ratio() { # ratio SLATE PEER HIGHER_IS_BETTER
     python3 -c "a,b=$1,$2; print(f'{(a/b if $3 else b/a):.2f}×' if a and b else '—')"
 }
 {
-    echo "# slate mount against rclone mount ($(date -u +%Y-%m-%d), ${DELAY} ms one-way, cap $RATE, s3s-fs)"
+    echo "# slate mount against rclone mount ($(date -u +%Y-%m-%d), ${DELAY} ms round trip, cap $RATE, s3s-fs)"
     echo
     echo "rclone $(rclone version | head -n 1 | awk '{print $2}'): fast flags = --vfs-cache-mode full --vfs-fast-fingerprint --no-modtime --transfers 10 (no --vfs-read-chunk-streams in this version)."
     echo
