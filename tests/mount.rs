@@ -508,11 +508,16 @@ fn writes_through_the_mount_are_at_the_store_when_close_returns() {
         .into_iter()
         .filter(|n: &std::ffi::OsString| {
             let n = n.to_string_lossy();
-            !(n.starts_with("state.db") || n == "blocks")
+            !(n.starts_with("state.db") || n == "blocks" || n == "locks")
         })
         .collect();
     assert!(left.is_empty(), "cache files left: {left:?}");
     assert_eq!(m.stop(), Some(0), "{}", log_tail(&m.log_text()));
+    // a mount that ended leaves no lock of its own
+    let locks: Vec<_> = std::fs::read_dir(cache.join("locks"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(locks.is_empty(), "locks left: {locks:?}");
 }
 
 /// Azure: a blob written to Azurite and the event Event Grid would deliver (Azurite has no

@@ -3,8 +3,8 @@
 //! one they were fetched at; the least recently used objects are evicted when the total
 //! passes `max` bytes. Reads are `pread`s of those files (the kernel's page cache, not this
 //! process's memory). The map is the process's own: a new mount starts with an empty cache
-//! (its folder, `blocks/PID`, is removed at exit, and those of processes that are gone
-//! are removed at start).
+//! (its folder, `blocks/TAG`, is removed at exit, and those of mounts that are gone are
+//! removed at start: [`Tag`]).
 
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
@@ -70,37 +70,162 @@ fn block_len(b: u64, size: u64) -> u64 {
     BLOCK.min(size.saturating_sub(b * BLOCK))
 }
 
-/// A name of its own for each mount of this process (`PID-N`): the files of two mounts
-/// that share a cache folder (`[[mounts]]` in one process) never meet.
-pub fn mount_tag() -> String {
-    static MOUNTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
-    let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{}-{n}", std::process::id())
+/// A mount's name for its files in the cache folder (`PID-N`: `blocks/TAG`, `w-TAG-…`,
+/// `dirty/TAG-…`), and its claim on them: an exclusive lock on `locks/TAG`, held while the
+/// mount lives. A lock, not the PID alone, tells whose files are whose: a mount restarted
+/// in a container gets the same PID as the one before it, and processes of other PID
+/// namespaces (containers sharing the folder) have PIDs this one cannot see.
+pub struct Tag {
+    pub name: String,
+    _lock: std::fs::File,
+    /// The folder of locks.
+    dir: PathBuf,
 }
 
-/// Whether a name made from a [`mount_tag`] (`PID-…`) belongs to a process that is gone.
-pub fn left_by_a_gone_process(name: &str) -> bool {
+impl Drop for Tag {
+    /// A mount that ends removes its lock file, still holding the lock (a claim checks
+    /// that the file it locked is still at its path).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join(&self.name));
+    }
+}
+
+/// Mounts this process made so far (the `N` of their tags).
+static MOUNTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+impl Tag {
+    /// A tag nobody holds, claimed: what a mount that held it before left (blocks, cache
+    /// files of open handles) is removed; so is what any other mount that is gone left.
+    pub fn claim(root: &Path) -> std::io::Result<Tag> {
+        let locks = root.join("locks");
+        std::fs::create_dir_all(&locks)?;
+        for _ in 0..10_000 {
+            let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("{}-{n}", std::process::id());
+            if let Some(lock) = unheld(&locks, &name)? {
+                remove_left(root, &name);
+                sweep(root, &name);
+                return Ok(Tag {
+                    name,
+                    _lock: lock,
+                    dir: locks,
+                });
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "{}: no free mount tag",
+            locks.display()
+        )))
+    }
+}
+
+/// The lock of `tag` in `locks`, taken, when nobody holds it (None when a live mount
+/// does). The lock file is checked to still be the one at its path once locked: a sweep
+/// removes the lock files of tags that are gone, and a lock on a removed file claims
+/// nothing.
+fn unheld(locks: &Path, tag: &str) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::MetadataExt;
+    let path = locks.join(tag);
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        if !try_lock(&f)? {
+            return Ok(None);
+        }
+        let held = f.metadata()?;
+        match std::fs::metadata(&path) {
+            Ok(m) if m.ino() == held.ino() && m.dev() == held.dev() => return Ok(Some(f)),
+            // removed (or made anew) between the open and the lock: again
+            _ => continue,
+        }
+    }
+}
+
+/// Takes an exclusive lock on `f` (flock: it holds across PID namespaces, and goes with
+/// the process, however it ends); false when another open file holds it.
+pub fn try_lock(f: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this process owns; no memory is passed
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// The tag of a name the cache folder holds: `TAG` of `TAG` (a folder of blocks),
+/// `w-TAG-N` (a handle's cache file) and `TAG-N` (a file in `dirty/`).
+pub fn tag_of(name: &str) -> Option<&str> {
     let name = name.strip_prefix("w-").unwrap_or(name);
-    name.split('-')
-        .next()
-        .and_then(|pid| pid.parse::<u32>().ok())
-        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    let mut dashes = name.match_indices('-').map(|(i, _)| i);
+    let first = dashes.next()?;
+    let end = dashes.next().unwrap_or(name.len());
+    let tag = &name[..end];
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(&tag[..first]) && digits(&tag[first + 1..])).then_some(tag)
 }
 
-impl BlockCache {
-    /// A cache of at most `max` bytes in `root/blocks/TAG` (a [`mount_tag`]); the folders
-    /// of mounts whose process is gone are removed.
-    pub fn new(root: &Path, max: u64, tag: &str) -> std::io::Result<BlockCache> {
-        let base = root.join("blocks");
-        std::fs::create_dir_all(&base)?;
-        if let Ok(rd) = std::fs::read_dir(&base) {
+/// When the files of `tag` were left by a mount that is gone (nobody holds its lock),
+/// runs `remove` with the lock taken, then removes the lock file; true when it ran.
+pub fn if_left_behind(root: &Path, tag: &str, remove: impl FnOnce()) -> bool {
+    let locks = root.join("locks");
+    let Ok(Some(_lock)) = unheld(&locks, tag) else {
+        return false;
+    };
+    remove();
+    let _ = std::fs::remove_file(locks.join(tag));
+    true
+}
+
+/// Removes what the mount of `tag` left in `root`: its folder of blocks and the cache
+/// files of its open handles. What it closed with `--write-back` and did not upload
+/// (`dirty/`) stays: the state lists it, and the mount uploads it.
+fn remove_left(root: &Path, tag: &str) {
+    let _ = std::fs::remove_dir_all(root.join("blocks").join(tag));
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with("w-") && tag_of(&name) == Some(tag) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Removes what every mount that is gone left in `root` (other than `mine`), and their
+/// lock files.
+fn sweep(root: &Path, mine: &str) {
+    let mut tags = std::collections::BTreeSet::new();
+    for dir in [root.join("blocks"), root.join("locks"), root.to_path_buf()] {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
             for e in rd.flatten() {
-                if left_by_a_gone_process(&e.file_name().to_string_lossy()) {
-                    let _ = std::fs::remove_dir_all(e.path());
+                let name = e.file_name().to_string_lossy().to_string();
+                if dir == root && !name.starts_with("w-") {
+                    continue;
+                }
+                if let Some(t) = tag_of(&name) {
+                    tags.insert(t.to_string());
                 }
             }
         }
-        let dir = base.join(tag);
+    }
+    tags.remove(mine);
+    for t in tags {
+        if_left_behind(root, &t, || remove_left(root, &t));
+    }
+}
+
+impl BlockCache {
+    /// A cache of at most `max` bytes in `root/blocks/TAG` (the mount's [`Tag`]).
+    pub fn new(root: &Path, max: u64, tag: &str) -> std::io::Result<BlockCache> {
+        let dir = root.join("blocks").join(tag);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(BlockCache {
@@ -453,8 +578,64 @@ mod tests {
 
     fn cache(max: u64) -> (tempfile::TempDir, BlockCache) {
         let d = tempfile::tempdir().unwrap();
-        let c = BlockCache::new(d.path(), max, &mount_tag()).unwrap();
+        let c = BlockCache::new(d.path(), max, "1-1").unwrap();
         (d, c)
+    }
+
+    #[test]
+    fn the_tag_of_each_name_in_the_cache_folder() {
+        for (name, tag) in [
+            ("12-3", Some("12-3")),
+            ("w-12-3-40", Some("12-3")),
+            ("12-3-40", Some("12-3")),
+            ("w-12", None),
+            ("12", None),
+            ("state.db", None),
+            ("x-3-4", None),
+            ("12--4", None),
+            ("w-", None),
+        ] {
+            assert_eq!(tag_of(name), tag, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_claim_takes_a_free_tag_and_removes_what_only_gone_mounts_left() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let pid = std::process::id();
+        // left by: a mount that is gone; one of this very PID before a restart (a container
+        // gives the same PID again); a live mount elsewhere (another PID namespace: its PID
+        // means nothing here), which holds its lock
+        let gone = "999999-1".to_string();
+        let restarted = format!("{pid}-999999");
+        let live = "999998-2".to_string();
+        std::fs::create_dir_all(root.join("locks")).unwrap();
+        for t in [&gone, &restarted, &live] {
+            std::fs::create_dir_all(root.join("blocks").join(t)).unwrap();
+            std::fs::write(root.join("blocks").join(t).join("1"), b"b").unwrap();
+            std::fs::write(root.join(format!("w-{t}-5")), b"w").unwrap();
+        }
+        let held = std::fs::File::create(root.join("locks").join(&live)).unwrap();
+        assert!(try_lock(&held).unwrap());
+        let a = Tag::claim(root).unwrap();
+        let b = Tag::claim(root).unwrap();
+        assert_ne!(a.name, b.name, "two claims of one process got one tag");
+        for t in [&gone, &restarted] {
+            assert!(!root.join("blocks").join(t).exists(), "{t}'s blocks stayed");
+            assert!(!root.join(format!("w-{t}-5")).exists(), "{t}'s file stayed");
+        }
+        assert!(root.join("blocks").join(&live).join("1").exists());
+        assert!(root.join(format!("w-{live}-5")).exists());
+        // a tag held by a live claim is not taken, nor its files judged left behind
+        assert!(!if_left_behind(root, &a.name, || panic!(
+            "a live tag was judged gone"
+        )));
+        drop(a);
+        let name = b.name.clone();
+        drop(b);
+        assert!(if_left_behind(root, &name, || {}));
+        assert!(!root.join("locks").join(&name).exists());
     }
 
     #[test]

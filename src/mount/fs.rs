@@ -104,9 +104,9 @@ struct Node {
     epoch: u64,
     /// Queued to be listed ahead of a reader of the tree.
     queued: bool,
-    /// Its entries were read (readdir), not only looked up: a subfolder read after it is a
-    /// walk of the tree.
-    read: bool,
+    /// When its entries were last read (readdir), not only looked up: a subfolder read
+    /// soon after ([`WALK`]) is a walk of the tree.
+    read: Option<Instant>,
     children: BTreeMap<String, u64>,
 }
 
@@ -147,7 +147,7 @@ impl Nodes {
                 listed: None,
                 epoch: 0,
                 queued: false,
-                read: false,
+                read: None,
                 children: BTreeMap::new(),
             },
         );
@@ -461,23 +461,39 @@ pub struct Fs {
     listing: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// Listings of subfolders started ahead of a reader of the tree (`find`, `ls -R`).
     list_ahead: Arc<tokio::sync::Semaphore>,
-    /// This mount's name for its files in the cache folder ([`super::cache::mount_tag`]).
-    pub(super) tag: String,
+    /// A lock per path being uploaded, deleted or renamed ([`Fs::hold`]).
+    paths: Paths,
+    /// This mount's name for its files in the cache folder, and its claim on them.
+    pub(super) tag: super::cache::Tag,
 }
 
-/// The cache files of open handles (`w-TAG-N`) a killed mount left: what its write-back
-/// still needs is hard-linked in `dirty/`, so they go.
-fn remove_stale_write_files(dir: &std::path::Path) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.starts_with("w-") && super::cache::left_by_a_gone_process(&name) {
-            let _ = std::fs::remove_file(e.path());
+type Paths = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// A path held ([`Fs::hold`]): no upload, delete or rename of it runs meanwhile.
+pub(super) struct Held {
+    rel: String,
+    paths: Paths,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        // nobody else holds or waits for the path: its lock goes
+        if paths
+            .get(&self.rel)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            paths.remove(&self.rel);
         }
     }
 }
+
+/// How soon after its parent's entries were read a folder's read counts as a walk: a
+/// walker (`find`, `ls -R`) reads a folder, then its first subfolder at once; an `ls` of a
+/// subfolder an hour after its parent's is not one.
+const WALK: Duration = Duration::from_secs(30);
 
 /// Subfolder listings fetched ahead at once.
 const LIST_AHEAD: usize = 16;
@@ -523,14 +539,14 @@ impl Fs {
                 listed: None,
                 epoch: 0,
                 queued: false,
-                read: false,
+                read: None,
                 children: BTreeMap::new(),
             },
         );
         nodes.by_rel.insert(String::new(), ROOT);
-        let tag = super::cache::mount_tag();
-        remove_stale_write_files(&opts.cache_dir);
-        let cache = super::cache::BlockCache::new(&opts.cache_dir, opts.cache_max, &tag)
+        let tag = super::cache::Tag::claim(&opts.cache_dir)
+            .map_err(|e| format!("{}: the cache folder: {e}", opts.cache_dir.display()))?;
+        let cache = super::cache::BlockCache::new(&opts.cache_dir, opts.cache_max, &tag.name)
             .map_err(|e| format!("{}: the block cache: {e}", opts.cache_dir.display()))?;
         let fetched = Arc::new(AtomicU64::new(0));
         let fetcher = Fetcher {
@@ -557,13 +573,33 @@ impl Fs {
             dropped: AtomicU64::new(0),
             listing: Mutex::new(HashMap::new()),
             list_ahead: Arc::new(tokio::sync::Semaphore::new(LIST_AHEAD)),
+            paths: Default::default(),
             tag,
         })
+    }
+
+    /// Waits until no upload, delete or rename of `rel` is under way, and holds the path
+    /// (none starts) until the [`Held`] is dropped: an upload that ended after a delete of
+    /// its file would put the file back.
+    pub(super) async fn hold(&self, rel: &str) -> Held {
+        let lock = self
+            .paths
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(rel.to_string())
+            .or_default()
+            .clone();
+        Held {
+            rel: rel.to_string(),
+            paths: self.paths.clone(),
+            guard: Some(lock.lock_owned().await),
+        }
     }
 
     /// Gives the mount its state (before it is shared).
     pub fn set_backlog(&mut self, b: super::writeback::Backlog) {
         self.backlog = Some(b);
+        self.sweep_dirty();
     }
 
     pub(super) fn key(&self, rel: &str) -> StorePath {
@@ -652,14 +688,15 @@ impl Fs {
             let Some(n) = nodes.by_ino.get_mut(&ino) else {
                 return;
             };
-            n.read = true;
+            n.read = Some(Instant::now());
             let parent = n.parent;
             let Some(p) = nodes.by_ino.get(&parent) else {
                 return;
             };
             // a lookup lists a folder too (`ls /a/b` lists `a`): only a parent whose
             // entries were read makes this a walk
-            if ino == ROOT || p.listed.is_none() || !p.read {
+            let walking = p.read.is_some_and(|t| t.elapsed() < WALK);
+            if ino == ROOT || p.listed.is_none() || !walking {
                 return;
             }
             let subs: Vec<u64> = p
@@ -839,7 +876,8 @@ impl Fs {
                     // what streamed went to the old name: the close uploads it whole, here
                     w.seq.stream = None;
                     w.seq.broken = true;
-                    w.dirty = true;
+                    // a flush uploading under the old name meanwhile leaves it dirty
+                    w.changed();
                 }
             }
         }
@@ -1575,5 +1613,39 @@ mod tests {
         f.invalidate("b/z.txt");
         assert_ne!(f.nodes().by_ino.get(&b).map(|n| n.epoch), epoch);
         assert!(!listed(&f, "b"));
+    }
+
+    #[tokio::test]
+    async fn a_folder_read_long_after_its_parent_is_not_a_walk() {
+        let s = Arc::new(InMemory::new());
+        for d in ["a", "b"] {
+            put(&s, &format!("{d}/f.txt"), b"f".to_vec()).await;
+        }
+        let f = Arc::new(fs(s.clone(), ""));
+        f.readdir(ROOT).await.unwrap();
+        f.list_ahead(ROOT);
+        // the root's entries were read a while ago
+        let ago = Instant::now().checked_sub(WALK + Duration::from_secs(1));
+        f.nodes().by_ino.get_mut(&ROOT).unwrap().read = ago;
+        let a = f.lookup(ROOT, "a").await.unwrap().ino;
+        f.readdir(a).await.unwrap();
+        f.list_ahead(a);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let b = f.nodes().by_rel.get("b").copied().unwrap();
+        assert!(
+            !f.fresh(b).unwrap().1,
+            "an ls of a long after its parent's listed its sibling b"
+        );
+        // read again now, the parent makes it a walk
+        f.readdir(ROOT).await.unwrap();
+        f.list_ahead(ROOT);
+        f.list_ahead(a);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f.fresh(b).unwrap().1 {
+            assert!(Instant::now() < deadline, "b was not listed ahead");
+            tokio::task::yield_now().await;
+        }
     }
 }

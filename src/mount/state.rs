@@ -101,10 +101,14 @@ impl MountState {
         size: u64,
         mtime: SystemTime,
     ) -> Result<i64, String> {
-        let conn = self.conn();
+        let mut conn = self.conn();
+        // one transaction (one fsync): the generation and the record land together
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.fail(e))?;
         // a generation is never given twice for a source, even after its record is gone
         // (an upload of a record that was forgotten and made anew must not clear the new)
-        let gen: i64 = conn
+        let gen: i64 = tx
             .query_row(
                 "INSERT INTO gens (src, last)
                  VALUES (?1, (SELECT COALESCE(MAX(gen), 0) + 1 FROM pending WHERE src = ?1))
@@ -115,7 +119,7 @@ impl MountState {
                 |r| r.get(0),
             )
             .map_err(|e| self.fail(e))?;
-        conn.execute(
+        tx.execute(
             "INSERT OR REPLACE INTO pending (src, rel, file, size, mtime_ns, gen, since)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
@@ -129,6 +133,7 @@ impl MountState {
             ],
         )
         .map_err(|e| self.fail(e))?;
+        tx.commit().map_err(|e| self.fail(e))?;
         Ok(gen)
     }
 

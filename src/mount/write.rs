@@ -27,7 +27,7 @@ impl Fs {
     fn cache_file(&self) -> Result<(std::fs::File, std::path::PathBuf), Errno> {
         std::fs::create_dir_all(&self.opts.cache_dir).map_err(|e| io_errno(&e))?;
         let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let path = self.opts.cache_dir.join(format!("w-{}-{n}", self.tag));
+        let path = self.opts.cache_dir.join(format!("w-{}-{n}", self.tag.name));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -239,6 +239,17 @@ impl Fs {
     /// Uploads an open file's cache file when it changed, and waits until the object is
     /// complete at the store (what `close` answers).
     pub async fn flush(&self, fh: u64) -> Result<(), Errno> {
+        // the path held while it uploads: an unlink or rename of it waits, and one that
+        // came first is seen (`unlinked`, a new name); two flushes take turns
+        let _held = loop {
+            let Some(rel) = self.handles().get(&fh).map(|h| h.rel.clone()) else {
+                return Ok(());
+            };
+            let held = self.hold(&rel).await;
+            if self.handles().get(&fh).is_some_and(|h| h.rel == rel) {
+                break held;
+            }
+        };
         let (ino, rel, file, stream, path, changes) = {
             let mut handles = self.handles();
             let Some(h) = handles.get_mut(&fh) else {
@@ -425,18 +436,19 @@ impl Fs {
             return Err(libc::EISDIR);
         }
         let rel = join(&self.rel_of(parent)?, name);
-        // an upload of it under way ends first, or it would put the file back
+        // an upload of it under way (a close's, or a write-back's) ends first, or it would
+        // put the file back; none starts until the delete is done
         let held = self.hold(&rel).await;
+        self.unlink_open(&rel, None);
         let waited = self.waiting(&rel).is_some();
         self.drop_waiting(&rel);
-        self.unlink_open(&rel, None);
         let deleted = match self.store.delete(&self.key(&rel)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             // never uploaded: nothing at the store to delete
             Err(_) if waited => Ok(()),
             Err(e) => Err(super::fs::errno(&e)),
         };
-        self.unhold(&rel, held);
+        drop(held);
         deleted?;
         self.remove_child(parent, name);
         Ok(())
@@ -508,18 +520,30 @@ impl Fs {
         if from == to {
             return Ok(());
         }
-        // what waits for its upload goes first: the rename copies it at the store
-        if self.settle(&from).await > 0 {
+        // what waits for its upload goes first: the rename copies it at the store (a
+        // folder's files, each under its own hold)
+        if a.kind == Kind::Dir && self.settle(&from).await > 0 {
             return Err(libc::EIO);
         }
-        // what waited for its upload at the destination is replaced: it is not uploaded
-        // (after an upload of it under way, which the copy then overwrites)
-        let held = self.hold(&to).await;
-        let r = self
-            .rename_held(a, (parent, name, &from), (new_parent, new_name, &to))
-            .await;
-        self.unhold(&to, held);
-        r
+        // both paths held, in one order for every caller: no upload, delete or other
+        // rename of either runs meanwhile. What waited for its upload at the destination
+        // is replaced: it is not uploaded (after an upload of it under way, which the copy
+        // then overwrites)
+        let (first, second) = if from < to {
+            (&from, &to)
+        } else {
+            (&to, &from)
+        };
+        let _first = self.hold(first).await;
+        let _second = self.hold(second).await;
+        if a.kind == Kind::File && self.waiting(&from).is_some() {
+            self.upload_held(&from).await.map_err(|e| {
+                tracing::error!(path = %from, errno = e, "mount: uploading a --write-back file before its rename failed");
+                libc::EIO
+            })?;
+        }
+        self.rename_held(a, (parent, name, &from), (new_parent, new_name, &to))
+            .await
     }
 
     async fn rename_held(
@@ -860,5 +884,134 @@ mod tests {
         assert_eq!(settling.await.unwrap(), 0);
         unlinking.await.unwrap().unwrap();
         assert_eq!(s.body("a.txt").await, None, "the unlinked file came back");
+    }
+
+    #[tokio::test]
+    async fn an_unlink_during_a_closes_upload_is_not_undone_by_it() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), None);
+        let (_, fh) = f.create(ROOT, "a.txt").await.unwrap();
+        f.write(fh, 0, b"bytes").unwrap();
+        s.gate.store(true, Ordering::SeqCst);
+        let closing = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(fh).await }
+        });
+        s.put_started().await;
+        let unlinking = tokio::spawn({
+            let f = f.clone();
+            async move { f.unlink(ROOT, "a.txt").await }
+        });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !unlinking.is_finished(),
+            "the unlink did not wait for the close's upload"
+        );
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        closing.await.unwrap().unwrap();
+        unlinking.await.unwrap().unwrap();
+        assert_eq!(s.body("a.txt").await, None, "the unlinked file came back");
+        // the handle's next close uploads nothing
+        f.write(fh, 0, b"again").unwrap();
+        f.flush(fh).await.unwrap();
+        assert_eq!(
+            s.body("a.txt").await,
+            None,
+            "a close after the unlink uploaded"
+        );
+        f.release(fh);
+    }
+
+    #[tokio::test]
+    async fn a_close_during_a_rename_of_its_file_goes_to_the_new_name() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "src.txt", b"one").await;
+        let ino = f.lookup(ROOT, "src.txt").await.unwrap().ino;
+        let fh = f.open_write(ino, false).await.unwrap();
+        f.write(fh, 0, b"two").unwrap();
+        // the rename uploads the waiting "one" first: held there
+        s.gate.store(true, Ordering::SeqCst);
+        let renaming = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(ROOT, "src.txt", ROOT, "dst.txt").await }
+        });
+        s.put_started().await;
+        let closing = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(fh).await }
+        });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !closing.is_finished(),
+            "the close did not wait for the rename"
+        );
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        renaming.await.unwrap().unwrap();
+        closing.await.unwrap().unwrap();
+        f.release(fh);
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("dst.txt").await.as_deref(), Some(&b"two"[..]));
+        assert_eq!(s.body("src.txt").await, None, "the old name came back");
+        assert_eq!(f.waiting_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn kept_files_of_a_tag_held_before_are_not_overwritten_and_orphans_go() {
+        let d = tempfile::tempdir().unwrap();
+        let dirty = d.path().join("dirty");
+        std::fs::create_dir_all(&dirty).unwrap();
+        // a file kept and recorded by another source's mount; one kept and never
+        // recorded by a mount that is gone; one of a live mount elsewhere, not recorded yet
+        let state = super::super::state::MountState::open(d.path()).unwrap();
+        std::fs::write(dirty.join("999999-1-1"), b"recorded").unwrap();
+        let now = std::time::SystemTime::now();
+        state
+            .record("s3://other", "r.txt", &dirty.join("999999-1-1"), 8, now)
+            .unwrap();
+        drop(state);
+        std::fs::write(dirty.join("999999-1-2"), b"orphan").unwrap();
+        std::fs::create_dir_all(d.path().join("locks")).unwrap();
+        let live = std::fs::File::create(d.path().join("locks").join("999998-1")).unwrap();
+        assert!(super::super::cache::try_lock(&live).unwrap());
+        std::fs::write(dirty.join("999998-1-1"), b"live").unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        assert!(dirty.join("999999-1-1").exists(), "a recorded file went");
+        assert!(!dirty.join("999999-1-2").exists(), "an orphan stayed");
+        assert!(
+            dirty.join("999998-1-1").exists(),
+            "a live mount's file went"
+        );
+        // names this mount would give next are taken (by the tag's earlier holder)
+        let next = f.next_fh.load(Ordering::Relaxed);
+        let state = super::super::state::MountState::open(d.path()).unwrap();
+        for n in next..next + 4 {
+            let p = dirty.join(format!("{}-{n}", f.tag.name));
+            std::fs::write(&p, b"earlier").unwrap();
+            state
+                .record("s3://other", &format!("e{n}.txt"), &p, 7, now)
+                .unwrap();
+        }
+        written(&f, "a.txt", b"mine").await;
+        for n in next..next + 4 {
+            let p = dirty.join(format!("{}-{n}", f.tag.name));
+            assert_eq!(
+                std::fs::read(&p).unwrap(),
+                b"earlier",
+                "{} overwritten",
+                p.display()
+            );
+        }
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"mine"[..]));
     }
 }

@@ -41,8 +41,6 @@ pub struct Backlog {
     pub(super) state: MountState,
     pub(super) waiting: std::sync::Mutex<HashMap<String, Waiting>>,
     pub(super) wake: tokio::sync::Notify,
-    /// A lock per path being uploaded.
-    pub(super) uploading: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Backlog {
@@ -74,7 +72,6 @@ impl Backlog {
             state,
             waiting: std::sync::Mutex::new(waiting),
             wake: tokio::sync::Notify::new(),
-            uploading: Default::default(),
         })
     }
 
@@ -134,12 +131,20 @@ impl Fs {
         let dirty = self.opts.cache_dir.join("dirty");
         std::fs::create_dir_all(&dirty).map_err(|e| io_errno(&e))?;
         file.sync_all().map_err(|e| io_errno(&e))?;
-        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let kept = dirty.join(format!("{}-{n}", self.tag));
-        std::fs::hard_link(path, &kept).map_err(|e| {
-            tracing::warn!(file = %kept.display(), error = %e, "mount: keeping a written file for its upload");
-            io_errno(&e)
-        })?;
+        // a name may be taken: by a file the mount that held this tag before left for
+        // its upload
+        let kept = loop {
+            let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            let kept = dirty.join(format!("{}-{n}", self.tag.name));
+            match std::fs::hard_link(path, &kept) {
+                Ok(()) => break kept,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    tracing::warn!(file = %kept.display(), error = %e, "mount: keeping a written file for its upload");
+                    return Err(io_errno(&e));
+                }
+            }
+        };
         if let Ok(d) = std::fs::File::open(&dirty) {
             let _ = d.sync_all();
         }
@@ -177,23 +182,16 @@ impl Fs {
     }
 
     /// Uploads one waiting file; clears it when no close came meanwhile.
-    async fn upload_waiting(&self, rel: &str, picked: &Waiting) -> Result<(), Errno> {
-        let r = self.upload_newest(rel, picked).await;
-        if let Some(b) = &self.backlog {
-            let mut locks = b.uploading.lock().unwrap_or_else(|p| p.into_inner());
-            // nobody else holds or waits for the path's lock: it goes
-            if locks.get(rel).is_some_and(|l| Arc::strong_count(l) == 1) {
-                locks.remove(rel);
-            }
-        }
-        r
-    }
-
-    async fn upload_newest(&self, rel: &str, _picked: &Waiting) -> Result<(), Errno> {
-        let b = self.backlog()?;
+    async fn upload_waiting(&self, rel: &str) -> Result<(), Errno> {
         // one upload of a path at a time, and always of its newest close: an older close's
         // upload finishing after a newer one would leave the older bytes at the store
         let _turn = self.hold(rel).await;
+        self.upload_held(rel).await
+    }
+
+    /// [`Fs::upload_waiting`] by a caller that holds `rel`.
+    pub(super) async fn upload_held(&self, rel: &str) -> Result<(), Errno> {
+        let b = self.backlog()?;
         let Some(w) = self.waiting(rel) else {
             // uploaded meanwhile (or deleted through the mount)
             return Ok(());
@@ -245,7 +243,7 @@ impl Fs {
             let uploads = futures::stream::iter(due).map(|(rel, w)| {
                 let me = &self;
                 async move {
-                    let r = me.upload_waiting(&rel, &w).await;
+                    let r = me.upload_waiting(&rel).await;
                     (rel, w, r)
                 }
             });
@@ -290,8 +288,8 @@ impl Fs {
             .collect();
         let mut failed = 0;
         let mut uploads = futures::stream::iter(these)
-            .map(|(r, w)| async move {
-                let res = self.upload_waiting(&r, &w).await;
+            .map(|(r, _)| async move {
+                let res = self.upload_waiting(&r).await;
                 (r, res)
             })
             .buffer_unordered(UPLOADS_AT_ONCE);
@@ -304,27 +302,45 @@ impl Fs {
         failed
     }
 
-    /// Waits for an upload of `rel` under way, and holds the path (no upload of it starts)
-    /// until [`Fs::unhold`]: a delete of it, or a rename over it, comes after any upload.
-    pub(super) async fn hold(&self, rel: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        let b = self.backlog.as_ref()?;
-        let lock = b
-            .uploading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(rel.to_string())
-            .or_default()
-            .clone();
-        Some(lock.lock_owned().await)
-    }
-
-    /// Lets uploads of `rel` go again.
-    pub(super) fn unhold(&self, rel: &str, held: Option<tokio::sync::OwnedMutexGuard<()>>) {
+    /// Removes the files in `dirty/` that no record names: kept by a mount killed before it
+    /// recorded them (its close failed: nobody waits for them), by a mount that is gone,
+    /// or by the one that held this mount's tag before it.
+    pub(super) fn sweep_dirty(&self) {
         let Some(b) = &self.backlog else { return };
-        drop(held);
-        let mut locks = b.uploading.lock().unwrap_or_else(|p| p.into_inner());
-        if locks.get(rel).is_some_and(|l| Arc::strong_count(l) == 1) {
-            locks.remove(rel);
+        let dirty = self.opts.cache_dir.join("dirty");
+        let Ok(rd) = std::fs::read_dir(&dirty) else {
+            return;
+        };
+        // by name: a record made with another spelling of the cache folder names the same
+        // file
+        let named: std::collections::HashSet<std::ffi::OsString> = match b.state.pending(None) {
+            Ok(p) => p
+                .into_iter()
+                .filter_map(|p| p.file.file_name().map(|n| n.to_os_string()))
+                .collect(),
+            Err(why) => {
+                tracing::warn!(%why, "mount: reading the state to clean dirty/ failed; it is left as it is");
+                return;
+            }
+        };
+        for e in rd.flatten() {
+            if named.contains(&e.file_name()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(tag) = super::cache::tag_of(&name) else {
+                continue;
+            };
+            let path = e.path();
+            let remove = || {
+                tracing::info!(file = %path.display(), "mount: removing a kept file no record names (its close had failed)");
+                let _ = std::fs::remove_file(&path);
+            };
+            if tag == self.tag.name {
+                remove();
+            } else {
+                super::cache::if_left_behind(&self.opts.cache_dir, tag, remove);
+            }
         }
     }
 
