@@ -824,6 +824,22 @@ fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mou
         acl.contains("http://acs.amazonaws.com/groups/global/AllUsers"),
         "public-read: {acl}"
     );
+    // a renamed file keeps them: the rename's server-side copy asks for them again
+    std::fs::rename(dir.join("soon.txt"), dir.join("moved.txt")).expect("rename");
+    let (st, h, _) = s3_signed("HEAD", &format!("/{bucket}/wb/moved.txt"), &[], "");
+    assert_eq!(st, 200);
+    assert!(
+        h.iter()
+            .any(|(k, v)| k == "x-amz-storage-class" && v == "STANDARD_IA"),
+        "the renamed key's class: {h:?}"
+    );
+    let (st, _, acl) = s3_signed("GET", &format!("/{bucket}/wb/moved.txt?acl"), &[], "");
+    assert_eq!(st, 200, "{acl}");
+    assert!(
+        acl.contains("http://acs.amazonaws.com/groups/global/AllUsers"),
+        "the renamed key's ACL: {acl}"
+    );
+    assert!(at_store(&store, "wb/soon.txt").is_none());
     assert_eq!(m4.stop(), Some(0));
 }
 

@@ -461,6 +461,8 @@ pub struct Fs {
     listing: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// Listings of subfolders started ahead of a reader of the tree (`find`, `ls -R`).
     list_ahead: Arc<tokio::sync::Semaphore>,
+    /// S3's CopyObject with the mount's storage class, for renames (None: the store's copy).
+    pub(super) copier: Option<Arc<crate::stores::s3copy::S3CrossBucket>>,
     /// A lock per path being uploaded, deleted or renamed ([`Fs::hold`]).
     paths: Paths,
     /// This mount's name for its files in the cache folder, and its claim on them.
@@ -574,6 +576,7 @@ impl Fs {
             listing: Mutex::new(HashMap::new()),
             list_ahead: Arc::new(tokio::sync::Semaphore::new(LIST_AHEAD)),
             paths: Default::default(),
+            copier: None,
             tag,
         })
     }
@@ -594,6 +597,11 @@ impl Fs {
             paths: self.paths.clone(),
             guard: Some(lock.lock_owned().await),
         }
+    }
+
+    /// Renames copy with `c` (before the mount is shared).
+    pub fn set_copier(&mut self, c: Arc<crate::stores::s3copy::S3CrossBucket>) {
+        self.copier = Some(c);
     }
 
     /// Gives the mount its state (before it is shared).

@@ -297,6 +297,14 @@ pub async fn run(spec: MountSpec) -> Result<()> {
         why,
     };
     let mut fs = fs::Fs::new(store, &prefix, opts).map_err(cache_err)?;
+    // a rename's CopyObject keeps the class asked for (object_store's would make it STANDARD)
+    if placement.storage_class.is_some() {
+        if let Some(c) =
+            crate::stores::s3copy::S3CrossBucket::with_placement(&loc, &loc, &placement)?
+        {
+            fs.set_copier(Arc::new(c));
+        }
+    }
     // the mount's state: what a killed mount of this source left to upload goes first
     let state = state::MountState::open(&spec.opts.cache_dir).map_err(cache_err)?;
     fs.set_backlog(writeback::Backlog::load(&loc.to_string(), state).map_err(cache_err)?);

@@ -589,10 +589,20 @@ impl Fs {
         // the new name
         let writing = a.kind == Kind::File && self.writing_handle(a.ino).is_some();
         for (f, t) in &moves {
-            match self.store.copy(&self.key(f), &self.key(t)).await {
-                Ok(()) => {}
-                Err(object_store::Error::NotFound { .. }) if writing => continue,
-                Err(e) => return Err(super::fs::errno(&e)),
+            match (&self.copier, writing) {
+                // with the storage class asked for (a file being written is uploaded whole
+                // under its new name by its close, with it)
+                (Some(c), false) => {
+                    if let Err(why) = c.copy(self.key(f).as_ref(), self.key(t).as_ref()).await {
+                        tracing::warn!(from = %f, to = %t, %why, "mount: rename: the copy failed");
+                        return Err(libc::EIO);
+                    }
+                }
+                _ => match self.store.copy(&self.key(f), &self.key(t)).await {
+                    Ok(()) => {}
+                    Err(object_store::Error::NotFound { .. }) if writing => continue,
+                    Err(e) => return Err(super::fs::errno(&e)),
+                },
             }
             match self.store.delete(&self.key(f)).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
