@@ -102,14 +102,28 @@ impl Tag {
         for _ in 0..10_000 {
             let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let name = format!("{}-{n}", std::process::id());
-            if let Some(lock) = unheld(&locks, &name)? {
-                remove_left(root, &name);
-                sweep(root, &name);
-                return Ok(Tag {
-                    name,
-                    _lock: lock,
-                    dir: locks,
-                });
+            match unheld(&locks, &name) {
+                Ok(Some(lock)) => {
+                    remove_left(root, &name);
+                    sweep(root, &name);
+                    return Ok(Tag {
+                        name,
+                        _lock: lock,
+                        dir: locks,
+                    });
+                }
+                // held; or another user's lock file (a container of another uid): not ours
+                Ok(None) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => continue,
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{}: locking (the cache folder must take flock locks): {e}",
+                            locks.join(&name).display()
+                        ),
+                    ))
+                }
             }
         }
         Err(std::io::Error::other(format!(
@@ -172,16 +186,42 @@ pub fn tag_of(name: &str) -> Option<&str> {
     (digits(&tag[..first]) && digits(&tag[first + 1..])).then_some(tag)
 }
 
-/// When the files of `tag` were left by a mount that is gone (nobody holds its lock),
-/// runs `remove` with the lock taken, then removes the lock file; true when it ran.
-pub fn if_left_behind(root: &Path, tag: &str, remove: impl FnOnce()) -> bool {
+/// Proof that the mount of a tag is gone: its lock, taken (the lock file goes when this
+/// is dropped), or, for a tag of a slate from before locks (no lock file), its PID gone
+/// from /proc.
+pub struct Gone {
+    lock: Option<(std::fs::File, PathBuf)>,
+}
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        if let Some((_, path)) = &self.lock {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Whether the mount of `tag` (its files in `root`) is gone: Some while the caller
+/// removes or takes over what it left. A tag without a lock file is judged by its PID
+/// when `by_pid` (blocks and handles' files, which a slate from before locks may still
+/// use), else gone (files kept for an upload: a mount that ended removed its lock file,
+/// and a restarted one may have its PID).
+pub fn gone(root: &Path, tag: &str, by_pid: bool) -> Option<Gone> {
     let locks = root.join("locks");
-    let Ok(Some(_lock)) = unheld(&locks, tag) else {
-        return false;
-    };
-    remove();
-    let _ = std::fs::remove_file(locks.join(tag));
-    true
+    let path = locks.join(tag);
+    if path.exists() {
+        let lock = unheld(&locks, tag).ok().flatten()?;
+        return Some(Gone {
+            lock: Some((lock, path)),
+        });
+    }
+    if !by_pid {
+        return Some(Gone { lock: None });
+    }
+    // named before mounts took locks: `PID-N` (or `PID`) of a process of this host
+    let pid = tag.split('-').next()?;
+    let alive = pid.parse::<u32>().is_ok() && Path::new(&format!("/proc/{pid}")).exists();
+    (!alive).then_some(Gone { lock: None })
 }
 
 /// Removes what the mount of `tag` left in `root`: its folder of blocks and the cache
@@ -203,7 +243,8 @@ fn remove_left(root: &Path, tag: &str) {
 /// lock files.
 fn sweep(root: &Path, mine: &str) {
     let mut tags = std::collections::BTreeSet::new();
-    for dir in [root.join("blocks"), root.join("locks"), root.to_path_buf()] {
+    let blocks = root.join("blocks");
+    for dir in [blocks.clone(), root.join("locks"), root.to_path_buf()] {
         if let Ok(rd) = std::fs::read_dir(&dir) {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
@@ -212,13 +253,18 @@ fn sweep(root: &Path, mine: &str) {
                 }
                 if let Some(t) = tag_of(&name) {
                     tags.insert(t.to_string());
+                } else if dir == blocks && name.bytes().all(|b| b.is_ascii_digit()) {
+                    // `blocks/PID`, of a slate from before mounts had tags
+                    tags.insert(name);
                 }
             }
         }
     }
     tags.remove(mine);
     for t in tags {
-        if_left_behind(root, &t, || remove_left(root, &t));
+        if let Some(_gone) = gone(root, &t, true) {
+            remove_left(root, &t);
+        }
     }
 }
 
@@ -607,35 +653,54 @@ mod tests {
         // left by: a mount that is gone; one of this very PID before a restart (a container
         // gives the same PID again); a live mount elsewhere (another PID namespace: its PID
         // means nothing here), which holds its lock
-        let gone = "999999-1".to_string();
+        let dead = "999999-1".to_string();
         let restarted = format!("{pid}-999999");
         let live = "999998-2".to_string();
         std::fs::create_dir_all(root.join("locks")).unwrap();
-        for t in [&gone, &restarted, &live] {
+        for t in [&dead, &restarted, &live] {
             std::fs::create_dir_all(root.join("blocks").join(t)).unwrap();
             std::fs::write(root.join("blocks").join(t).join("1"), b"b").unwrap();
             std::fs::write(root.join(format!("w-{t}-5")), b"w").unwrap();
+        }
+        // a killed mount leaves its lock file, which nobody holds
+        for t in [&dead, &restarted] {
+            std::fs::File::create(root.join("locks").join(t)).unwrap();
         }
         let held = std::fs::File::create(root.join("locks").join(&live)).unwrap();
         assert!(try_lock(&held).unwrap());
         let a = Tag::claim(root).unwrap();
         let b = Tag::claim(root).unwrap();
         assert_ne!(a.name, b.name, "two claims of one process got one tag");
-        for t in [&gone, &restarted] {
+        for t in [&dead, &restarted] {
             assert!(!root.join("blocks").join(t).exists(), "{t}'s blocks stayed");
             assert!(!root.join(format!("w-{t}-5")).exists(), "{t}'s file stayed");
         }
         assert!(root.join("blocks").join(&live).join("1").exists());
         assert!(root.join(format!("w-{live}-5")).exists());
         // a tag held by a live claim is not taken, nor its files judged left behind
-        assert!(!if_left_behind(root, &a.name, || panic!(
+        assert!(
+            gone(root, &a.name, true).is_none(),
             "a live tag was judged gone"
-        )));
+        );
         drop(a);
         let name = b.name.clone();
         drop(b);
-        assert!(if_left_behind(root, &name, || {}));
-        assert!(!root.join("locks").join(&name).exists());
+        assert!(
+            !root.join("locks").join(&name).exists(),
+            "a lock file stayed"
+        );
+        // a tag of a slate from before locks: judged by its PID
+        assert!(
+            gone(root, &format!("{pid}-7"), true).is_none(),
+            "this live PID judged gone"
+        );
+        assert!(gone(root, "999999-7", true).is_some());
+        assert!(gone(root, &format!("{pid}-7"), false).is_some());
+        // and its folder of blocks named by the PID alone goes too
+        std::fs::create_dir_all(root.join("blocks").join("999997")).unwrap();
+        let c = Tag::claim(root).unwrap();
+        assert!(!root.join("blocks").join("999997").exists());
+        drop(c);
     }
 
     #[test]

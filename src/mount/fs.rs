@@ -463,32 +463,45 @@ pub struct Fs {
     list_ahead: Arc<tokio::sync::Semaphore>,
     /// S3's CopyObject with the mount's storage class, for renames (None: the store's copy).
     pub(super) copier: Option<Arc<crate::stores::s3copy::S3CrossBucket>>,
-    /// A lock per path being uploaded, deleted or renamed ([`Fs::hold`]).
+    /// A lock per path being uploaded, deleted or renamed ([`Fs::hold`], [`Fs::share`]).
     paths: Paths,
+    /// The whole tree: shared by each of those, taken whole by a folder's rename.
+    tree: Arc<tokio::sync::RwLock<()>>,
     /// This mount's name for its files in the cache folder, and its claim on them.
     pub(super) tag: super::cache::Tag,
 }
 
-type Paths = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+type Paths = Arc<Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>>;
 
-/// A path held ([`Fs::hold`]): no upload, delete or rename of it runs meanwhile.
+/// How a path is held.
+enum PathGuard {
+    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
+    Sole(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
+/// A path held ([`Fs::hold`], [`Fs::share`]) until dropped.
 pub(super) struct Held {
-    rel: String,
+    key: String,
     paths: Paths,
-    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    guard: Option<PathGuard>,
+    /// The tree, shared: no folder rename runs meanwhile.
+    tree: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         drop(self.guard.take());
-        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
-        // nobody else holds or waits for the path: its lock goes
-        if paths
-            .get(&self.rel)
-            .is_some_and(|l| Arc::strong_count(l) == 1)
         {
-            paths.remove(&self.rel);
+            let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+            // nobody else holds or waits for the path: its lock goes
+            if paths
+                .get(&self.key)
+                .is_some_and(|l| Arc::strong_count(l) == 1)
+            {
+                paths.remove(&self.key);
+            }
         }
+        drop(self.tree.take());
     }
 }
 
@@ -576,26 +589,71 @@ impl Fs {
             listing: Mutex::new(HashMap::new()),
             list_ahead: Arc::new(tokio::sync::Semaphore::new(LIST_AHEAD)),
             paths: Default::default(),
+            tree: Default::default(),
             copier: None,
             tag,
         })
     }
 
-    /// Waits until no upload, delete or rename of `rel` is under way, and holds the path
-    /// (none starts) until the [`Held`] is dropped: an upload that ended after a delete of
-    /// its file would put the file back.
+    /// Holds `rel` alone (a delete, a file's rename): waits until no upload of it is under
+    /// way, and none starts until the [`Held`] is dropped (an upload that ended after a
+    /// delete of its file would put the file back).
     pub(super) async fn hold(&self, rel: &str) -> Held {
+        let tree = self.tree.clone().read_owned().await;
+        self.lock_path(rel, true, Some(tree)).await
+    }
+
+    /// Holds `rel` shared (an upload, a write-back close's record): others that share it
+    /// go on, a delete or rename of it waits.
+    pub(super) async fn share(&self, rel: &str) -> Held {
+        let tree = self.tree.clone().read_owned().await;
+        self.lock_path(rel, false, Some(tree)).await
+    }
+
+    /// Holds the tree shared, and `paths` alone in one order for every caller (a file's
+    /// rename holds both its names).
+    pub(super) async fn hold_both(&self, a: &str, b: &str) -> (Held, Held) {
+        let tree = self.tree.clone().read_owned().await;
+        let (first, second) = if a < b { (a, b) } else { (b, a) };
+        let one = self.lock_path(first, true, Some(tree)).await;
+        let two = self.lock_path(second, true, None).await;
+        (one, two)
+    }
+
+    /// The turn of one uploader of `rel` (called holding it shared): two uploads of one
+    /// path never run at once, so an older one cannot land after a newer one.
+    pub(super) async fn upload_turn(&self, rel: &str) -> Held {
+        self.lock_path(&format!("\u{0}{rel}"), true, None).await
+    }
+
+    /// The whole tree (a folder's rename): waits until nothing holds any path.
+    pub(super) async fn hold_tree(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.tree.clone().write_owned().await
+    }
+
+    async fn lock_path(
+        &self,
+        key: &str,
+        sole: bool,
+        tree: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    ) -> Held {
         let lock = self
             .paths
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(rel.to_string())
+            .entry(key.to_string())
             .or_default()
             .clone();
+        let guard = if sole {
+            PathGuard::Sole(lock.write_owned().await)
+        } else {
+            PathGuard::Shared(lock.read_owned().await)
+        };
         Held {
-            rel: rel.to_string(),
+            key: key.to_string(),
             paths: self.paths.clone(),
-            guard: Some(lock.lock_owned().await),
+            guard: Some(guard),
+            tree,
         }
     }
 
@@ -1103,10 +1161,15 @@ impl Fs {
             }
             return Ok(fh);
         }
-        if let Some(w) = self.waiting(&rel) {
+        let waiting = match self.waiting(&rel) {
+            Some(w) => self
+                .open_waiting(&rel, &w)
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?
+                .map(|f| (f, w)),
+            None => None,
+        };
+        if let Some((file, w)) = waiting {
             // closed with --write-back, not uploaded yet: its own bytes
-            let file =
-                std::fs::File::open(&w.file).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
             let size = file.metadata().map(|m| m.len()).unwrap_or(w.size);
             let fh = self.new_handle(ino, &rel, None, size, None);
             if let Some(h) = self.handles().get_mut(&fh) {
@@ -1633,8 +1696,10 @@ mod tests {
         f.readdir(ROOT).await.unwrap();
         f.list_ahead(ROOT);
         // the root's entries were read a while ago
-        let ago = Instant::now().checked_sub(WALK + Duration::from_secs(1));
-        f.nodes().by_ino.get_mut(&ROOT).unwrap().read = ago;
+        let Some(ago) = Instant::now().checked_sub(WALK + Duration::from_secs(1)) else {
+            return;
+        };
+        f.nodes().by_ino.get_mut(&ROOT).unwrap().read = Some(ago);
         let a = f.lookup(ROOT, "a").await.unwrap().ino;
         f.readdir(a).await.unwrap();
         f.list_ahead(a);

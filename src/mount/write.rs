@@ -77,10 +77,13 @@ impl Fs {
         let rel = self.file_rel(ino)?;
         let (file, path) = self.cache_file()?;
         let mut size = 0;
-        let waiting = self.waiting(&rel).filter(|_| !truncate);
-        if let Some(w) = waiting {
-            // closed with --write-back and not uploaded: its bytes are here
-            let mut from = std::fs::File::open(&w.file).map_err(|e| io_errno(&e))?;
+        // closed with --write-back and not uploaded: its bytes are here (unless uploaded
+        // meanwhile: then the store has them)
+        let waiting = match self.waiting(&rel).filter(|_| !truncate) {
+            Some(w) => self.open_waiting(&rel, &w).map_err(|e| io_errno(&e))?,
+            None => None,
+        };
+        if let Some(mut from) = waiting {
             let mut to = &file;
             size = std::io::copy(&mut from, &mut to).map_err(|e| io_errno(&e))?;
         } else if !truncate {
@@ -239,13 +242,21 @@ impl Fs {
     /// Uploads an open file's cache file when it changed, and waits until the object is
     /// complete at the store (what `close` answers).
     pub async fn flush(&self, fh: u64) -> Result<(), Errno> {
-        // the path held while it uploads: an unlink or rename of it waits, and one that
-        // came first is seen (`unlinked`, a new name); two flushes take turns
+        // the path held (shared) while it uploads: an unlink or rename of it waits, and
+        // one that came first is seen (`unlinked`, a new name). Nothing to upload: nothing
+        // held, nothing waited for
         let _held = loop {
-            let Some(rel) = self.handles().get(&fh).map(|h| h.rel.clone()) else {
-                return Ok(());
+            let rel = {
+                let handles = self.handles();
+                let Some(h) = handles.get(&fh) else {
+                    return Ok(());
+                };
+                match &h.write {
+                    Some(w) if w.dirty && !w.unlinked => h.rel.clone(),
+                    _ => return Ok(()),
+                }
             };
-            let held = self.hold(&rel).await;
+            let held = self.share(&rel).await;
             if self.handles().get(&fh).is_some_and(|h| h.rel == rel) {
                 break held;
             }
@@ -520,25 +531,25 @@ impl Fs {
         if from == to {
             return Ok(());
         }
-        // what waits for its upload goes first: the rename copies it at the store (a
-        // folder's files, each under its own hold)
-        if a.kind == Kind::Dir && self.settle(&from).await > 0 {
-            return Err(libc::EIO);
-        }
-        // both paths held, in one order for every caller: no upload, delete or other
-        // rename of either runs meanwhile. What waited for its upload at the destination
-        // is replaced: it is not uploaded (after an upload of it under way, which the copy
-        // then overwrites)
-        let (first, second) = if from < to {
-            (&from, &to)
-        } else {
-            (&to, &from)
+        // no upload, delete or other rename of what moves runs meanwhile: a file's rename
+        // holds both its names, a folder's the whole tree (its files' uploads wait, then go
+        // to their new names). What waited for its upload at the destination is replaced:
+        // it is not uploaded (after an upload of it under way, which the copy overwrites)
+        let (_names, _tree) = match a.kind {
+            Kind::File => (Some(self.hold_both(&from, &to).await), None),
+            Kind::Dir => {
+                // what waits goes first, while the rest of the mount goes on
+                if self.settle(&from).await > 0 {
+                    return Err(libc::EIO);
+                }
+                (None, Some(self.hold_tree().await))
+            }
         };
-        let _first = self.hold(first).await;
-        let _second = self.hold(second).await;
-        if a.kind == Kind::File && self.waiting(&from).is_some() {
-            self.upload_held(&from).await.map_err(|e| {
-                tracing::error!(path = %from, errno = e, "mount: uploading a --write-back file before its rename failed");
+        // what waits for its upload goes first: the rename copies it at the store (for a
+        // folder: what was closed in it since the settle above)
+        for r in self.waiting_under(&from) {
+            self.upload_held(&r).await.map_err(|e| {
+                tracing::error!(path = %r, errno = e, "mount: uploading a --write-back file before its rename failed");
                 libc::EIO
             })?;
         }
@@ -1022,6 +1033,97 @@ mod tests {
             );
         }
         assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"mine"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_close_does_not_wait_for_an_upload_of_its_file_under_way() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"one").await;
+        s.gate.store(true, Ordering::SeqCst);
+        let settling = tokio::spawn({
+            let f = f.clone();
+            async move { f.settle("").await }
+        });
+        s.put_started().await;
+        // while "one" uploads: a write-back close of a new version, and a reader's close
+        let ino = f.lookup(ROOT, "a.txt").await.unwrap().ino;
+        let fh = f.open_write(ino, true).await.unwrap();
+        f.write(fh, 0, b"two").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), f.flush(fh))
+            .await
+            .expect("a write-back close waited for the upload under way")
+            .unwrap();
+        f.release(fh);
+        let rh = f.open(ino, false, false).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), f.flush(rh))
+            .await
+            .expect("a reader's close waited for the upload under way")
+            .unwrap();
+        f.release(rh);
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        assert_eq!(settling.await.unwrap(), 0);
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"two"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_close_during_a_rename_of_its_folder_goes_to_the_new_name() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        let dir = f.mkdir(ROOT, "d").await.unwrap().ino;
+        let (_, fh) = f.create(dir, "x").await.unwrap();
+        f.write(fh, 0, b"one").unwrap();
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+        let ino = f.lookup(dir, "x").await.unwrap().ino;
+        let fh = f.open_write(ino, false).await.unwrap();
+        f.write(fh, 0, b"two").unwrap();
+        // the folder's rename uploads the waiting "one" first: held there
+        s.gate.store(true, Ordering::SeqCst);
+        let renaming = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(ROOT, "d", ROOT, "e").await }
+        });
+        s.put_started().await;
+        let closing = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(fh).await }
+        });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        renaming.await.unwrap().unwrap();
+        closing.await.unwrap().unwrap();
+        f.release(fh);
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("e/x").await.as_deref(), Some(&b"two"[..]));
+        assert_eq!(s.body("d/x").await, None, "the old folder came back");
+        assert_eq!(f.waiting_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_live_mount_sharing_the_cache_folder_keeps_its_uploads() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let wb = Some(Duration::from_secs(3600));
+        let a = fs(s.clone(), d.path(), wb);
+        written(&a, "a.txt", b"mine").await;
+        // a second mount of the source (another container) while the first lives
+        let b = fs(s.clone(), d.path(), wb);
+        assert_eq!(b.waiting_count(), 0, "a live mount's file was taken over");
+        drop(b);
+        // the first ends without uploading (killed): the next mount uploads its file
+        drop(a);
+        let c = fs(s.clone(), d.path(), wb);
+        assert_eq!(c.waiting_count(), 1);
+        assert_eq!(c.settle("").await, 0);
         assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"mine"[..]));
     }
 }

@@ -108,6 +108,39 @@ impl Fs {
             .collect()
     }
 
+    /// The file of waiting `w` at `rel`, open; None when it was uploaded since (its file
+    /// is gone, the store has its bytes).
+    pub(super) fn open_waiting(
+        &self,
+        rel: &str,
+        w: &Waiting,
+    ) -> std::io::Result<Option<std::fs::File>> {
+        match std::fs::File::open(&w.file) {
+            Ok(f) => Ok(Some(f)),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && self.waiting(rel).is_none_or(|x| x.gen != w.gen) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The waiting files at `rel` or under it.
+    pub(super) fn waiting_under(&self, rel: &str) -> Vec<String> {
+        let Some(b) = &self.backlog else {
+            return Vec::new();
+        };
+        b.waiting()
+            .keys()
+            .filter(|r| {
+                r.as_str() == rel || r.strip_prefix(rel).is_some_and(|x| x.starts_with('/'))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// How many files wait for their upload.
     pub fn waiting_count(&self) -> usize {
         self.backlog
@@ -135,7 +168,12 @@ impl Fs {
         // its upload
         let kept = loop {
             let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
-            let kept = dirty.join(format!("{}-{n}", self.tag.name));
+            // and the time: a name is never given twice, whoever holds the tag later
+            let at = SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            let kept = dirty.join(format!("{}-{n}-{at}", self.tag.name));
             match std::fs::hard_link(path, &kept) {
                 Ok(()) => break kept,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -185,7 +223,8 @@ impl Fs {
     async fn upload_waiting(&self, rel: &str) -> Result<(), Errno> {
         // one upload of a path at a time, and always of its newest close: an older close's
         // upload finishing after a newer one would leave the older bytes at the store
-        let _turn = self.hold(rel).await;
+        let _shared = self.share(rel).await;
+        let _turn = self.upload_turn(rel).await;
         self.upload_held(rel).await
     }
 
@@ -304,54 +343,83 @@ impl Fs {
 
     /// Removes the files in `dirty/` that no record names: kept by a mount killed before it
     /// recorded them (its close failed: nobody waits for them), by a mount that is gone,
-    /// or by the one that held this mount's tag before it.
+    /// or by the one that held this mount's tag before it. And leaves to their own mount
+    /// the records of a live mount of this source sharing the cache folder (another
+    /// process, another container): it uploads them itself.
     pub(super) fn sweep_dirty(&self) {
         let Some(b) = &self.backlog else { return };
-        let dirty = self.opts.cache_dir.join("dirty");
+        let root = &self.opts.cache_dir;
+        let mine = self.tag.name.as_str();
+        let tag_of_file = |p: &std::path::Path| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(super::cache::tag_of)
+                .map(str::to_string)
+        };
+        b.waiting().retain(|rel, w| match tag_of_file(&w.file) {
+            Some(t) if t != mine && super::cache::gone(root, &t, false).is_none() => {
+                tracing::info!(path = %rel, tag = %t, "mount: a live mount sharing the cache folder uploads this file itself");
+                false
+            }
+            _ => true,
+        });
+        let dirty = root.join("dirty");
         let Ok(rd) = std::fs::read_dir(&dirty) else {
             return;
         };
         // by name: a record made with another spelling of the cache folder names the same
         // file
-        let named: std::collections::HashSet<std::ffi::OsString> = match b.state.pending(None) {
-            Ok(p) => p
-                .into_iter()
-                .filter_map(|p| p.file.file_name().map(|n| n.to_os_string()))
-                .collect(),
-            Err(why) => {
-                tracing::warn!(%why, "mount: reading the state to clean dirty/ failed; it is left as it is");
-                return;
+        let named = || -> Option<std::collections::HashSet<std::ffi::OsString>> {
+            match b.state.pending(None) {
+                Ok(p) => Some(
+                    p.into_iter()
+                        .filter_map(|p| p.file.file_name().map(|n| n.to_os_string()))
+                        .collect(),
+                ),
+                Err(why) => {
+                    tracing::warn!(%why, "mount: reading the state to clean dirty/ failed; it is left as it is");
+                    None
+                }
             }
         };
+        let Some(first) = named() else { return };
         for e in rd.flatten() {
-            if named.contains(&e.file_name()) {
+            if first.contains(&e.file_name()) {
                 continue;
             }
-            let name = e.file_name().to_string_lossy().to_string();
-            let Some(tag) = super::cache::tag_of(&name) else {
+            let Some(tag) = tag_of_file(std::path::Path::new(&e.file_name())) else {
                 continue;
             };
-            let path = e.path();
-            let remove = || {
-                tracing::info!(file = %path.display(), "mount: removing a kept file no record names (its close had failed)");
-                let _ = std::fs::remove_file(&path);
-            };
-            if tag == self.tag.name {
-                remove();
+            // the tag's lock taken, the records are read again: its mount may have
+            // recorded the file since the first read, before it ended
+            let _gone = if tag == mine {
+                None
             } else {
-                super::cache::if_left_behind(&self.opts.cache_dir, tag, remove);
+                match super::cache::gone(root, &tag, false) {
+                    Some(g) => Some(g),
+                    None => continue,
+                }
+            };
+            if named().is_none_or(|n| n.contains(&e.file_name())) {
+                continue;
             }
+            tracing::info!(file = %e.path().display(), "mount: removing a kept file no record names (its close had failed)");
+            let _ = std::fs::remove_file(e.path());
         }
     }
 
     /// A waiting file deleted through the mount: not uploaded.
     pub(super) fn drop_waiting(&self, rel: &str) {
         let Some(b) = &self.backlog else { return };
-        if let Some(w) = b.waiting().remove(rel) {
-            let _ = std::fs::remove_file(&w.file);
-        }
+        let w = b.waiting().remove(rel);
+        // the record first: a record naming a file that is gone could name, later, a
+        // new file of the same name
         if let Err(why) = b.state.forget(&b.src, rel) {
             tracing::warn!(path = %rel, %why, "mount: forgetting a deleted file's upload");
+            return;
+        }
+        if let Some(w) = w {
+            let _ = std::fs::remove_file(&w.file);
         }
     }
 
