@@ -71,6 +71,7 @@ impl MountState {
                  src TEXT NOT NULL, rel TEXT NOT NULL, file TEXT NOT NULL,
                  size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, gen INTEGER NOT NULL,
                  since INTEGER NOT NULL, PRIMARY KEY (src, rel));
+             CREATE INDEX IF NOT EXISTS pending_gen ON pending (src, gen);
              CREATE TABLE IF NOT EXISTS gens (src TEXT PRIMARY KEY, last INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS dropped (
                  id INTEGER PRIMARY KEY, src TEXT NOT NULL, at INTEGER NOT NULL,
@@ -273,6 +274,28 @@ mod tests {
             ("not JSON", "{oops")
         );
         assert!(s.dropped(Some("s3://other")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_new_generation_is_found_by_an_index_not_a_scan_of_every_record() {
+        // each close with --write-back asks for the newest generation: a scan of every
+        // waiting record made a tree of 20,000 files quadratic (44 s of SQLite)
+        let d = tempfile::tempdir().unwrap();
+        let s = MountState::open(d.path()).unwrap();
+        let conn = s.conn();
+        let mut q = conn
+            .prepare("EXPLAIN QUERY PLAN SELECT COALESCE(MAX(gen), 0) FROM pending WHERE src = ?1")
+            .unwrap();
+        let plan: Vec<String> = q
+            .query_map(["s3://b"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("COVERING INDEX pending_gen")),
+            "{plan:?}"
+        );
     }
 
     #[test]
