@@ -463,46 +463,58 @@ pub struct Fs {
     list_ahead: Arc<tokio::sync::Semaphore>,
     /// S3's CopyObject with the mount's storage class, for renames (None: the store's copy).
     pub(super) copier: Option<Arc<crate::stores::s3copy::S3CrossBucket>>,
-    /// A lock per path being uploaded, deleted or renamed ([`Fs::hold`], [`Fs::share`]).
+    /// A lock per path being uploaded, deleted or renamed, and per folder above one
+    /// ([`Fs::hold`], [`Fs::share`], [`Fs::hold_folder`]).
     paths: Paths,
-    /// The whole tree: shared by each of those, taken whole by a folder's rename.
-    tree: Arc<tokio::sync::RwLock<()>>,
     /// This mount's name for its files in the cache folder, and its claim on them.
     pub(super) tag: super::cache::Tag,
 }
 
 type Paths = Arc<Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>>;
 
-/// How a path is held.
-enum PathGuard {
+/// How one key is held.
+enum Guard {
     Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
     Sole(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
 }
 
-/// A path held ([`Fs::hold`], [`Fs::share`]) until dropped.
-pub(super) struct Held {
+/// One key of [`Fs::paths`] held; its lock goes from the map when nobody else wants it.
+struct Lock {
     key: String,
     paths: Paths,
-    guard: Option<PathGuard>,
-    /// The tree, shared: no folder rename runs meanwhile.
-    tree: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    guard: Option<Guard>,
 }
 
-impl Drop for Held {
+impl Drop for Lock {
     fn drop(&mut self) {
         drop(self.guard.take());
+        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        // nobody else holds or waits for the key: its lock goes
+        if paths
+            .get(&self.key)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
         {
-            let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
-            // nobody else holds or waits for the path: its lock goes
-            if paths
-                .get(&self.key)
-                .is_some_and(|l| Arc::strong_count(l) == 1)
-            {
-                paths.remove(&self.key);
-            }
+            paths.remove(&self.key);
         }
-        drop(self.tree.take());
     }
+}
+
+/// Paths held ([`Fs::hold`], [`Fs::share`], ...) until dropped. Every holder takes its
+/// keys in one order: the folders above its paths (shared, by name), then its paths (by
+/// name), then an upload's turn; so no two holders wait for each other.
+pub(super) struct Held(#[allow(dead_code)] Vec<Lock>);
+
+/// The key of folder `rel`'s lock (a folder's rename takes it alone; whatever holds a
+/// path under it shares it).
+fn folder_key(rel: &str) -> String {
+    format!("\u{1}{rel}")
+}
+
+/// The keys of the folders above `rel` (not the root: it is never renamed).
+fn folders_above(rel: &str) -> Vec<String> {
+    rel.match_indices('/')
+        .map(|(i, _)| folder_key(&rel[..i]))
+        .collect()
 }
 
 /// How soon after its parent's entries were read a folder's read counts as a walk: a
@@ -589,54 +601,60 @@ impl Fs {
             listing: Mutex::new(HashMap::new()),
             list_ahead: Arc::new(tokio::sync::Semaphore::new(LIST_AHEAD)),
             paths: Default::default(),
-            tree: Default::default(),
             copier: None,
             tag,
         })
     }
 
-    /// Holds `rel` alone (a delete, a file's rename): waits until no upload of it is under
-    /// way, and none starts until the [`Held`] is dropped (an upload that ended after a
-    /// delete of its file would put the file back).
+    /// Holds `rel` alone (a delete): waits until no upload of it is under way, and none
+    /// starts until the [`Held`] is dropped (an upload that ended after a delete of its
+    /// file would put the file back).
     pub(super) async fn hold(&self, rel: &str) -> Held {
-        let tree = self.tree.clone().read_owned().await;
-        self.lock_path(rel, true, Some(tree)).await
+        self.take(folders_above(rel), &[(rel, true)]).await
     }
 
-    /// Holds `rel` shared (an upload, a write-back close's record): others that share it
-    /// go on, a delete or rename of it waits.
+    /// Holds `rel` shared (an upload, a write-back close's record, a new handle): others
+    /// that share it go on; a delete or rename of it, or of a folder above it, waits.
     pub(super) async fn share(&self, rel: &str) -> Held {
-        let tree = self.tree.clone().read_owned().await;
-        self.lock_path(rel, false, Some(tree)).await
+        self.take(folders_above(rel), &[(rel, false)]).await
     }
 
-    /// Holds the tree shared, and `paths` alone in one order for every caller (a file's
-    /// rename holds both its names).
-    pub(super) async fn hold_both(&self, a: &str, b: &str) -> (Held, Held) {
-        let tree = self.tree.clone().read_owned().await;
+    /// Holds both names of a file's rename alone.
+    pub(super) async fn hold_both(&self, a: &str, b: &str) -> Held {
+        let mut folders = folders_above(a);
+        folders.extend(folders_above(b));
         let (first, second) = if a < b { (a, b) } else { (b, a) };
-        let one = self.lock_path(first, true, Some(tree)).await;
-        let two = self.lock_path(second, true, None).await;
-        (one, two)
+        self.take(folders, &[(first, true), (second, true)]).await
     }
 
-    /// The turn of one uploader of `rel` (called holding it shared): two uploads of one
+    /// The turn of one uploader of `rel` (taken after [`Fs::share`]): two uploads of one
     /// path never run at once, so an older one cannot land after a newer one.
     pub(super) async fn upload_turn(&self, rel: &str) -> Held {
-        self.lock_path(&format!("\u{0}{rel}"), true, None).await
+        Held(vec![self.lock(&format!("\u{0}{rel}"), true).await])
     }
 
-    /// The whole tree (a folder's rename): waits until nothing holds any path.
-    pub(super) async fn hold_tree(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
-        self.tree.clone().write_owned().await
+    /// Holds folder `rel` alone (its rename): waits until nothing under it is held, and
+    /// holds off whatever would hold something under it. The rest of the mount goes on.
+    pub(super) async fn hold_folder(&self, rel: &str) -> Held {
+        let mut held = self.take(folders_above(rel), &[]).await;
+        held.0.push(self.lock(&folder_key(rel), true).await);
+        held
     }
 
-    async fn lock_path(
-        &self,
-        key: &str,
-        sole: bool,
-        tree: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
-    ) -> Held {
+    async fn take(&self, mut folders: Vec<String>, paths: &[(&str, bool)]) -> Held {
+        folders.sort();
+        folders.dedup();
+        let mut held = Vec::with_capacity(folders.len() + paths.len());
+        for f in &folders {
+            held.push(self.lock(f, false).await);
+        }
+        for (p, sole) in paths {
+            held.push(self.lock(p, *sole).await);
+        }
+        Held(held)
+    }
+
+    async fn lock(&self, key: &str, sole: bool) -> Lock {
         let lock = self
             .paths
             .lock()
@@ -645,15 +663,14 @@ impl Fs {
             .or_default()
             .clone();
         let guard = if sole {
-            PathGuard::Sole(lock.write_owned().await)
+            Guard::Sole(lock.write_owned().await)
         } else {
-            PathGuard::Shared(lock.read_owned().await)
+            Guard::Shared(lock.read_owned().await)
         };
-        Held {
+        Lock {
             key: key.to_string(),
             paths: self.paths.clone(),
             guard: Some(guard),
-            tree,
         }
     }
 
@@ -977,6 +994,41 @@ impl Fs {
     }
 
     /// A new handle on `ino`.
+    /// The path of `ino` as the mount shows it now; None once it was deleted.
+    pub(super) fn shown_rel(&self, ino: u64) -> Option<String> {
+        let nodes = self.nodes();
+        let n = nodes.by_ino.get(&ino)?;
+        (nodes.by_rel.get(&n.rel) == Some(&ino)).then(|| n.rel.clone())
+    }
+
+    /// A write handle of file `ino` (last seen at `rel`), made holding its path, at the
+    /// name the file has now: a rename or delete while its bytes were fetched moved it, or
+    /// took it away (then its close uploads nothing). A rename or delete later finds it.
+    pub(super) async fn new_write_handle(
+        &self,
+        ino: u64,
+        rel: &str,
+        size: u64,
+        w: WriteState,
+    ) -> u64 {
+        let mut rel = rel.to_string();
+        loop {
+            let _held = self.share(&rel).await;
+            let now = self.shown_rel(ino);
+            if let Some(r) = now.as_ref().filter(|r| **r != rel) {
+                rel = r.clone();
+                continue;
+            }
+            let fh = self.new_handle(ino, &rel, None, size, Some(w));
+            if now.is_none() {
+                if let Some(w) = self.handles().get_mut(&fh).and_then(|h| h.write.as_mut()) {
+                    w.unlinked = true;
+                }
+            }
+            return fh;
+        }
+    }
+
     pub(super) fn new_handle(
         &self,
         ino: u64,

@@ -149,6 +149,20 @@ impl MountState {
             .map_err(|e| self.fail(e))
     }
 
+    /// The file `rel`'s record names, if any.
+    pub fn file_of(&self, src: &str, rel: &str) -> Result<Option<PathBuf>, String> {
+        use rusqlite::OptionalExtension;
+        self.conn()
+            .query_row(
+                "SELECT file FROM pending WHERE src = ?1 AND rel = ?2",
+                params![src, rel],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map(|f| f.map(PathBuf::from))
+            .map_err(|e| self.fail(e))
+    }
+
     /// Clears `rel`'s record whatever its generation (deleted through the mount).
     pub fn forget(&self, src: &str, rel: &str) -> Result<(), String> {
         self.conn()

@@ -61,13 +61,9 @@ impl Fs {
         let rel = join(&self.rel_of(parent)?, name);
         let attr = self.add_child(parent, name, &rel, Kind::File, 0, SystemTime::now());
         let (file, path) = self.cache_file()?;
-        let fh = self.new_handle(
-            attr.ino,
-            &rel,
-            None,
-            0,
-            Some(self.write_state(file, path, true)),
-        );
+        let fh = self
+            .new_write_handle(attr.ino, &rel, 0, self.write_state(file, path, true))
+            .await;
         Ok((attr, fh))
     }
 
@@ -107,13 +103,9 @@ impl Fs {
                     .fetch_add(chunk.len() as u64, Ordering::Relaxed);
             }
         }
-        let fh = self.new_handle(
-            ino,
-            &rel,
-            None,
-            size,
-            Some(self.write_state(file, path, truncate)),
-        );
+        let fh = self
+            .new_write_handle(ino, &rel, size, self.write_state(file, path, truncate))
+            .await;
         // what stat answers from now on (an O_TRUNC open: 0, before any write)
         self.set_size(ino, size);
         Ok(fh)
@@ -305,6 +297,8 @@ impl Fs {
             self.set_size(ino, size);
             return Ok(());
         }
+        // two closes of one path upload in turn: the later close's bytes land last
+        let _turn = self.upload_turn(&rel).await;
         let streamed = match stream {
             Some(s) => match s.finish(size).await {
                 Ok(()) => true,
@@ -532,17 +526,17 @@ impl Fs {
             return Ok(());
         }
         // no upload, delete or other rename of what moves runs meanwhile: a file's rename
-        // holds both its names, a folder's the whole tree (its files' uploads wait, then go
-        // to their new names). What waited for its upload at the destination is replaced:
+        // holds both its names, a folder's rename the folder (uploads of its files wait,
+        // then go to their new names; the rest of the mount goes on). What waited for its upload at the destination is replaced:
         // it is not uploaded (after an upload of it under way, which the copy overwrites)
-        let (_names, _tree) = match a.kind {
-            Kind::File => (Some(self.hold_both(&from, &to).await), None),
+        let _held = match a.kind {
+            Kind::File => self.hold_both(&from, &to).await,
             Kind::Dir => {
                 // what waits goes first, while the rest of the mount goes on
                 if self.settle(&from).await > 0 {
                     return Err(libc::EIO);
                 }
-                (None, Some(self.hold_tree().await))
+                self.hold_folder(&from).await
             }
         };
         // what waits for its upload goes first: the rename copies it at the store (for a
@@ -672,6 +666,8 @@ mod tests {
     struct Gated {
         inner: InMemory,
         gate: AtomicBool,
+        /// Copies wait too, while set.
+        gate_copy: AtomicBool,
         started: tokio::sync::Semaphore,
         open: tokio::sync::Semaphore,
     }
@@ -736,6 +732,12 @@ mod tests {
             to: &StorePath,
             options: CopyOptions,
         ) -> object_store::Result<()> {
+            if self.gate_copy.load(Ordering::SeqCst) {
+                self.started.add_permits(1);
+                if let Ok(p) = self.open.acquire().await {
+                    p.forget();
+                }
+            }
             self.inner.copy_opts(from, to, options).await
         }
     }
@@ -745,6 +747,7 @@ mod tests {
             Gated {
                 inner: InMemory::new(),
                 gate: AtomicBool::new(false),
+                gate_copy: AtomicBool::new(false),
                 started: tokio::sync::Semaphore::new(0),
                 open: tokio::sync::Semaphore::new(0),
             }
@@ -1080,11 +1083,12 @@ mod tests {
         f.write(fh, 0, b"one").unwrap();
         f.flush(fh).await.unwrap();
         f.release(fh);
+        assert_eq!(f.settle("").await, 0);
         let ino = f.lookup(dir, "x").await.unwrap().ino;
         let fh = f.open_write(ino, false).await.unwrap();
         f.write(fh, 0, b"two").unwrap();
-        // the folder's rename uploads the waiting "one" first: held there
-        s.gate.store(true, Ordering::SeqCst);
+        // the folder's rename copies d/x to e/x: held there
+        s.gate_copy.store(true, Ordering::SeqCst);
         let renaming = tokio::spawn({
             let f = f.clone();
             async move { f.rename(ROOT, "d", ROOT, "e").await }
@@ -1097,7 +1101,19 @@ mod tests {
         for _ in 0..50 {
             tokio::task::yield_now().await;
         }
-        s.gate.store(false, Ordering::SeqCst);
+        assert!(
+            !closing.is_finished(),
+            "a close in the folder did not wait for its rename"
+        );
+        // a close elsewhere in the mount does not wait
+        let (_, oh) = f.create(ROOT, "other.txt").await.unwrap();
+        f.write(oh, 0, b"o").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), f.flush(oh))
+            .await
+            .expect("a close elsewhere waited for the folder's rename")
+            .unwrap();
+        f.release(oh);
+        s.gate_copy.store(false, Ordering::SeqCst);
         s.open.add_permits(1);
         renaming.await.unwrap().unwrap();
         closing.await.unwrap().unwrap();

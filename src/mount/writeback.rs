@@ -115,15 +115,19 @@ impl Fs {
         rel: &str,
         w: &Waiting,
     ) -> std::io::Result<Option<std::fs::File>> {
-        match std::fs::File::open(&w.file) {
-            Ok(f) => Ok(Some(f)),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && self.waiting(rel).is_none_or(|x| x.gen != w.gen) =>
-            {
-                Ok(None)
+        let mut w = w.clone();
+        loop {
+            match std::fs::File::open(&w.file) {
+                Ok(f) => return Ok(Some(f)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => match self.waiting(rel) {
+                    // uploaded meanwhile: the store has it
+                    None => return Ok(None),
+                    // a newer close replaced it meanwhile: that one's bytes
+                    Some(x) if x.gen != w.gen => w = x,
+                    Some(_) => return Err(e),
+                },
+                Err(e) => return Err(e),
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -164,25 +168,10 @@ impl Fs {
         let dirty = self.opts.cache_dir.join("dirty");
         std::fs::create_dir_all(&dirty).map_err(|e| io_errno(&e))?;
         file.sync_all().map_err(|e| io_errno(&e))?;
-        // a name may be taken: by a file the mount that held this tag before left for
-        // its upload
-        let kept = loop {
-            let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
-            // and the time: a name is never given twice, whoever holds the tag later
-            let at = SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default();
-            let kept = dirty.join(format!("{}-{n}-{at}", self.tag.name));
-            match std::fs::hard_link(path, &kept) {
-                Ok(()) => break kept,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    tracing::warn!(file = %kept.display(), error = %e, "mount: keeping a written file for its upload");
-                    return Err(io_errno(&e));
-                }
-            }
-        };
+        let kept = self.keep_as(path).map_err(|e| {
+            tracing::warn!(file = %path.display(), error = %e, "mount: keeping a written file for its upload");
+            io_errno(&e)
+        })?;
         if let Ok(d) = std::fs::File::open(&dirty) {
             let _ = d.sync_all();
         }
@@ -219,6 +208,25 @@ impl Fs {
         Ok(())
     }
 
+    /// A hard link of `path` in `dirty/` under a name of this mount's tag that was never
+    /// given before (the time is in it: whoever held the tag before, its names differ).
+    fn keep_as(&self, path: &std::path::Path) -> std::io::Result<PathBuf> {
+        let dirty = self.opts.cache_dir.join("dirty");
+        loop {
+            let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            let at = SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            let kept = dirty.join(format!("{}-{n}-{at}", self.tag.name));
+            match std::fs::hard_link(path, &kept) {
+                Ok(()) => return Ok(kept),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Uploads one waiting file; clears it when no close came meanwhile.
     async fn upload_waiting(&self, rel: &str) -> Result<(), Errno> {
         // one upload of a path at a time, and always of its newest close: an older close's
@@ -236,7 +244,18 @@ impl Fs {
             return Ok(());
         };
         let w = &w;
-        let file = std::fs::File::open(&w.file).map_err(|e| io_errno(&e))?;
+        let file = match std::fs::File::open(&w.file) {
+            Ok(f) => f,
+            // a newer close replaced it meanwhile (its own upload follows), or it was
+            // deleted through the mount
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && self.waiting(rel).is_none_or(|x| x.gen != w.gen) =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(io_errno(&e)),
+        };
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
         let key = self.key(rel);
         let stream = w.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -356,13 +375,53 @@ impl Fs {
                 .and_then(super::cache::tag_of)
                 .map(str::to_string)
         };
-        b.waiting().retain(|rel, w| match tag_of_file(&w.file) {
-            Some(t) if t != mine && super::cache::gone(root, &t, false).is_none() => {
+        // what other mounts left: taken over, each under its mount's lock, so that two
+        // mounts starting at once never both upload one
+        let theirs: Vec<(String, Waiting, String)> = b
+            .waiting()
+            .iter()
+            .filter_map(|(r, w)| {
+                let t = tag_of_file(&w.file)?;
+                (t != mine).then(|| (r.clone(), w.clone(), t))
+            })
+            .collect();
+        for (rel, w, t) in theirs {
+            let Some(_gone) = super::cache::gone(root, &t, false) else {
                 tracing::info!(path = %rel, tag = %t, "mount: a live mount sharing the cache folder uploads this file itself");
-                false
+                b.waiting().remove(&rel);
+                continue;
+            };
+            // still that mount's record (not taken over by another mount meanwhile)?
+            if b.state.file_of(&b.src, &rel).ok().flatten().as_ref() != Some(&w.file) {
+                b.waiting().remove(&rel);
+                continue;
             }
-            _ => true,
-        });
+            let taken = self
+                .keep_as(&w.file)
+                .map_err(|e| e.to_string())
+                .and_then(
+                    |kept| match b.state.record(&b.src, &rel, &kept, w.size, w.mtime) {
+                        Ok(gen) => Ok((kept, gen)),
+                        Err(why) => {
+                            let _ = std::fs::remove_file(&kept);
+                            Err(why)
+                        }
+                    },
+                );
+            match taken {
+                Ok((kept, gen)) => {
+                    if let Some(x) = b.waiting().get_mut(&rel) {
+                        x.file = kept;
+                        x.gen = gen;
+                    }
+                    let _ = std::fs::remove_file(&w.file);
+                }
+                Err(why) => {
+                    tracing::warn!(path = %rel, %why, "mount: taking over a file a mount that is gone left for its upload failed; the next mount tries again");
+                    b.waiting().remove(&rel);
+                }
+            }
+        }
         let dirty = root.join("dirty");
         let Ok(rd) = std::fs::read_dir(&dirty) else {
             return;
@@ -415,8 +474,9 @@ impl Fs {
         // the record first: a record naming a file that is gone could name, later, a
         // new file of the same name
         if let Err(why) = b.state.forget(&b.src, rel) {
+            // its file goes all the same (the next mount finds the record without it, and
+            // drops it): a deleted file must not come back
             tracing::warn!(path = %rel, %why, "mount: forgetting a deleted file's upload");
-            return;
         }
         if let Some(w) = w {
             let _ = std::fs::remove_file(&w.file);
