@@ -202,6 +202,9 @@ unmount_tool() {
 }
 peak() { local p; p=$(awk '/^VmHWM/{print $2}' "/proc/$MOUNT_PID/status" 2>/dev/null || echo 0); ((p > PEAK)) && PEAK=$p || true; }
 now() { date +%s.%N; }
+# quiet_disk: writes what earlier steps left dirty in the page cache (the seeds, the last
+# tool's files) before a timed step, so that no tool pays for another's writeback
+quiet_disk() { sync; }
 secs() { python3 -c "print(f'{$2 - $1:.2f}')"; }
 # complete_at_store KEY SIZE: waits until the object is whole at the store (s3s-fs keeps each
 # object as a file under its folder, written when the upload completes)
@@ -220,6 +223,7 @@ for tool in $TOOLS; do
     if want cp-file; then
         mount_tool "$tool"
         log "$tool: cp of ${FILE_MB} MiB into the mount"
+        quiet_disk
         t0=$(now); cp "$WORK/seed/big.zip" "$MNT/up-$tool.zip"; t1=$(now); peak
         complete_at_store "up-$tool.zip" $((FILE_MB << 20)); t2=$(now)
         R[$tool,cp-file]=$(secs "$t0" "$t1"); R[$tool,cp-file-store]=$(secs "$t0" "$t2")
@@ -228,6 +232,7 @@ for tool in $TOOLS; do
     if want cp-tree; then
         mount_tool "$tool"
         log "$tool: cp -r of $TREE_N files into the mount"
+        quiet_disk
         t0=$(now); cp -r "$WORK/seed/dataset" "$MNT/tree-$tool"; t1=$(now); peak
         for ((i = 0; i < 6000; i++)); do
             [[ $(count_at_store "tree-$tool") == "$TREE_N" ]] && break
@@ -245,6 +250,7 @@ for tool in $TOOLS; do
     if want unzip; then
         mount_tool "$tool"
         log "$tool: unzip -q of $ZIP_N files from the mount"
+        quiet_disk
         t0=$(now); unzip -q "$MNT/read/small.zip" -d "$WORK/unz-$tool"; t1=$(now); peak
         n=$(find "$WORK/unz-$tool" -type f | wc -l)
         [[ $n == "$ZIP_N" ]] || die "$tool: unzip gave $n files, not $ZIP_N"
