@@ -505,9 +505,10 @@ impl Drop for Lock {
 pub(super) struct Held(#[allow(dead_code)] Vec<Lock>);
 
 /// The key of folder `rel`'s lock (a folder's rename takes it alone; whatever holds a
-/// path under it shares it).
+/// path under it shares it). A NUL, which no name holds, keeps it apart from any path's
+/// key, and sorts it before them.
 fn folder_key(rel: &str) -> String {
-    format!("\u{1}{rel}")
+    format!("\0F{rel}")
 }
 
 /// The keys of the folders above `rel` (not the root: it is never renamed).
@@ -610,46 +611,61 @@ impl Fs {
     /// starts until the [`Held`] is dropped (an upload that ended after a delete of its
     /// file would put the file back).
     pub(super) async fn hold(&self, rel: &str) -> Held {
-        self.take(folders_above(rel), &[(rel, true)]).await
+        self.take(folders_above(rel), vec![(rel.to_string(), true)])
+            .await
     }
 
     /// Holds `rel` shared (an upload, a write-back close's record, a new handle): others
     /// that share it go on; a delete or rename of it, or of a folder above it, waits.
     pub(super) async fn share(&self, rel: &str) -> Held {
-        self.take(folders_above(rel), &[(rel, false)]).await
+        self.take(folders_above(rel), vec![(rel.to_string(), false)])
+            .await
     }
 
     /// Holds both names of a file's rename alone.
     pub(super) async fn hold_both(&self, a: &str, b: &str) -> Held {
-        let mut folders = folders_above(a);
-        folders.extend(folders_above(b));
-        let (first, second) = if a < b { (a, b) } else { (b, a) };
-        self.take(folders, &[(first, true), (second, true)]).await
+        let mut above = folders_above(a);
+        above.extend(folders_above(b));
+        self.take(above, vec![(a.to_string(), true), (b.to_string(), true)])
+            .await
     }
 
-    /// The turn of one uploader of `rel` (taken after [`Fs::share`]): two uploads of one
-    /// path never run at once, so an older one cannot land after a newer one.
+    /// The turn of one uploader of `rel` (taken after [`Fs::share`], last): two uploads of
+    /// one path never run at once, so an older one cannot land after a newer one.
     pub(super) async fn upload_turn(&self, rel: &str) -> Held {
-        Held(vec![self.lock(&format!("\u{0}{rel}"), true).await])
+        Held(vec![self.lock(&format!("\0T{rel}"), true).await])
     }
 
-    /// Holds folder `rel` alone (its rename): waits until nothing under it is held, and
-    /// holds off whatever would hold something under it. The rest of the mount goes on.
-    pub(super) async fn hold_folder(&self, rel: &str) -> Held {
-        let mut held = self.take(folders_above(rel), &[]).await;
-        held.0.push(self.lock(&folder_key(rel), true).await);
-        held
+    /// Holds folders `from` and `to` alone (a folder's rename): waits until nothing under
+    /// either is held, and holds off whatever would hold something under them. The rest
+    /// of the mount goes on.
+    pub(super) async fn hold_folders(&self, from: &str, to: &str) -> Held {
+        let mut above = folders_above(from);
+        above.extend(folders_above(to));
+        self.take(
+            above,
+            vec![(folder_key(from), true), (folder_key(to), true)],
+        )
+        .await
     }
 
-    async fn take(&self, mut folders: Vec<String>, paths: &[(&str, bool)]) -> Held {
-        folders.sort();
-        folders.dedup();
-        let mut held = Vec::with_capacity(folders.len() + paths.len());
-        for f in &folders {
-            held.push(self.lock(f, false).await);
+    /// Takes `above` shared and `keys` as asked, all in the order of their keys (folders'
+    /// first): every holder takes its keys in that one order, so none waits for another
+    /// that waits for it. A key asked for twice is taken once, alone if either asks so.
+    async fn take(&self, above: Vec<String>, keys: Vec<(String, bool)>) -> Held {
+        let mut all: Vec<(String, bool)> = above.into_iter().map(|k| (k, false)).collect();
+        all.extend(keys);
+        all.sort();
+        let mut merged: Vec<(String, bool)> = Vec::with_capacity(all.len());
+        for (k, sole) in all {
+            match merged.last_mut() {
+                Some((last, s)) if *last == k => *s |= sole,
+                _ => merged.push((k, sole)),
+            }
         }
-        for (p, sole) in paths {
-            held.push(self.lock(p, *sole).await);
+        let mut held = Vec::with_capacity(merged.len());
+        for (k, sole) in &merged {
+            held.push(self.lock(k, *sole).await);
         }
         Held(held)
     }
@@ -1125,7 +1141,8 @@ impl Fs {
         let writing: Vec<(String, u64)> = self
             .handles()
             .values()
-            .filter(|h| h.write.is_some())
+            // unlinked while open: no entry of the folder any more
+            .filter(|h| h.write.as_ref().is_some_and(|w| !w.unlinked))
             .map(|h| (h.rel.clone(), h.size))
             .collect();
         for (w, size) in writing {

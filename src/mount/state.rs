@@ -55,6 +55,21 @@ fn nanos(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
+/// The next write-back generation of `src` (in the caller's transaction). It is never
+/// given twice for a source, even after its record is gone: an upload of a record that was
+/// forgotten and made anew must not clear the new one.
+fn next_gen(c: &Connection, src: &str) -> rusqlite::Result<i64> {
+    c.query_row(
+        "INSERT INTO gens (src, last)
+         VALUES (?1, (SELECT COALESCE(MAX(gen), 0) + 1 FROM pending WHERE src = ?1))
+         ON CONFLICT (src) DO UPDATE SET last = MAX(last,
+             (SELECT COALESCE(MAX(gen), 0) FROM pending WHERE src = ?1)) + 1
+         RETURNING last",
+        params![src],
+        |r| r.get(0),
+    )
+}
+
 impl MountState {
     /// Opens (or makes) `dir/state.db`.
     pub fn open(dir: &Path) -> Result<MountState, String> {
@@ -107,19 +122,7 @@ impl MountState {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| self.fail(e))?;
-        // a generation is never given twice for a source, even after its record is gone
-        // (an upload of a record that was forgotten and made anew must not clear the new)
-        let gen: i64 = tx
-            .query_row(
-                "INSERT INTO gens (src, last)
-                 VALUES (?1, (SELECT COALESCE(MAX(gen), 0) + 1 FROM pending WHERE src = ?1))
-                 ON CONFLICT (src) DO UPDATE SET last = MAX(last,
-                     (SELECT COALESCE(MAX(gen), 0) FROM pending WHERE src = ?1)) + 1
-                 RETURNING last",
-                params![src],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.fail(e))?;
+        let gen = next_gen(&tx, src).map_err(|e| self.fail(e))?;
         tx.execute(
             "INSERT OR REPLACE INTO pending (src, rel, file, size, mtime_ns, gen, since)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -138,6 +141,47 @@ impl MountState {
         Ok(gen)
     }
 
+    /// Takes over `rel`'s record from the mount that kept its bytes in `old`: it names
+    /// `new` at a new generation, if it still names `old` (one transaction: of two mounts
+    /// taking it over at once, one does). The new generation; None when it names another
+    /// file now (taken over already, closed again, or gone).
+    pub fn take_over(
+        &self,
+        src: &str,
+        rel: &str,
+        old: &Path,
+        new: &Path,
+    ) -> Result<Option<i64>, String> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.fail(e))?;
+        let gen = next_gen(&tx, src).map_err(|e| self.fail(e))?;
+        let n = tx
+            .execute(
+                "UPDATE pending SET file = ?3, gen = ?4 WHERE src = ?1 AND rel = ?2 AND file = ?5",
+                params![src, rel, new.to_string_lossy(), gen, old.to_string_lossy()],
+            )
+            .map_err(|e| self.fail(e))?;
+        if n != 1 {
+            return Ok(None);
+        }
+        tx.commit().map_err(|e| self.fail(e))?;
+        Ok(Some(gen))
+    }
+
+    /// Clears `rel`'s record when it still names `file` at generation `gen` (another mount
+    /// may have made it anew since it was read).
+    pub fn forget_if(&self, src: &str, rel: &str, file: &Path, gen: i64) -> Result<(), String> {
+        self.conn()
+            .execute(
+                "DELETE FROM pending WHERE src = ?1 AND rel = ?2 AND file = ?3 AND gen = ?4",
+                params![src, rel, file.to_string_lossy(), gen],
+            )
+            .map(|_| ())
+            .map_err(|e| self.fail(e))
+    }
+
     /// Clears `rel`'s record when it is still generation `gen`; whether it was.
     pub fn uploaded(&self, src: &str, rel: &str, gen: i64) -> Result<bool, String> {
         self.conn()
@@ -146,20 +190,6 @@ impl MountState {
                 params![src, rel, gen],
             )
             .map(|n| n > 0)
-            .map_err(|e| self.fail(e))
-    }
-
-    /// The file `rel`'s record names, if any.
-    pub fn file_of(&self, src: &str, rel: &str) -> Result<Option<PathBuf>, String> {
-        use rusqlite::OptionalExtension;
-        self.conn()
-            .query_row(
-                "SELECT file FROM pending WHERE src = ?1 AND rel = ?2",
-                params![src, rel],
-                |r| r.get::<_, String>(0),
-            )
-            .optional()
-            .map(|f| f.map(PathBuf::from))
             .map_err(|e| self.fail(e))
     }
 
@@ -247,6 +277,31 @@ impl MountState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn of_two_mounts_taking_over_a_record_one_does_and_a_stale_forget_clears_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let s = MountState::open(d.path()).unwrap();
+        let now = SystemTime::now();
+        let dead = d.path().join("dirty/9-1-1");
+        let g0 = s.record("s3://b", "a.txt", &dead, 3, now).unwrap();
+        // two mounts read the record, then both take it over
+        let (m1, m2) = (d.path().join("dirty/1-1-5"), d.path().join("dirty/2-1-6"));
+        let g1 = s.take_over("s3://b", "a.txt", &dead, &m1).unwrap();
+        assert!(g1.is_some_and(|g| g > g0));
+        assert_eq!(s.take_over("s3://b", "a.txt", &dead, &m2).unwrap(), None);
+        let p = s.pending(Some("s3://b")).unwrap();
+        assert_eq!((p.len(), &p[0].file), (1, &m1));
+        // the second mount, finding the dead mount's file gone, forgets only that record
+        s.forget_if("s3://b", "a.txt", &dead, g0).unwrap();
+        assert_eq!(
+            s.pending(Some("s3://b")).unwrap().len(),
+            1,
+            "the take-over was forgotten"
+        );
+        s.forget_if("s3://b", "a.txt", &m1, g1.unwrap()).unwrap();
+        assert!(s.pending(Some("s3://b")).unwrap().is_empty());
+    }
 
     #[test]
     fn a_waiting_file_is_cleared_only_by_the_upload_of_its_own_close() {

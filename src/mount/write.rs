@@ -440,10 +440,18 @@ impl Fs {
         if a.kind == Kind::Dir {
             return Err(libc::EISDIR);
         }
-        let rel = join(&self.rel_of(parent)?, name);
         // an upload of it under way (a close's, or a write-back's) ends first, or it would
-        // put the file back; none starts until the delete is done
-        let held = self.hold(&rel).await;
+        // put the file back; none starts until the delete is done. The path is the one the
+        // file has once held (a folder's rename may have moved it meanwhile)
+        let mut rel = join(&self.rel_of(parent)?, name);
+        let held = loop {
+            let held = self.hold(&rel).await;
+            let now = join(&self.rel_of(parent)?, name);
+            if now == rel {
+                break held;
+            }
+            rel = now;
+        };
         self.unlink_open(&rel, None);
         let waited = self.waiting(&rel).is_some();
         self.drop_waiting(&rel);
@@ -520,23 +528,35 @@ impl Fs {
     ) -> Result<(), Errno> {
         self.refuse_writes()?;
         let a = self.lookup(parent, name).await?;
-        let from = join(&self.rel_of(parent)?, name);
-        let to = join(&self.rel_of(new_parent)?, new_name);
-        if from == to {
-            return Ok(());
-        }
         // no upload, delete or other rename of what moves runs meanwhile: a file's rename
-        // holds both its names, a folder's rename the folder (uploads of its files wait,
-        // then go to their new names; the rest of the mount goes on). What waited for its upload at the destination is replaced:
-        // it is not uploaded (after an upload of it under way, which the copy overwrites)
-        let _held = match a.kind {
-            Kind::File => self.hold_both(&from, &to).await,
-            Kind::Dir => {
-                // what waits goes first, while the rest of the mount goes on
-                if self.settle(&from).await > 0 {
-                    return Err(libc::EIO);
+        // holds both its names, a folder's rename both folders (uploads of their files
+        // wait, then go to their new names; the rest of the mount goes on). What waited for
+        // its upload at the destination is replaced: it is not uploaded (after an upload of
+        // it under way, which the copy overwrites). The names are the ones the entries have
+        // once held (another folder's rename may have moved them meanwhile)
+        let names = || -> Result<(String, String), Errno> {
+            Ok((
+                join(&self.rel_of(parent)?, name),
+                join(&self.rel_of(new_parent)?, new_name),
+            ))
+        };
+        let (from, to, _held) = loop {
+            let (from, to) = names()?;
+            if from == to {
+                return Ok(());
+            }
+            let held = match a.kind {
+                Kind::File => self.hold_both(&from, &to).await,
+                Kind::Dir => {
+                    // what waits goes first, while the rest of the mount goes on
+                    if self.settle(&from).await > 0 {
+                        return Err(libc::EIO);
+                    }
+                    self.hold_folders(&from, &to).await
                 }
-                self.hold_folder(&from).await
+            };
+            if names()? == (from.clone(), to.clone()) {
+                break (from, to, held);
             }
         };
         // what waits for its upload goes first: the rename copies it at the store (for a
@@ -668,6 +688,8 @@ mod tests {
         gate: AtomicBool,
         /// Copies wait too, while set.
         gate_copy: AtomicBool,
+        /// GETs wait too, while set.
+        gate_get: AtomicBool,
         started: tokio::sync::Semaphore,
         open: tokio::sync::Semaphore,
     }
@@ -706,7 +728,15 @@ mod tests {
             location: &StorePath,
             options: GetOptions,
         ) -> object_store::Result<GetResult> {
-            self.inner.get_opts(location, options).await
+            // the answer is under way (its bytes taken) when it waits
+            let got = self.inner.get_opts(location, options).await;
+            if self.gate_get.load(Ordering::SeqCst) {
+                self.started.add_permits(1);
+                if let Ok(p) = self.open.acquire().await {
+                    p.forget();
+                }
+            }
+            got
         }
         fn delete_stream(
             &self,
@@ -748,6 +778,7 @@ mod tests {
                 inner: InMemory::new(),
                 gate: AtomicBool::new(false),
                 gate_copy: AtomicBool::new(false),
+                gate_get: AtomicBool::new(false),
                 started: tokio::sync::Semaphore::new(0),
                 open: tokio::sync::Semaphore::new(0),
             }
@@ -1141,5 +1172,33 @@ mod tests {
         assert_eq!(c.waiting_count(), 1);
         assert_eq!(c.settle("").await, 0);
         assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"mine"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_file_renamed_while_its_bytes_are_fetched_for_writing_is_written_at_its_new_name() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        s.inner
+            .put(&StorePath::from("x.txt"), PutPayload::from(b"one".to_vec()))
+            .await
+            .unwrap();
+        let f = fs(s.clone(), d.path(), None);
+        let ino = f.lookup(ROOT, "x.txt").await.unwrap().ino;
+        // an open for writing fetches the bytes: held there while the file is renamed
+        s.gate_get.store(true, Ordering::SeqCst);
+        let opening = tokio::spawn({
+            let f = f.clone();
+            async move { f.open_write(ino, false).await }
+        });
+        s.put_started().await;
+        s.gate_get.store(false, Ordering::SeqCst);
+        f.rename(ROOT, "x.txt", ROOT, "y.txt").await.unwrap();
+        s.open.add_permits(1);
+        let fh = opening.await.unwrap().unwrap();
+        f.write(fh, 0, b"two").unwrap();
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+        assert_eq!(s.body("y.txt").await.as_deref(), Some(&b"two"[..]));
+        assert_eq!(s.body("x.txt").await, None, "the old name came back");
     }
 }

@@ -50,7 +50,9 @@ impl Backlog {
         for p in state.pending(Some(src))? {
             if !p.file.exists() {
                 tracing::error!(path = %p.rel, file = %p.file.display(), "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded");
-                let _ = state.forget(src, &p.rel);
+                // only if it is still that record: a mount sharing the folder may have
+                // taken it over (and removed this file) since it was read
+                let _ = state.forget_if(src, &p.rel, &p.file, p.gen);
                 continue;
             }
             tracing::info!(path = %p.rel, size = p.size, "mount: uploading a file an earlier mount closed with --write-back and did not upload");
@@ -391,30 +393,31 @@ impl Fs {
                 b.waiting().remove(&rel);
                 continue;
             };
-            // still that mount's record (not taken over by another mount meanwhile)?
-            if b.state.file_of(&b.src, &rel).ok().flatten().as_ref() != Some(&w.file) {
-                b.waiting().remove(&rel);
-                continue;
-            }
+            // the record made to name a link of this mount's, if it still names the file
+            // that mount kept: of two mounts taking it over at once, one does
             let taken = self
                 .keep_as(&w.file)
                 .map_err(|e| e.to_string())
                 .and_then(
-                    |kept| match b.state.record(&b.src, &rel, &kept, w.size, w.mtime) {
-                        Ok(gen) => Ok((kept, gen)),
-                        Err(why) => {
+                    |kept| match b.state.take_over(&b.src, &rel, &w.file, &kept) {
+                        Ok(Some(gen)) => Ok(Some((kept, gen))),
+                        other => {
                             let _ = std::fs::remove_file(&kept);
-                            Err(why)
+                            other.map(|_| None)
                         }
                     },
                 );
             match taken {
-                Ok((kept, gen)) => {
+                Ok(Some((kept, gen))) => {
                     if let Some(x) = b.waiting().get_mut(&rel) {
                         x.file = kept;
                         x.gen = gen;
                     }
                     let _ = std::fs::remove_file(&w.file);
+                }
+                Ok(None) => {
+                    tracing::info!(path = %rel, "mount: another mount took this file over; it uploads it");
+                    b.waiting().remove(&rel);
                 }
                 Err(why) => {
                     tracing::warn!(path = %rel, %why, "mount: taking over a file a mount that is gone left for its upload failed; the next mount tries again");
