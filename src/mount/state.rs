@@ -99,6 +99,26 @@ impl MountState {
         })
     }
 
+    /// The folder the state is in (the cache folder).
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Whether `rel`'s record is still generation `gen` (no mount sharing the folder
+    /// deleted it or took it over since).
+    pub fn names(&self, src: &str, rel: &str, gen: i64) -> Result<bool, String> {
+        use rusqlite::OptionalExtension;
+        self.conn()
+            .query_row(
+                "SELECT 1 FROM pending WHERE src = ?1 AND rel = ?2 AND gen = ?3",
+                params![src, rel, gen],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(|e| self.fail(e))
+    }
+
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -156,11 +176,26 @@ impl MountState {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| self.fail(e))?;
+        // by name: the record may spell the cache folder otherwise (a container's mount
+        // of the host's folder), and kept names are never given twice
+        let named: Option<String> = {
+            use rusqlite::OptionalExtension;
+            tx.query_row(
+                "SELECT file FROM pending WHERE src = ?1 AND rel = ?2",
+                params![src, rel],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.fail(e))?
+        };
+        let Some(named) = named.filter(|f| Path::new(f).file_name() == old.file_name()) else {
+            return Ok(None);
+        };
         let gen = next_gen(&tx, src).map_err(|e| self.fail(e))?;
         let n = tx
             .execute(
                 "UPDATE pending SET file = ?3, gen = ?4 WHERE src = ?1 AND rel = ?2 AND file = ?5",
-                params![src, rel, new.to_string_lossy(), gen, old.to_string_lossy()],
+                params![src, rel, new.to_string_lossy(), gen, named],
             )
             .map_err(|e| self.fail(e))?;
         if n != 1 {

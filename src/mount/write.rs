@@ -452,19 +452,20 @@ impl Fs {
             }
             rel = now;
         };
-        self.unlink_open(&rel, None);
-        let waited = self.waiting(&rel).is_some();
-        self.drop_waiting(&rel);
+        // the DELETE first (never uploaded: nothing to delete there); only once it is done
+        // do an open writer's close and a waiting upload lose their bytes, and the entry
+        // go, all before the path is let go (a new handle waiting for it sees it gone)
         let deleted = match self.store.delete(&self.key(&rel)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            // never uploaded: nothing at the store to delete
-            Err(_) if waited => Ok(()),
             Err(e) => Err(super::fs::errno(&e)),
         };
+        if deleted.is_ok() {
+            self.unlink_open(&rel, None);
+            self.drop_waiting(&rel);
+            self.remove_child(parent, name);
+        }
         drop(held);
-        deleted?;
-        self.remove_child(parent, name);
-        Ok(())
+        deleted
     }
 
     /// The file at `rel` is gone from the mount (unlinked, or renamed over): a handle open
@@ -690,6 +691,8 @@ mod tests {
         gate_copy: AtomicBool,
         /// GETs wait too, while set.
         gate_get: AtomicBool,
+        /// DELETEs fail, while set.
+        fail_delete: AtomicBool,
         started: tokio::sync::Semaphore,
         open: tokio::sync::Semaphore,
     }
@@ -742,6 +745,17 @@ mod tests {
             &self,
             locations: futures::stream::BoxStream<'static, object_store::Result<StorePath>>,
         ) -> futures::stream::BoxStream<'static, object_store::Result<StorePath>> {
+            if self.fail_delete.load(Ordering::SeqCst) {
+                use futures::StreamExt;
+                return locations
+                    .map(|_| {
+                        Err(object_store::Error::Generic {
+                            store: "Gated",
+                            source: "a DELETE that fails".into(),
+                        })
+                    })
+                    .boxed();
+            }
             self.inner.delete_stream(locations)
         }
         fn list(
@@ -779,6 +793,7 @@ mod tests {
                 gate: AtomicBool::new(false),
                 gate_copy: AtomicBool::new(false),
                 gate_get: AtomicBool::new(false),
+                fail_delete: AtomicBool::new(false),
                 started: tokio::sync::Semaphore::new(0),
                 open: tokio::sync::Semaphore::new(0),
             }
@@ -1200,5 +1215,59 @@ mod tests {
         f.release(fh);
         assert_eq!(s.body("y.txt").await.as_deref(), Some(&b"two"[..]));
         assert_eq!(s.body("x.txt").await, None, "the old name came back");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_file_another_mount_deleted_is_not_uploaded() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"bytes").await;
+        // a mount sharing the cache folder deletes it (its rm forgets the record)
+        let other = super::super::state::MountState::open(d.path()).unwrap();
+        other.forget("s3://t", "a.txt").unwrap();
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(
+            s.body("a.txt").await,
+            None,
+            "a file deleted elsewhere came back"
+        );
+        assert_eq!(f.waiting_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_record_spelling_the_cache_folder_otherwise_finds_its_file_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        let dirty = d.path().join("dirty");
+        std::fs::create_dir_all(&dirty).unwrap();
+        std::fs::write(dirty.join("999999-1-5"), b"far").unwrap();
+        // kept by a mount in a container that sees this folder as /cache
+        let state = super::super::state::MountState::open(d.path()).unwrap();
+        let elsewhere = std::path::Path::new("/cache/dirty/999999-1-5");
+        let now = std::time::SystemTime::now();
+        state
+            .record("s3://t", "far.txt", elsewhere, 3, now)
+            .unwrap();
+        drop(state);
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        assert_eq!(f.waiting_count(), 1, "the file was judged lost");
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("far.txt").await.as_deref(), Some(&b"far"[..]));
+    }
+
+    #[tokio::test]
+    async fn an_unlink_whose_delete_fails_loses_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"kept").await;
+        s.fail_delete.store(true, Ordering::SeqCst);
+        assert!(f.unlink(ROOT, "a.txt").await.is_err());
+        s.fail_delete.store(false, Ordering::SeqCst);
+        assert_eq!(f.waiting_count(), 1, "the waiting upload was dropped");
+        assert!(f.lookup(ROOT, "a.txt").await.is_ok(), "the entry went");
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"kept"[..]));
     }
 }

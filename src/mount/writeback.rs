@@ -48,18 +48,24 @@ impl Backlog {
     pub fn load(src: &str, state: MountState) -> Result<Backlog, String> {
         let mut waiting = HashMap::new();
         for p in state.pending(Some(src))? {
-            if !p.file.exists() {
+            // the record may spell the cache folder otherwise (a mount in a container of
+            // the host's folder): its file is looked for by name in this one's dirty/
+            let file = Some(p.file.clone()).filter(|f| f.is_file()).or_else(|| {
+                let f = state.dir().join("dirty").join(p.file.file_name()?);
+                f.is_file().then_some(f)
+            });
+            let Some(file) = file else {
                 tracing::error!(path = %p.rel, file = %p.file.display(), "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded");
                 // only if it is still that record: a mount sharing the folder may have
                 // taken it over (and removed this file) since it was read
                 let _ = state.forget_if(src, &p.rel, &p.file, p.gen);
                 continue;
-            }
+            };
             tracing::info!(path = %p.rel, size = p.size, "mount: uploading a file an earlier mount closed with --write-back and did not upload");
             waiting.insert(
                 p.rel.clone(),
                 Waiting {
-                    file: p.file,
+                    file,
                     size: p.size,
                     mtime: p.mtime,
                     gen: p.gen,
@@ -246,6 +252,18 @@ impl Fs {
             return Ok(());
         };
         let w = &w;
+        // still this mount's to upload? a mount sharing the cache folder may have deleted
+        // it (rm) or taken it over since
+        if let Ok(false) = b.state.names(&b.src, rel, w.gen) {
+            let mut waiting = b.waiting();
+            if waiting.get(rel).is_some_and(|x| x.gen == w.gen) {
+                waiting.remove(rel);
+                drop(waiting);
+                let _ = std::fs::remove_file(&w.file);
+            }
+            tracing::info!(path = %rel, "mount: not uploaded: another mount sharing the cache folder deleted it or uploads it");
+            return Ok(());
+        }
         let file = match std::fs::File::open(&w.file) {
             Ok(f) => f,
             // a newer close replaced it meanwhile (its own upload follows), or it was
