@@ -711,12 +711,7 @@ mod tests {
             payload: PutPayload,
             opts: PutOptions,
         ) -> object_store::Result<PutResult> {
-            if self.gate.load(Ordering::SeqCst) {
-                self.started.add_permits(1);
-                if let Ok(p) = self.open.acquire().await {
-                    p.forget();
-                }
-            }
+            self.pause_if(&self.gate).await;
             self.inner.put_opts(location, payload, opts).await
         }
         async fn put_multipart_opts(
@@ -733,12 +728,7 @@ mod tests {
         ) -> object_store::Result<GetResult> {
             // the answer is under way (its bytes taken) when it waits
             let got = self.inner.get_opts(location, options).await;
-            if self.gate_get.load(Ordering::SeqCst) {
-                self.started.add_permits(1);
-                if let Ok(p) = self.open.acquire().await {
-                    p.forget();
-                }
-            }
+            self.pause_if(&self.gate_get).await;
             got
         }
         fn delete_stream(
@@ -776,12 +766,7 @@ mod tests {
             to: &StorePath,
             options: CopyOptions,
         ) -> object_store::Result<()> {
-            if self.gate_copy.load(Ordering::SeqCst) {
-                self.started.add_permits(1);
-                if let Ok(p) = self.open.acquire().await {
-                    p.forget();
-                }
-            }
+            self.pause_if(&self.gate_copy).await;
             self.inner.copy_opts(from, to, options).await
         }
     }
@@ -801,6 +786,17 @@ mod tests {
     }
 
     impl Gated {
+        /// While `gate` is set: tells the test a call started, and waits until it lets
+        /// one go.
+        async fn pause_if(&self, gate: &AtomicBool) {
+            if gate.load(Ordering::SeqCst) {
+                self.started.add_permits(1);
+                if let Ok(p) = self.open.acquire().await {
+                    p.forget();
+                }
+            }
+        }
+
         /// Waits until a gated PUT has started.
         async fn put_started(&self) {
             let p = tokio::time::timeout(Duration::from_secs(10), self.started.acquire())
@@ -814,6 +810,13 @@ mod tests {
                 Ok(g) => Some(g.bytes().await.unwrap().to_vec()),
                 Err(_) => None,
             }
+        }
+    }
+
+    /// Lets the other tasks of the test's runtime run a while.
+    async fn let_others_run() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
         }
     }
 
@@ -942,9 +945,7 @@ mod tests {
             async move { f.unlink(ROOT, "a.txt").await }
         });
         // the unlink waits for the upload under way
-        for _ in 0..50 {
-            tokio::task::yield_now().await;
-        }
+        let_others_run().await;
         assert!(
             !unlinking.is_finished(),
             "the unlink did not wait for the upload"
@@ -973,9 +974,7 @@ mod tests {
             let f = f.clone();
             async move { f.unlink(ROOT, "a.txt").await }
         });
-        for _ in 0..50 {
-            tokio::task::yield_now().await;
-        }
+        let_others_run().await;
         assert!(
             !unlinking.is_finished(),
             "the unlink did not wait for the close's upload"
@@ -1016,9 +1015,7 @@ mod tests {
             let f = f.clone();
             async move { f.flush(fh).await }
         });
-        for _ in 0..50 {
-            tokio::task::yield_now().await;
-        }
+        let_others_run().await;
         assert!(
             !closing.is_finished(),
             "the close did not wait for the rename"
@@ -1144,9 +1141,7 @@ mod tests {
             let f = f.clone();
             async move { f.flush(fh).await }
         });
-        for _ in 0..50 {
-            tokio::task::yield_now().await;
-        }
+        let_others_run().await;
         assert!(
             !closing.is_finished(),
             "a close in the folder did not wait for its rename"
