@@ -11,9 +11,11 @@
 #             until cp returns and until every object is at the store
 #   unzip     unzip -q of a zip of BENCH_MOUNT_ZIP_N files (default 5,000, 1-80 KiB each,
 #             stored) from the mount to a local folder
-#   read-rand random 4 KiB reads of the file for BENCH_MOUNT_RAND_SECS (default 30) s (fio),
-#             first on a fresh mount: nothing of the file in any cache (round-trip bound)
-#   read-seq  then a sequential read of the file (fio, bs=1M; dd when fio is missing)
+#   read-seq  a sequential read of another file of that size, which no step read before (fio,
+#             bs=1M; dd when fio is missing), on a fresh mount
+#   read-rand random 4 KiB reads of the first file for BENCH_MOUNT_RAND_SECS (default 30) s
+#             (fio) on a fresh mount: nothing of the file in any cache (round-trip bound);
+#             and the bytes the lab carried from the store meanwhile (read amplification)
 #   find      find over BENCH_MOUNT_FIND_N entries (default 20,000 empty objects in 100
 #             folders), on a fresh mount
 # and the mount process's peak RSS over the whole run (VmHWM).
@@ -105,7 +107,7 @@ env -u RUST_LOG "$S3S_BIN" --host 127.0.0.1 --port "$S3S_PORT" --access-key test
 PIDS+=($!)
 "$LAB" --listen "$LAB_PORT" --upstream "127.0.0.1:$S3S_PORT" --delay "${DELAY}ms" --rate "$RATE" \
     >"$WORK/lab.out" 2>&1 &
-PIDS+=($!)
+PIDS+=($!) LAB_PID=$!
 for ((i = 0; ; i++)); do
     (exec 3<>"/dev/tcp/127.0.0.1/$S3S_PORT") 2>/dev/null && grep -q '^listening on' "$WORK/lab.out" && break
     ((i < 300)) || die "s3s-fs or the lab did not start"
@@ -122,6 +124,7 @@ rcl() { RCLONE_CONFIG_S3_ENDPOINT="$DIRECT" env -u AWS_CA_BUNDLE rclone --config
 log "seeding: a ${FILE_MB} MiB file, a dataset of $TREE_N files, $FIND_N entries"
 mkdir -p "$WORK/seed"
 head -c $((FILE_MB << 20)) /dev/urandom >"$WORK/seed/big.zip"
+head -c $((FILE_MB << 20)) /dev/urandom >"$WORK/seed/seq.bin"
 python3 - "$WORK/seed/dataset" "$TREE_N" <<'EOF'
 import os, random, sys, json
 root, n = sys.argv[1], int(sys.argv[2])
@@ -148,6 +151,8 @@ EOF
 rcl mkdir s3:bench-mnt >&2
 rcl copy "$WORK/seed/big.zip" s3:bench-mnt/read/ >&2
 rcl copy "$WORK/seed/small.zip" s3:bench-mnt/read/ >&2
+rcl copy "$WORK/seed/seq.bin" s3:bench-mnt/read/ >&2
+rm -f "$WORK/seed/seq.bin"
 mkdir -p "$WORK/seed/find"
 python3 - "$WORK/seed/find" "$FIND_N" <<'EOF'
 import os, sys
@@ -216,6 +221,17 @@ complete_at_store() {
     die "$1 not complete at the store"
 }
 count_at_store() { find "$WORK/s3data/bench-mnt/$1" -type f 2>/dev/null | wc -l; }
+# lab_down: the bytes the lab has carried from the store so far (it prints them on SIGUSR1)
+lab_down() {
+    local n i
+    n=$(grep -c '^up ' "$WORK/lab.out" || true)
+    kill -USR1 "$LAB_PID"
+    for ((i = 0; i < 100; i++)); do
+        (($(grep -c '^up ' "$WORK/lab.out" || true) > n)) && break
+        sleep 0.05
+    done
+    grep '^up ' "$WORK/lab.out" | tail -n 1 | awk '{print $4}'
+}
 
 declare -A R
 for tool in $TOOLS; do
@@ -256,30 +272,41 @@ for tool in $TOOLS; do
         [[ $n == "$ZIP_N" ]] || die "$tool: unzip gave $n files, not $ZIP_N"
         rm -rf "$WORK/unz-$tool"
         R[$tool,unzip]=$(secs "$t0" "$t1")
+        if [[ -z ${UNZIP_LOCAL:-} ]]; then
+            # the floor of the row: the same unzip from a local file
+            quiet_disk
+            t0=$(now); unzip -q "$WORK/seed/small.zip" -d "$WORK/unz-local"; t1=$(now)
+            rm -rf "$WORK/unz-local"
+            UNZIP_LOCAL=$(secs "$t0" "$t1")
+        fi
         unmount_tool; ((PEAK_KB > PEAK)) && PEAK=$PEAK_KB
     fi
-    if want read-seq || want read-rand; then
+    if want read-seq; then
+        # a file no step has read: each tool fetches all of it, through the lab
         mount_tool "$tool"
-        if want read-rand && command -v fio >/dev/null; then
-            log "$tool: random 4 KiB reads for $RAND_SECS s"
-            fio --name=rand --filename="$MNT/read/big.zip" --rw=randread --bs=4k --readonly \
-                --size=$((FILE_MB))M --ioengine=psync --time_based --runtime="$RAND_SECS" \
-                --output-format=json --output="$WORK/fio-rand.json" >/dev/null
-            peak
-            R[$tool,read-rand]=$(python3 -c "import json; print(f\"{json.load(open('$WORK/fio-rand.json'))['jobs'][0]['read']['iops']:.1f}\")")
+        log "$tool: sequential read of ${FILE_MB} MiB"
+        t0=$(now)
+        if command -v fio >/dev/null; then
+            fio --name=seq --filename="$MNT/read/seq.bin" --rw=read --bs=1M --readonly \
+                --size=$((FILE_MB))M --ioengine=psync --output="$WORK/fio-seq.out" >/dev/null
+        else
+            dd if="$MNT/read/seq.bin" of=/dev/null bs=1M status=none
         fi
-        if want read-seq; then
-            log "$tool: sequential read of ${FILE_MB} MiB"
-            t0=$(now)
-            if command -v fio >/dev/null; then
-                fio --name=seq --filename="$MNT/read/big.zip" --rw=read --bs=1M --readonly \
-                    --size=$((FILE_MB))M --ioengine=psync --output="$WORK/fio-seq.out" >/dev/null
-            else
-                dd if="$MNT/read/big.zip" of=/dev/null bs=1M status=none
-            fi
-            t1=$(now); peak
-            R[$tool,read-seq]=$(python3 -c "print(f'{$FILE_MB * 1.048576 / ($t1 - $t0):.1f}')")
-        fi
+        t1=$(now); peak
+        R[$tool,read-seq]=$(python3 -c "print(f'{$FILE_MB * 1.048576 / ($t1 - $t0):.1f}')")
+        unmount_tool; ((PEAK_KB > PEAK)) && PEAK=$PEAK_KB
+    fi
+    if want read-rand && command -v fio >/dev/null; then
+        mount_tool "$tool"
+        log "$tool: random 4 KiB reads for $RAND_SECS s"
+        d0=$(lab_down)
+        fio --name=rand --filename="$MNT/read/big.zip" --rw=randread --bs=4k --readonly \
+            --size=$((FILE_MB))M --ioengine=psync --time_based --runtime="$RAND_SECS" \
+            --output-format=json --output="$WORK/fio-rand.json" >/dev/null
+        peak
+        d1=$(lab_down)
+        R[$tool,read-rand]=$(python3 -c "import json; print(f\"{json.load(open('$WORK/fio-rand.json'))['jobs'][0]['read']['iops']:.1f}\")")
+        R[$tool,rand-fetched]=$(((d1 - d0) >> 20))
         unmount_tool; ((PEAK_KB > PEAK)) && PEAK=$PEAK_KB
     fi
     if want find; then
@@ -323,6 +350,11 @@ ratio() { # ratio SLATE PEER HIGHER_IS_BETTER
     want unzip && row "unzip -q of $ZIP_N files from the mount" unzip 0 s
     want read-seq && row "sequential read (fio bs=1M)" read-seq 1 MB/s
     want read-rand && row "random 4 KiB reads, ${RAND_SECS} s" read-rand 1 IOPS
+    want read-rand && row "MiB fetched from the store by those random reads" rand-fetched 0 MiB
     want find && row "find over $FIND_N entries" find 0 s
     row "peak RSS of the mount" rss 0 MiB
+    if [[ -n ${UNZIP_LOCAL:-} ]]; then
+        echo
+        echo "The same unzip from a local file (no mount) took $UNZIP_LOCAL s: the floor of the unzip row."
+    fi
 } | tee "$REPORT"

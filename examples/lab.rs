@@ -1,6 +1,7 @@
 //! The latency lab as a process, for bench scripts: `lab --listen PORT --upstream HOST:PORT
 //! [--delay 20ms | --up 10ms --down 10ms] [--rate 100M] [--flow-rate 10M]`. Prints `listening on …` once ready;
-//! on SIGTERM or SIGINT prints `up N down N connections N` (bytes) and exits. 127.0.0.1 only.
+//! on SIGUSR1 prints `up N down N connections N` (bytes so far), and on SIGTERM or SIGINT prints
+//! it once more and exits. 127.0.0.1 only.
 
 use std::time::Duration;
 
@@ -59,18 +60,26 @@ async fn main() {
     .await
     .unwrap_or_else(|e| fail(format!("cannot listen: {e}")));
     println!("listening on {}", lab.addr);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .unwrap_or_else(|e| fail(e.to_string()));
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).unwrap_or_else(|e| fail(e.to_string()));
+    let mut usr1 = signal(SignalKind::user_defined1()).unwrap_or_else(|e| fail(e.to_string()));
+    let counters = || {
+        let c = &lab.counters;
+        use std::sync::atomic::Ordering::Relaxed;
+        println!(
+            "up {} down {} connections {}",
+            c.up.load(Relaxed),
+            c.down.load(Relaxed),
+            c.connections.load(Relaxed)
+        );
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+            // a bench asks for the bytes so far, to tell what one step fetched
+            _ = usr1.recv() => counters(),
+        }
     }
-    let c = &lab.counters;
-    use std::sync::atomic::Ordering::Relaxed;
-    println!(
-        "up {} down {} connections {}",
-        c.up.load(Relaxed),
-        c.down.load(Relaxed),
-        c.connections.load(Relaxed)
-    );
+    counters();
 }
