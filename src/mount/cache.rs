@@ -98,7 +98,19 @@ impl Tag {
     /// files of open handles) is removed; so is what any other mount that is gone left.
     pub fn claim(root: &Path) -> std::io::Result<Tag> {
         let locks = root.join("locks");
-        std::fs::create_dir_all(&locks)?;
+        // a folder the mount cannot write fails every tag alike: said at once, not after
+        // trying them all
+        let cannot = |e: std::io::Error| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot create mount lock in {}: {}",
+                    locks.display(),
+                    os_reason(&e)
+                ),
+            )
+        };
+        std::fs::create_dir_all(&locks).map_err(cannot)?;
         for _ in 0..10_000 {
             let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let name = format!("{}-{n}", std::process::id());
@@ -112,10 +124,17 @@ impl Tag {
                         dir: locks,
                     });
                 }
-                // held; or another user's lock file (a container of another uid): not ours
+                // held by a live mount
                 Ok(None) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => continue,
-                Err(e) => {
+                // another user's lock file (a container of another uid): not ours
+                Err(Locking::Open(e))
+                    if e.kind() == std::io::ErrorKind::PermissionDenied
+                        && locks.join(&name).symlink_metadata().is_ok() =>
+                {
+                    continue
+                }
+                Err(Locking::Open(e)) => return Err(cannot(e)),
+                Err(Locking::Lock(e)) => {
                     return Err(std::io::Error::new(
                         e.kind(),
                         format!(
@@ -133,11 +152,29 @@ impl Tag {
     }
 }
 
+/// The OS's words for `e`, without the "(os error N)" that follows them.
+fn os_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(n) => text
+            .strip_suffix(&format!(" (os error {n})"))
+            .unwrap_or(&text)
+            .to_string(),
+        None => text,
+    }
+}
+
+/// Why a lock was not taken: its file could not be opened (or made), or locked.
+enum Locking {
+    Open(std::io::Error),
+    Lock(std::io::Error),
+}
+
 /// The lock of `tag` in `locks`, taken, when nobody holds it (None when a live mount
 /// does). The lock file is checked to still be the one at its path once locked: a sweep
 /// removes the lock files of tags that are gone, and a lock on a removed file claims
 /// nothing.
-fn unheld(locks: &Path, tag: &str) -> std::io::Result<Option<std::fs::File>> {
+fn unheld(locks: &Path, tag: &str) -> Result<Option<std::fs::File>, Locking> {
     use std::os::unix::fs::MetadataExt;
     let path = locks.join(tag);
     loop {
@@ -145,11 +182,12 @@ fn unheld(locks: &Path, tag: &str) -> std::io::Result<Option<std::fs::File>> {
             .create(true)
             .truncate(false)
             .write(true)
-            .open(&path)?;
-        if !try_lock(&f)? {
+            .open(&path)
+            .map_err(Locking::Open)?;
+        if !try_lock(&f).map_err(Locking::Lock)? {
             return Ok(None);
         }
-        let held = f.metadata()?;
+        let held = f.metadata().map_err(Locking::Lock)?;
         match std::fs::metadata(&path) {
             Ok(m) if m.ino() == held.ino() && m.dev() == held.dev() => return Ok(Some(f)),
             // removed (or made anew) between the open and the lock: again
@@ -701,6 +739,50 @@ mod tests {
         let c = Tag::claim(root).unwrap();
         assert!(!root.join("blocks").join("999997").exists());
         drop(c);
+    }
+
+    #[test]
+    fn a_claim_in_a_lock_folder_it_cannot_write_fails_at_once_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let claim_err = |root: &Path| match Tag::claim(root) {
+            Ok(t) => panic!("claimed {} in a folder it cannot write", t.name),
+            Err(e) => e.to_string(),
+        };
+        // a lock folder made read-only by its mode: that stops writes unless the test runs
+        // as root (which writes anyway); checked first
+        let ro = d.path().join("ro");
+        let locks = ro.join("locks");
+        std::fs::create_dir_all(&locks).unwrap();
+        std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let probe = locks.join("probe");
+        let mode_stops_writes = std::fs::File::create(&probe).is_err();
+        let _ = std::fs::remove_file(&probe);
+        if mode_stops_writes {
+            let before = MOUNTS.load(std::sync::atomic::Ordering::Relaxed);
+            let e = claim_err(&ro);
+            let tried = MOUNTS.load(std::sync::atomic::Ordering::Relaxed) - before;
+            assert_eq!(
+                e,
+                format!(
+                    "cannot create mount lock in {}: Permission denied",
+                    locks.display()
+                )
+            );
+            // other tests claim tags meanwhile, but not thousands
+            assert!(tried < 1000, "{tried} tags tried");
+        }
+        std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // a lock folder under a regular file cannot be made, by root either
+        let file = d.path().join("file");
+        std::fs::write(&file, b"not a folder").unwrap();
+        assert_eq!(
+            claim_err(&file),
+            format!(
+                "cannot create mount lock in {}: Not a directory",
+                file.join("locks").display()
+            )
+        );
     }
 
     #[test]
