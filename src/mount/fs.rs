@@ -526,6 +526,11 @@ const WALK: Duration = Duration::from_secs(30);
 /// Subfolder listings fetched ahead at once.
 const LIST_AHEAD: usize = 16;
 
+/// Whether `path` is `rel` or under it (every path is under the root, "").
+pub(super) fn at_or_under(path: &str, rel: &str) -> bool {
+    rel.is_empty() || path == rel || path.strip_prefix(rel).is_some_and(|x| x.starts_with('/'))
+}
+
 pub(super) fn join(a: &str, b: &str) -> String {
     match (a.is_empty(), b.is_empty()) {
         (true, _) => b.to_string(),
@@ -924,8 +929,6 @@ impl Fs {
             }
         };
         self.remove_child(new_parent, new_name);
-        let under =
-            |r: &str| r == from || r.strip_prefix(&from).is_some_and(|x| x.starts_with('/'));
         let moved = |r: &str| format!("{to}{}", &r[from.len()..]);
         {
             let mut nodes = self.nodes();
@@ -939,7 +942,7 @@ impl Fs {
             let renames: Vec<(u64, String)> = nodes
                 .by_ino
                 .iter()
-                .filter(|(i, n)| **i == ino || (n.rel != from && under(&n.rel)))
+                .filter(|(i, n)| **i == ino || (n.rel != from && at_or_under(&n.rel, &from)))
                 .map(|(i, n)| (*i, n.rel.clone()))
                 .collect();
             for (i, old) in renames {
@@ -961,14 +964,18 @@ impl Fs {
         }
         {
             let mut virt = self.virtual_dirs();
-            let inside: Vec<String> = virt.iter().filter(|v| under(v)).cloned().collect();
+            let inside: Vec<String> = virt
+                .iter()
+                .filter(|v| at_or_under(v, &from))
+                .cloned()
+                .collect();
             for v in inside {
                 virt.remove(&v);
                 virt.insert(moved(&v));
             }
         }
         for h in self.handles().values_mut() {
-            if under(&h.rel) {
+            if at_or_under(&h.rel, &from) {
                 h.rel = moved(&h.rel);
                 h.key = self.key(&h.rel);
                 if let Some(w) = h.write.as_mut() {
@@ -1586,6 +1593,24 @@ mod tests {
                 .map(|r| (r.start, r.end))
                 .collect();
             assert_eq!(got, want, "{range:?}");
+        }
+    }
+
+    #[test]
+    fn a_path_is_at_or_under_itself_and_its_folders_only() {
+        for (path, rel, want) in [
+            ("a/b", "a/b", true),
+            ("a/b/c", "a/b", true),
+            ("a/b/c/d", "a/b", true),
+            ("a/bc", "a/b", false),
+            ("a/b.txt", "a/b", false),
+            ("a", "a/b", false),
+            ("b", "a", false),
+            ("", "a", false),
+            ("a/b", "", true),
+            ("", "", true),
+        ] {
+            assert_eq!(at_or_under(path, rel), want, "{path:?} under {rel:?}");
         }
     }
 

@@ -1265,4 +1265,131 @@ mod tests {
         assert_eq!(f.settle("").await, 0);
         assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"kept"[..]));
     }
+
+    #[tokio::test]
+    async fn a_deleted_waiting_files_kept_copy_goes_even_when_its_record_cannot_be_forgotten() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"bytes").await;
+        let kept = f.waiting("a.txt").expect("not waiting").file;
+        assert!(kept.exists());
+        // the state fails from here on: its table of records is dropped behind its back
+        rusqlite::Connection::open(d.path().join("state.db"))
+            .unwrap()
+            .execute_batch("DROP TABLE pending")
+            .unwrap();
+        let b = f.backlog.as_ref().expect("no backlog");
+        assert!(
+            b.state.forget(&b.src, "a.txt").is_err(),
+            "the state did not fail"
+        );
+        f.drop_waiting("a.txt");
+        assert!(!kept.exists(), "a deleted file's kept copy stayed");
+        assert_eq!(f.waiting_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_file_closed_again_is_read_at_its_newest_close() {
+        use std::io::Read;
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"one").await;
+        let older = f.waiting("a.txt").expect("not waiting");
+        let ino = f.lookup(ROOT, "a.txt").await.unwrap().ino;
+        let fh = f.open_write(ino, true).await.unwrap();
+        f.write(fh, 0, b"two").unwrap();
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+        let newer = f.waiting("a.txt").expect("not waiting");
+        assert_ne!(older.gen, newer.gen);
+        assert!(!older.file.exists(), "the older close's file stayed");
+        // a reader that saw the older close reads the newer one's bytes
+        let mut got = String::new();
+        f.open_waiting("a.txt", &older)
+            .expect("the older close's file was gone: an error")
+            .expect("judged uploaded")
+            .read_to_string(&mut got)
+            .unwrap();
+        assert_eq!(got, "two");
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"two"[..]));
+        // uploaded: the store has it
+        assert!(f.open_waiting("a.txt", &older).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_upload_that_meets_a_newer_close_leaves_it_waiting_and_it_lands_last() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"one").await;
+        s.gate.store(true, Ordering::SeqCst);
+        let settling = tokio::spawn({
+            let f = f.clone();
+            async move { f.settle("").await }
+        });
+        s.put_started().await;
+        // "one" uploads: "two" is closed meanwhile
+        let ino = f.lookup(ROOT, "a.txt").await.unwrap().ino;
+        let fh = f.open_write(ino, true).await.unwrap();
+        f.write(fh, 0, b"two").unwrap();
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+        let newer = f.waiting("a.txt").expect("not waiting");
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        assert_eq!(settling.await.unwrap(), 0);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"one"[..]));
+        let still = f
+            .waiting("a.txt")
+            .expect("the newer close was cleared by the older upload");
+        assert_eq!(still.gen, newer.gen);
+        assert!(still.file.exists(), "the newer close's file went");
+        let b = f.backlog.as_ref().expect("no backlog");
+        assert_eq!(b.state.names(&b.src, "a.txt", newer.gen), Ok(true));
+        assert_eq!(f.settle("").await, 0);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"two"[..]));
+        assert_eq!(f.waiting_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn two_closes_of_one_path_upload_in_turn() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), None);
+        let (_, h1) = f.create(ROOT, "a.txt").await.unwrap();
+        f.write(h1, 0, b"first").unwrap();
+        let ino = f.lookup(ROOT, "a.txt").await.unwrap().ino;
+        let h2 = f.open_write(ino, true).await.unwrap();
+        f.write(h2, 0, b"second").unwrap();
+        s.gate.store(true, Ordering::SeqCst);
+        let first = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(h1).await }
+        });
+        s.put_started().await;
+        let second = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(h2).await }
+        });
+        let_others_run().await;
+        assert_eq!(
+            s.started.available_permits(),
+            0,
+            "the second close's upload started while the first's was under way"
+        );
+        assert!(!second.is_finished(), "the second close did not wait");
+        s.open.add_permits(1);
+        first.await.unwrap().unwrap();
+        // then the second's goes
+        s.put_started().await;
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        second.await.unwrap().unwrap();
+        f.release(h1);
+        f.release(h2);
+        assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"second"[..]));
+    }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 
-use super::fs::{Errno, Fs};
+use super::fs::{at_or_under, Errno, Fs};
 
 /// Files a write-back uploads at once.
 const UPLOADS_AT_ONCE: usize = 16;
@@ -146,9 +146,7 @@ impl Fs {
         };
         b.waiting()
             .keys()
-            .filter(|r| {
-                r.as_str() == rel || r.strip_prefix(rel).is_some_and(|x| x.starts_with('/'))
-            })
+            .filter(|r| at_or_under(r, rel))
             .cloned()
             .collect()
     }
@@ -355,13 +353,10 @@ impl Fs {
     /// rename, and at unmount. The failures' count.
     pub async fn settle(&self, rel: &str) -> usize {
         let Some(b) = &self.backlog else { return 0 };
-        let under = |r: &str| {
-            rel.is_empty() || r == rel || r.strip_prefix(rel).is_some_and(|x| x.starts_with('/'))
-        };
         let these: Vec<(String, Waiting)> = b
             .waiting()
             .iter()
-            .filter(|(r, _)| under(r))
+            .filter(|(r, _)| at_or_under(r, rel))
             .map(|(r, w)| (r.clone(), w.clone()))
             .collect();
         let mut failed = 0;
