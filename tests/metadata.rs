@@ -9,43 +9,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
 use object_store::path::Path;
-use object_store::{Attribute, AttributeValue, Attributes, ClientOptions, ObjectStore, PutOptions};
-
-fn http() -> HttpClient {
-    ReqwestConnector::default()
-        .connect(&ClientOptions::new().with_allow_http(true))
-        .expect("client")
-}
-
-/// Sends `req` and returns status, headers (names lower-case) and body.
-fn send(req: http::Request<HttpRequestBody>) -> (u16, BTreeMap<String, String>, String) {
-    rt().block_on(async move {
-        let resp = http().execute(req).await.expect("send");
-        let status = resp.status().as_u16();
-        let headers = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_ascii_lowercase(),
-                    v.to_str().unwrap_or("").to_string(),
-                )
-            })
-            .collect();
-        let body = resp.into_body().bytes().await.unwrap_or_default();
-        (status, headers, String::from_utf8_lossy(&body).to_string())
-    })
-}
-
-fn enc(key: &str) -> String {
-    key.split('/')
-        .map(|s| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>())
-        .collect::<Vec<_>>()
-        .join("/")
-        .replace('+', "%20")
-}
+use object_store::{Attribute, AttributeValue, Attributes, ObjectStore, PutOptions};
 
 fn s3_request(
     method: &str,
@@ -53,26 +18,6 @@ fn s3_request(
     key_and_query: &str,
 ) -> (u16, BTreeMap<String, String>, String) {
     s3_signed(method, &format!("/{bucket}/{key_and_query}"), &[], "")
-}
-
-fn az_head(container: &str, key: &str) -> (u16, BTreeMap<String, String>) {
-    use object_store::azure::{AzureAccessKey, AzureAuthorizer, AzureCredential};
-    let cred = AzureCredential::AccessKey(AzureAccessKey::try_new(AZURITE_KEY).expect("key"));
-    let url = format!(
-        "{}/devstoreaccount1/{container}/{}",
-        azurite_url(),
-        enc(key)
-    );
-    let mut req = http::Request::builder()
-        .method("HEAD")
-        .uri(&url)
-        .body(HttpRequestBody::from(Vec::new()))
-        .expect("request");
-    AzureAuthorizer::new(&cred, "devstoreaccount1")
-        .try_authorize(&mut req)
-        .expect("sign");
-    let (status, headers, _) = send(req);
-    (status, headers)
 }
 
 /// The properties of a stored object as its store reports them: `content-type`, … ,

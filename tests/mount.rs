@@ -549,7 +549,14 @@ fn an_azure_container_mount_follows_its_storage_queue() {
         &format!("az://{container}/{prefix}"),
         &dir,
         &tmp.path().join("mount.log"),
-        &["--events", &spec, "--dir-cache-time", "1h"],
+        &[
+            "--events",
+            &spec,
+            "--dir-cache-time",
+            "1h",
+            "--storage-class",
+            "cool",
+        ],
     );
     for (k, v) in &files {
         assert!(std::fs::read(dir.join(k)).expect("read") == *v, "{k}");
@@ -611,6 +618,81 @@ fn an_azure_container_mount_follows_its_storage_queue() {
         .map(|v| v.as_ref().to_string())
         .unwrap_or_default();
     assert!(ct.starts_with("text/html"), "{ct}");
+    let tier = |key: &str| {
+        let (status, h) = az_head(container, &format!("{prefix}/{key}"));
+        assert_eq!(status, 200, "HEAD {key}: {h:?}");
+        h.get("x-ms-access-tier").cloned().unwrap_or_default()
+    };
+    assert_eq!(tier("w.html"), "Cool");
+    // renamed, it keeps its tier, Content-Type and modification time: Azure's copy cannot
+    // ask for a tier, so the bytes move through the mount (a multipart upload past 8 MiB)
+    let big = bytes(9, 9 * 1024 * 1024 + 77);
+    std::fs::write(dir.join("big.bin"), &big).expect("write big");
+    let mtime = |p: &Path| {
+        std::fs::metadata(p)
+            .expect("stat")
+            .modified()
+            .expect("mtime")
+    };
+    let (w_time, big_time) = (mtime(&dir.join("w.html")), mtime(&dir.join("big.bin")));
+    std::fs::rename(dir.join("w.html"), dir.join("d/moved.html")).expect("rename");
+    std::fs::rename(dir.join("big.bin"), dir.join("d/big-moved.bin")).expect("rename big");
+    assert_eq!(tier("d/moved.html"), "Cool");
+    assert_eq!(tier("d/big-moved.bin"), "Cool");
+    // a blob written by another client, in the account's default tier, takes the mount's
+    // when renamed through it (as S3's renames do): Azurite's copy would keep the source's
+    assert_ne!(tier("a.bin"), "Cool");
+    std::fs::rename(dir.join("a.bin"), dir.join("d/a-moved.bin")).expect("rename a.bin");
+    assert_eq!(tier("d/a-moved.bin"), "Cool");
+    assert_eq!(
+        std::fs::read(dir.join("d/a-moved.bin")).expect("read a-moved.bin"),
+        files["a.bin"]
+    );
+    let at = |key: &str| {
+        rt().block_on(async {
+            let got = store
+                .get(&StorePath::from(format!("{prefix}/{key}")))
+                .await?;
+            let attrs = got.attributes.clone();
+            Ok::<_, object_store::Error>((got.bytes().await?.to_vec(), attrs))
+        })
+    };
+    let (b, attrs) = at("d/moved.html").expect("the renamed blob");
+    assert_eq!(b, b"<p>");
+    let meta =
+        slate::core::meta::Meta::from_attributes(slate::core::location::Scheme::Azure, &attrs);
+    assert!(
+        meta.content_type
+            .as_deref()
+            .is_some_and(|c| c.starts_with("text/html")),
+        "{meta:?}"
+    );
+    assert_eq!(
+        meta.mtime,
+        Some(w_time),
+        "the renamed blob's modification time"
+    );
+    let (b, attrs) = at("d/big-moved.bin").expect("the renamed large blob");
+    assert!(b == big, "the renamed large blob's bytes");
+    let meta =
+        slate::core::meta::Meta::from_attributes(slate::core::location::Scheme::Azure, &attrs);
+    assert_eq!(
+        meta.mtime,
+        Some(big_time),
+        "the renamed large blob's modification time"
+    );
+    assert!(matches!(
+        at("w.html"),
+        Err(object_store::Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        at("big.bin"),
+        Err(object_store::Error::NotFound { .. })
+    ));
+    assert_eq!(
+        std::fs::read(dir.join("d/big-moved.bin")).expect("read the renamed file"),
+        big
+    );
     assert_eq!(m.stop(), Some(0));
 }
 

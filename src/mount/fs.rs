@@ -997,10 +997,16 @@ impl Fs {
         }
     }
 
+    /// File `ino` is `size` bytes, written now.
     pub(super) fn set_size(&self, ino: u64, size: u64) {
+        self.set_stored(ino, size, SystemTime::now());
+    }
+
+    /// File `ino` is `size` bytes with modification time `mtime`: what its upload carries.
+    pub(super) fn set_stored(&self, ino: u64, size: u64, mtime: SystemTime) {
         if let Some(n) = self.nodes().by_ino.get_mut(&ino) {
             n.attr.size = size;
-            n.attr.mtime = SystemTime::now();
+            n.attr.mtime = mtime;
         }
     }
 

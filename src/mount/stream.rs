@@ -4,6 +4,7 @@
 //! stream: it is aborted and `close` uploads the file whole.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::path::Path as StorePath;
@@ -29,6 +30,8 @@ pub struct Stream {
     /// Bytes `[0, sent)` are handed to the upload, as `parts` parts.
     pub sent: u64,
     pub parts: u64,
+    /// The modification time the object carries: its metadata goes with the upload's start.
+    pub mtime: SystemTime,
 }
 
 /// Where a sequential writer is, and whether its file can still stream.
@@ -101,7 +104,7 @@ pub(super) fn start(
     rt: &tokio::runtime::Handle,
     store: Arc<dyn ObjectStore>,
     key: StorePath,
-    attributes: object_store::Attributes,
+    (attributes, mtime): (object_store::Attributes, SystemTime),
     file: std::fs::File,
     limit: Option<Arc<crate::copy::bwlimit::BwLimit>>,
     budget: Budget,
@@ -112,6 +115,7 @@ pub(super) fn start(
         tx,
         sent: 0,
         parts: 0,
+        mtime,
     }
 }
 
@@ -283,6 +287,7 @@ mod tests {
             tx: mpsc::unbounded_channel().0,
             sent: 2 * PART,
             parts: 2,
+            mtime: SystemTime::UNIX_EPOCH,
         });
         // a gap: what is after it waits for the end
         assert!(s.wrote(3 * PART, 4 * PART).is_empty());
@@ -306,6 +311,7 @@ mod tests {
                 tx: mpsc::unbounded_channel().0,
                 sent: PART,
                 parts: 1,
+                mtime: SystemTime::UNIX_EPOCH,
             }),
             ..Default::default()
         };
@@ -328,6 +334,7 @@ mod tests {
                 tx: mpsc::unbounded_channel().0,
                 sent: 1000 * PART,
                 parts: 1000,
+                mtime: SystemTime::UNIX_EPOCH,
             }),
             seq_end: 1000 * PART,
             ..Default::default()

@@ -137,12 +137,13 @@ impl Fs {
         if !ready.is_empty() {
             if w.seq.stream.is_none() {
                 if let (Some(rt), Ok(file)) = (&self.rt, w.file.try_clone()) {
-                    let attributes = self.attributes_for(&h.rel, SystemTime::now())?;
+                    let mtime = SystemTime::now();
+                    let attributes = self.attributes_for(&h.rel, mtime)?;
                     w.seq.stream = Some(super::stream::start(
                         rt,
                         self.store.clone(),
                         h.key.clone(),
-                        attributes,
+                        (attributes, mtime),
                         file,
                         self.opts.bwlimit.clone(),
                         self.fetcher.budget.clone(),
@@ -289,12 +290,14 @@ impl Fs {
         };
         let key = self.key(&rel);
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
-        let mtime = SystemTime::now();
+        // the time the object carries, which the mount shows from now on: a streamed
+        // upload's was sent with its start
+        let mtime = stream.as_ref().map_or_else(SystemTime::now, |s| s.mtime);
         if let Some(delay) = self.opts.write_back {
             self.keep_for_upload(&rel, (&file, &path), (size, mtime), delay, stream)?;
             uploaded(self);
             self.fetcher.cache.forget(key.as_ref());
-            self.set_size(ino, size);
+            self.set_stored(ino, size, mtime);
             return Ok(());
         }
         // two closes of one path upload in turn: the later close's bytes land last
@@ -315,7 +318,7 @@ impl Fs {
         uploaded(self);
         self.uploaded.fetch_add(size, Ordering::Relaxed);
         self.fetcher.cache.forget(key.as_ref());
-        self.set_size(ino, size);
+        self.set_stored(ino, size, mtime);
         tracing::debug!(key = %key, size, "mount: uploaded");
         Ok(())
     }
@@ -624,6 +627,9 @@ impl Fs {
                         return Err(libc::EIO);
                     }
                 }
+                // Azure's and GCS's copies cannot ask for a class: the bytes move through
+                // the mount, as the copier moves them when a class is asked for
+                (None, false) if self.copies_through() => self.copy_through(f, t).await?,
                 _ => match self.store.copy(&self.key(f), &self.key(t)).await {
                     Ok(()) => {}
                     Err(object_store::Error::NotFound { .. }) if writing => continue,
@@ -642,6 +648,114 @@ impl Fs {
         self.fetcher.cache.forget(self.key(&from).as_ref());
         self.move_child(parent, name, new_parent, new_name);
         Ok(())
+    }
+
+    /// Whether a rename's copy moves the bytes through the mount: a class asked for on a
+    /// store whose server-side copy keeps the source's (Azure, GCS).
+    fn copies_through(&self) -> bool {
+        self.opts.storage_class.is_some() && matches!(self.opts.scheme, Scheme::Azure | Scheme::Gcs)
+    }
+
+    /// Copies `from` to `to` by reading it and writing it again: its own Content-Type and
+    /// metadata (its modification time among them), with the mount's storage class. One PUT
+    /// up to a part, else a multipart upload of parts taken from the GET as they arrive, one
+    /// at a time within the memory budget.
+    async fn copy_through(&self, from: &str, to: &str) -> Result<(), Errno> {
+        use futures::StreamExt;
+        let (src, dst) = (self.key(from), self.key(to));
+        let failed = |e: object_store::Error| {
+            tracing::warn!(from = %src, to = %dst, error = %e, "mount: rename: the copy failed");
+            super::fs::errno(&e)
+        };
+        let got = self.store.get(&src).await.map_err(failed)?;
+        let size = got.meta.size;
+        let scheme = self.opts.scheme;
+        let attributes = Meta::from_attributes(scheme, &got.attributes)
+            .to_attributes(scheme, self.opts.storage_class.as_deref())
+            .map(|(a, _)| a)
+            .map_err(|why| {
+                tracing::warn!(key = %src, %why, "mount: rename: metadata");
+                libc::EIO
+            })?;
+        let mut body = got.into_stream();
+        // what the body's last chunk held past the part it ended
+        let mut rest = bytes::Bytes::new();
+        // the next `len` bytes of the body, within the budget and --bwlimit (read, then
+        // written: each byte passes twice)
+        let mut next = async |len: u64| -> Result<(Vec<u8>, _), Errno> {
+            if let Some(l) = &self.opts.bwlimit {
+                l.take(2 * len).await;
+            }
+            let permit = self.fetcher.budget.take(len).await;
+            let mut buf = Vec::with_capacity(len as usize);
+            loop {
+                let want = len as usize - buf.len();
+                if rest.len() >= want {
+                    buf.extend_from_slice(&rest.split_to(want));
+                    break;
+                }
+                buf.extend_from_slice(&rest);
+                match body.next().await {
+                    Some(Ok(b)) => rest = b,
+                    Some(Err(e)) => return Err(failed(e)),
+                    None => {
+                        rest = bytes::Bytes::new();
+                        break;
+                    }
+                }
+            }
+            if buf.len() as u64 != len {
+                tracing::warn!(key = %src, "mount: rename: the object changed while copied");
+                return Err(libc::EIO);
+            }
+            Ok((buf, permit))
+        };
+        if size <= PART {
+            let (buf, _permit) = next(size).await?;
+            let opts = PutOptions {
+                attributes,
+                ..Default::default()
+            };
+            self.store
+                .put_opts(&dst, PutPayload::from(buf), opts)
+                .await
+                .map_err(failed)?;
+            return Ok(());
+        }
+        let mut upload = self
+            .store
+            .put_multipart_opts(
+                &dst,
+                PutMultipartOptions {
+                    attributes,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(failed)?;
+        let sent = async {
+            let (mut off, mut n) = (0, 0);
+            while off < size {
+                let len = part_len(n).min(size - off);
+                n += 1;
+                let (buf, _permit) = next(len).await?;
+                upload
+                    .put_part(PutPayload::from(buf))
+                    .await
+                    .map_err(failed)?;
+                off += len;
+            }
+            Ok::<(), Errno>(())
+        }
+        .await;
+        let done = match sent {
+            Ok(()) => upload.complete().await.map(|_| ()).map_err(failed),
+            Err(e) => Err(e),
+        };
+        if done.is_err() {
+            let _ = upload.abort().await;
+        }
+        done
     }
 
     /// An open write handle of file `ino`, if any.

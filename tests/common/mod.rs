@@ -451,7 +451,7 @@ pub fn s3_signed(
     body: &str,
 ) -> (u16, BTreeMap<String, String>, String) {
     use object_store::aws::{AwsAuthorizer, AwsCredential};
-    use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
+    use object_store::client::HttpRequestBody;
     let cred = AwsCredential {
         key_id: "testing".into(),
         secret_key: "testing".into(),
@@ -468,6 +468,15 @@ pub fn s3_signed(
     AwsAuthorizer::new(&cred, "s3", "us-east-1")
         .try_authorize(&mut req, None)
         .expect("sign");
+    send(req)
+}
+
+/// Sends `req` (to an emulator on loopback): the status, the answer's headers (names
+/// lower-case) and its body.
+pub fn send(
+    req: http::Request<object_store::client::HttpRequestBody>,
+) -> (u16, BTreeMap<String, String>, String) {
+    use object_store::client::{HttpConnector, ReqwestConnector};
     let client = ReqwestConnector::default()
         .connect(&ClientOptions::new().with_allow_http(true))
         .expect("client");
@@ -487,6 +496,37 @@ pub fn s3_signed(
         let bytes = resp.into_body().bytes().await.unwrap_or_default();
         (status, headers, String::from_utf8_lossy(&bytes).to_string())
     })
+}
+
+/// `key` with each segment percent-encoded, for a URL's path.
+pub fn enc(key: &str) -> String {
+    key.split('/')
+        .map(|s| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("/")
+        .replace('+', "%20")
+}
+
+/// A signed HEAD of a blob at Azurite: its status and headers (names lower-case), the
+/// access tier (`x-ms-access-tier`) among them.
+pub fn az_head(container: &str, key: &str) -> (u16, BTreeMap<String, String>) {
+    use object_store::azure::{AzureAccessKey, AzureAuthorizer, AzureCredential};
+    let cred = AzureCredential::AccessKey(AzureAccessKey::try_new(AZURITE_KEY).expect("key"));
+    let url = format!(
+        "{}/devstoreaccount1/{container}/{}",
+        azurite_url(),
+        enc(key)
+    );
+    let mut req = http::Request::builder()
+        .method("HEAD")
+        .uri(&url)
+        .body(object_store::client::HttpRequestBody::from(Vec::new()))
+        .expect("request");
+    AzureAuthorizer::new(&cred, "devstoreaccount1")
+        .try_authorize(&mut req)
+        .expect("sign");
+    let (status, headers, _) = send(req);
+    (status, headers)
 }
 
 /// An SQS client for moto.
