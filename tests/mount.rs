@@ -814,6 +814,17 @@ fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mou
     std::fs::write(dir.join("gone.txt"), b"x").expect("write");
     std::fs::remove_file(dir.join("gone.txt")).expect("unlink");
     assert!(mount_status(&cache).contains("2 file(s) waiting"));
+    // a file whose kept bytes go missing before its upload (removed by hand below)
+    std::fs::write(dir.join("lost.txt"), b"lost").expect("write");
+    let status = mount_status(&cache);
+    assert!(status.contains("3 file(s) waiting"), "{status}");
+    let kept = status
+        .lines()
+        .find(|l| l.contains("/wb/lost.txt "))
+        .and_then(|l| l.split("kept in ").nth(1))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("where lost.txt is kept: {status}"));
+    assert!(kept.is_file(), "{}", kept.display());
 
     // kill -9: nothing uploaded, the state keeps both
     let mut child = m.child.take().expect("the mount");
@@ -829,6 +840,7 @@ fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mou
     drop(m);
     assert!(!mounted(&dir));
     assert!(at_store(&store, "wb/data/x.bin").is_none());
+    std::fs::remove_file(&kept).expect("remove lost.txt's kept bytes");
 
     // the next mount of the same source uploads them first
     let log2 = tmp.path().join("mount2.log");
@@ -848,6 +860,24 @@ fn write_back_closes_at_once_and_what_a_killed_mount_did_not_upload_the_next_mou
     wait_for("the state emptied", 10, || {
         mount_status(&cache).contains("0 file(s) waiting")
     });
+    // what lost its bytes is not uploaded, and is listed (and logged) as lost
+    assert!(at_store(&store, "wb/lost.txt").is_none());
+    let status = mount_status(&cache);
+    assert!(
+        status.contains("1 file(s) lost before their upload"),
+        "{status}"
+    );
+    assert!(
+        status.lines().any(|l| l.starts_with("lost ")
+            && l.contains(&format!("{src}/lost.txt  4 bytes"))
+            && l.contains(&kept.display().to_string())),
+        "{status}"
+    );
+    assert!(
+        m2.log_text().contains("lost its bytes before its upload"),
+        "{}",
+        m2.log_text()
+    );
     assert!(
         m2.log_text().contains("did not upload"),
         "{}",

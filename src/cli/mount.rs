@@ -377,7 +377,8 @@ pub struct StatusArgs {
     pub cache_dir: Option<PathBuf>,
 }
 
-/// `slate mount-status`: a line per file waiting for its upload, then per dropped message.
+/// `slate mount-status`: a line per file waiting for its upload, per file lost before its
+/// upload, then per dropped message.
 pub fn run_status(a: StatusArgs) -> i32 {
     let dir = a.cache_dir.unwrap_or_else(default_cache_dir);
     let src = match a.src.as_deref().map(crate::core::location::Location::parse) {
@@ -388,9 +389,14 @@ pub fn run_status(a: StatusArgs) -> i32 {
         }
         None => None,
     };
-    let listed = crate::mount::state::MountState::open(&dir)
-        .and_then(|s| Ok((s.pending(src.as_deref())?, s.dropped(src.as_deref())?)));
-    let (pending, dropped) = match listed {
+    let listed = crate::mount::state::MountState::open(&dir).and_then(|s| {
+        Ok((
+            s.pending(src.as_deref())?,
+            s.lost(src.as_deref())?,
+            s.dropped(src.as_deref())?,
+        ))
+    });
+    let (pending, lost, dropped) = match listed {
         Ok(x) => x,
         Err(why) => {
             eprintln!("slate: --cache-dir: {why}");
@@ -414,6 +420,21 @@ pub fn run_status(a: StatusArgs) -> i32 {
             p.size,
             when(p.since),
             p.file.display()
+        );
+    }
+    println!(
+        "{} file(s) lost before their upload (their kept bytes were gone; not uploaded)",
+        lost.len()
+    );
+    for l in &lost {
+        println!(
+            "lost     {}/{}  {} bytes  closed {}  found gone {}  was kept in {}",
+            l.src.trim_end_matches('/'),
+            l.rel,
+            l.size,
+            when(l.since),
+            when(l.at),
+            l.file.display()
         );
     }
     println!("{} event message(s) dropped", dropped.len());

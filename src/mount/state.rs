@@ -5,8 +5,10 @@
 //!   mount of the same source uploads them first.
 //! - **dropped:** event messages the mount could not read (it acknowledges them, as a
 //!   daemon dead-letters them), with the reason and the text.
+//! - **lost:** files closed with `--write-back` whose kept bytes were gone before their
+//!   upload (their `dirty/` file removed by hand, or a disk lost): never uploaded.
 //!
-//! `slate mount-status` lists both.
+//! `slate mount-status` lists all three.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -26,6 +28,19 @@ pub struct Pending {
     pub gen: i64,
     /// When it was closed (seconds since the epoch).
     pub since: i64,
+}
+
+/// A file closed with `--write-back` whose kept bytes were gone before its upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    pub src: String,
+    pub rel: String,
+    /// Where its bytes were kept.
+    pub file: PathBuf,
+    pub size: u64,
+    /// When it was closed, and when its bytes were found gone (seconds since the epoch).
+    pub since: i64,
+    pub at: i64,
 }
 
 /// A message the mount dropped.
@@ -90,7 +105,11 @@ impl MountState {
              CREATE TABLE IF NOT EXISTS gens (src TEXT PRIMARY KEY, last INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS dropped (
                  id INTEGER PRIMARY KEY, src TEXT NOT NULL, at INTEGER NOT NULL,
-                 source TEXT NOT NULL, reason TEXT NOT NULL, text TEXT NOT NULL);",
+                 source TEXT NOT NULL, reason TEXT NOT NULL, text TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS lost (
+                 id INTEGER PRIMARY KEY, src TEXT NOT NULL, rel TEXT NOT NULL,
+                 file TEXT NOT NULL, size INTEGER NOT NULL, since INTEGER NOT NULL,
+                 at INTEGER NOT NULL);",
         )
         .map_err(|e| fail(&e))?;
         Ok(MountState {
@@ -205,15 +224,62 @@ impl MountState {
         Ok(Some(gen))
     }
 
-    /// Clears `rel`'s record when it still names `file` at generation `gen` (another mount
-    /// may have made it anew since it was read).
-    pub fn forget_if(&self, src: &str, rel: &str, file: &Path, gen: i64) -> Result<(), String> {
-        self.conn()
+    /// Moves `p`'s record to the lost files when it still names `p.file` at `p.gen`
+    /// (another mount may have made it anew since it was read); whether it did. One
+    /// transaction: a record is waiting or lost, never neither.
+    pub fn lose(&self, p: &Pending) -> Result<bool, String> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.fail(e))?;
+        let file = p.file.to_string_lossy();
+        let n = tx
             .execute(
                 "DELETE FROM pending WHERE src = ?1 AND rel = ?2 AND file = ?3 AND gen = ?4",
-                params![src, rel, file.to_string_lossy(), gen],
+                params![p.src, p.rel, file, p.gen],
             )
-            .map(|_| ())
+            .map_err(|e| self.fail(e))?;
+        if n == 0 {
+            return Ok(false);
+        }
+        tx.execute(
+            "INSERT INTO lost (src, rel, file, size, since, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                p.src,
+                p.rel,
+                file,
+                p.size.min(i64::MAX as u64) as i64,
+                p.since,
+                secs(SystemTime::now())
+            ],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.commit().map_err(|e| self.fail(e))?;
+        Ok(true)
+    }
+
+    /// The lost files of `src` (every source's when None), oldest first.
+    pub fn lost(&self, src: Option<&str>) -> Result<Vec<Lost>, String> {
+        let conn = self.conn();
+        let mut q = conn
+            .prepare(
+                "SELECT src, rel, file, size, since, at FROM lost
+                 WHERE ?1 IS NULL OR src = ?1 ORDER BY id",
+            )
+            .map_err(|e| self.fail(e))?;
+        let rows = q
+            .query_map(params![src], |r| {
+                Ok(Lost {
+                    src: r.get(0)?,
+                    rel: r.get(1)?,
+                    file: PathBuf::from(r.get::<_, String>(2)?),
+                    size: r.get::<_, i64>(3)?.max(0) as u64,
+                    since: r.get(4)?,
+                    at: r.get(5)?,
+                })
+            })
+            .map_err(|e| self.fail(e))?;
+        rows.collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.fail(e))
     }
 
@@ -327,15 +393,37 @@ mod tests {
         assert_eq!(s.take_over("s3://b", "a.txt", &dead, &m2).unwrap(), None);
         let p = s.pending(Some("s3://b")).unwrap();
         assert_eq!((p.len(), &p[0].file), (1, &m1));
-        // the second mount, finding the dead mount's file gone, forgets only that record
-        s.forget_if("s3://b", "a.txt", &dead, g0).unwrap();
+        // the second mount, finding the dead mount's file gone, loses only that record
+        let old = Pending {
+            src: "s3://b".into(),
+            rel: "a.txt".into(),
+            file: dead.clone(),
+            size: 3,
+            mtime: now,
+            gen: g0,
+            since: secs(now),
+        };
+        assert!(!s.lose(&old).unwrap());
         assert_eq!(
             s.pending(Some("s3://b")).unwrap().len(),
             1,
-            "the take-over was forgotten"
+            "the take-over was lost"
         );
-        s.forget_if("s3://b", "a.txt", &m1, g1.unwrap()).unwrap();
+        assert!(s.lost(None).unwrap().is_empty());
+        // the record as it is now, its bytes gone: listed as lost, no longer waiting
+        let mine = s.pending(Some("s3://b")).unwrap().remove(0);
+        assert!(s.lose(&mine).unwrap());
         assert!(s.pending(Some("s3://b")).unwrap().is_empty());
+        let lost = MountState::open(d.path())
+            .unwrap()
+            .lost(Some("s3://b"))
+            .unwrap();
+        assert_eq!(lost.len(), 1);
+        assert_eq!(
+            (&lost[0].rel, &lost[0].file, lost[0].size, lost[0].since),
+            (&mine.rel, &m1, 3, mine.since)
+        );
+        assert!(s.lost(Some("s3://other")).unwrap().is_empty());
     }
 
     #[test]

@@ -55,10 +55,17 @@ impl Backlog {
                 f.is_file().then_some(f)
             });
             let Some(file) = file else {
-                tracing::error!(path = %p.rel, file = %p.file.display(), "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded");
                 // only if it is still that record: a mount sharing the folder may have
                 // taken it over (and removed this file) since it was read
-                let _ = state.forget_if(src, &p.rel, &p.file, p.gen);
+                match state.lose(&p) {
+                    Ok(true) => {
+                        tracing::error!(path = %p.rel, file = %p.file.display(), "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded (`slate mount-status` lists it)")
+                    }
+                    Ok(false) => {}
+                    Err(why) => {
+                        tracing::error!(path = %p.rel, file = %p.file.display(), %why, "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded, and recording it failed")
+                    }
+                }
                 continue;
             };
             tracing::info!(path = %p.rel, size = p.size, "mount: uploading a file an earlier mount closed with --write-back and did not upload");
