@@ -111,9 +111,14 @@ impl Tag {
             )
         };
         std::fs::create_dir_all(&locks).map_err(cannot)?;
+        // the same name tried once more: its file was refused, then gone
+        let (mut name, mut again) = (String::new(), false);
         for _ in 0..10_000 {
-            let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let name = format!("{}-{n}", std::process::id());
+            let retry = std::mem::take(&mut again);
+            if !retry {
+                let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                name = format!("{}-{n}", std::process::id());
+            }
             match unheld(&locks, &name) {
                 Ok(Some(lock)) => {
                     remove_left(root, &name);
@@ -126,12 +131,17 @@ impl Tag {
                 }
                 // held by a live mount
                 Ok(None) => continue,
-                // another user's lock file (a container of another uid): not ours
-                Err(Locking::Open(e))
-                    if e.kind() == std::io::ErrorKind::PermissionDenied
-                        && locks.join(&name).symlink_metadata().is_ok() =>
-                {
-                    continue
+                Err(Locking::Open(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    // another user's lock file (a container of another uid): not ours
+                    if locks.join(&name).symlink_metadata().is_ok() {
+                        continue;
+                    }
+                    // no such file: the folder refuses it, unless another mount's sweep
+                    // removed that user's file meanwhile, which the same name tells
+                    if retry {
+                        return Err(cannot(e));
+                    }
+                    again = true;
                 }
                 Err(Locking::Open(e)) => return Err(cannot(e)),
                 Err(Locking::Lock(e)) => {

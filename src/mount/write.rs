@@ -659,7 +659,9 @@ impl Fs {
     /// Copies `from` to `to` by reading it and writing it again: its own Content-Type and
     /// metadata (its modification time among them), with the mount's storage class. One PUT
     /// up to a part, else a multipart upload of parts taken from the GET as they arrive, one
-    /// at a time within the memory budget.
+    /// at a time within the memory budget. An object the GET cannot read whole as stored
+    /// (GCS serving a gzip-encoded object decompressed, an Azure blob in the Archive tier)
+    /// is copied by the store instead, keeping its own class.
     async fn copy_through(&self, from: &str, to: &str) -> Result<(), Errno> {
         use futures::StreamExt;
         let (src, dst) = (self.key(from), self.key(to));
@@ -667,7 +669,14 @@ impl Fs {
             tracing::warn!(from = %src, to = %dst, error = %e, "mount: rename: the copy failed");
             super::fs::errno(&e)
         };
-        let got = self.store.get(&src).await.map_err(failed)?;
+        let got = match self.store.get(&src).await {
+            Ok(got) => got,
+            Err(e @ object_store::Error::NotFound { .. }) => return Err(failed(e)),
+            Err(e) => {
+                tracing::warn!(from = %src, to = %dst, error = %e, "mount: rename: the object cannot be read to copy it with --storage-class; the store copies it, with its own class");
+                return self.store.copy(&src, &dst).await.map_err(failed);
+            }
+        };
         let size = got.meta.size;
         let scheme = self.opts.scheme;
         let attributes = Meta::from_attributes(scheme, &got.attributes)
@@ -720,6 +729,7 @@ impl Fs {
                 .put_opts(&dst, PutPayload::from(buf), opts)
                 .await
                 .map_err(failed)?;
+            self.copied_through(size);
             return Ok(());
         }
         let mut upload = self
@@ -752,10 +762,19 @@ impl Fs {
             Ok(()) => upload.complete().await.map(|_| ()).map_err(failed),
             Err(e) => Err(e),
         };
-        if done.is_err() {
-            let _ = upload.abort().await;
+        match done {
+            Ok(()) => self.copied_through(size),
+            Err(_) => {
+                let _ = upload.abort().await;
+            }
         }
         done
+    }
+
+    /// Counts `size` bytes a rename read and wrote again (`/metrics`).
+    fn copied_through(&self, size: u64) {
+        self.fetched.fetch_add(size, Ordering::Relaxed);
+        self.uploaded.fetch_add(size, Ordering::Relaxed);
     }
 
     /// An open write handle of file `ino`, if any.
@@ -807,6 +826,8 @@ mod tests {
         gate_get: AtomicBool,
         /// DELETEs fail, while set.
         fail_delete: AtomicBool,
+        /// GETs fail (as GCS's answer to a gzip-encoded object without its length), while set.
+        fail_get: AtomicBool,
         started: tokio::sync::Semaphore,
         open: tokio::sync::Semaphore,
     }
@@ -840,6 +861,12 @@ mod tests {
             location: &StorePath,
             options: GetOptions,
         ) -> object_store::Result<GetResult> {
+            if self.fail_get.load(Ordering::SeqCst) {
+                return Err(object_store::Error::Generic {
+                    store: "Gated",
+                    source: "a GET that cannot be read".into(),
+                });
+            }
             // the answer is under way (its bytes taken) when it waits
             let got = self.inner.get_opts(location, options).await;
             self.pause_if(&self.gate_get).await;
@@ -893,6 +920,7 @@ mod tests {
                 gate_copy: AtomicBool::new(false),
                 gate_get: AtomicBool::new(false),
                 fail_delete: AtomicBool::new(false),
+                fail_get: AtomicBool::new(false),
                 started: tokio::sync::Semaphore::new(0),
                 open: tokio::sync::Semaphore::new(0),
             }
@@ -938,31 +966,31 @@ mod tests {
         fs_of("s3://t", store, dir, write_back)
     }
 
+    /// A test mount's options: an S3 mount of the cache folder `dir`.
+    fn opts(dir: &std::path::Path, write_back: Option<Duration>) -> FsOpts {
+        FsOpts {
+            dir_ttl: Duration::from_secs(3600),
+            uid: 0,
+            gid: 0,
+            umask: 0o022,
+            read_only: false,
+            scheme: Scheme::S3,
+            cache_dir: dir.to_path_buf(),
+            cache_max: 1 << 30,
+            memory_limit: 64 << 20,
+            write_back,
+            storage_class: None,
+            bwlimit: None,
+        }
+    }
+
     fn fs_of(
         src: &str,
         store: Arc<Gated>,
         dir: &std::path::Path,
         write_back: Option<Duration>,
     ) -> Arc<Fs> {
-        let mut f = Fs::new(
-            store,
-            "",
-            FsOpts {
-                dir_ttl: Duration::from_secs(3600),
-                uid: 0,
-                gid: 0,
-                umask: 0o022,
-                read_only: false,
-                scheme: Scheme::S3,
-                cache_dir: dir.to_path_buf(),
-                cache_max: 1 << 30,
-                memory_limit: 64 << 20,
-                write_back,
-                storage_class: None,
-                bwlimit: None,
-            },
-        )
-        .unwrap();
+        let mut f = Fs::new(store, "", opts(dir, write_back)).unwrap();
         let state = super::super::state::MountState::open(dir).unwrap();
         f.set_backlog(super::super::writeback::Backlog::load(src, state).unwrap());
         Arc::new(f)
@@ -974,6 +1002,74 @@ mod tests {
         f.write(fh, 0, body).unwrap();
         f.flush(fh).await.unwrap();
         f.release(fh);
+    }
+
+    #[tokio::test]
+    async fn a_rename_asking_for_a_class_moves_the_bytes_whole_with_their_metadata() {
+        use object_store::{Attribute, AttributeValue};
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let mut o = opts(d.path(), None);
+        o.scheme = Scheme::Azure;
+        o.storage_class = Some("Cool".into());
+        // a small budget: each part waits for the last one's room
+        o.memory_limit = 9 << 20;
+        let f = Fs::new(s.clone(), "", o).unwrap();
+        let t = std::time::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+        let (seeded, _) = Meta::of_local_file("x.csv", Some(t))
+            .to_attributes(Scheme::Azure, None)
+            .unwrap();
+        let mut total = 0;
+        // the sizes around a part's, and one the GET hands over in a chunk spanning parts
+        for size in [0, 5, PART - 1, PART, PART + 1, 2 * PART + 3] {
+            let body: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+            let src = StorePath::from(format!("src-{size}.csv"));
+            let opts = PutOptions {
+                attributes: seeded.clone(),
+                ..Default::default()
+            };
+            s.inner
+                .put_opts(&src, PutPayload::from(body.clone()), opts)
+                .await
+                .unwrap();
+            f.copy_through(src.as_ref(), &format!("d/dst-{size}.csv"))
+                .await
+                .unwrap();
+            let got = s
+                .inner
+                .get(&StorePath::from(format!("d/dst-{size}.csv")))
+                .await
+                .unwrap();
+            let attrs = got.attributes.clone();
+            assert!(got.bytes().await.unwrap() == body, "{size} bytes");
+            assert_eq!(
+                attrs.get(&Attribute::StorageClass),
+                Some(&AttributeValue::from("Cool")),
+                "{size} bytes"
+            );
+            for (k, v) in seeded.iter() {
+                assert_eq!(attrs.get(k), Some(v), "{size} bytes: {k:?}");
+            }
+            total += size;
+        }
+        assert_eq!(f.uploaded.load(Ordering::Relaxed), total);
+        assert_eq!(f.fetched.load(Ordering::Relaxed), total);
+        // an object the GET cannot read whole is copied by the store, keeping its class
+        s.fail_get.store(true, Ordering::SeqCst);
+        f.copy_through("src-5.csv", "d/by-store.csv").await.unwrap();
+        s.fail_get.store(false, Ordering::SeqCst);
+        let got = s
+            .inner
+            .get(&StorePath::from("d/by-store.csv"))
+            .await
+            .unwrap();
+        assert_eq!(got.attributes.get(&Attribute::StorageClass), None);
+        assert_eq!(&got.bytes().await.unwrap()[..], &[0, 7, 14, 21, 28]);
+        // a source that is gone is an error, not a copy
+        assert_eq!(
+            f.copy_through("nothing.csv", "d/x.csv").await,
+            Err(libc::ENOENT)
+        );
     }
 
     #[tokio::test]
