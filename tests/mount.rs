@@ -754,6 +754,54 @@ fn a_gcs_bucket_mount_follows_its_pubsub_subscription() {
         "coherence through Pub/Sub: a create showed {shown:?}, a delete {gone:?} after the write"
     );
     assert_eq!(m.stop(), Some(0));
+
+    // written and renamed through a mount asking for a class: GCS's copy cannot ask for
+    // one, so a rename moves the bytes through the mount with it
+    let dir2 = tmp.path().join("mnt2");
+    let mut w = Mounted::start(
+        &format!("gs://slate-src/{prefix}"),
+        &dir2,
+        &tmp.path().join("mount2.log"),
+        &["--storage-class", "nearline"],
+    );
+    let object = |key: &str| -> serde_json::Value {
+        let url = format!(
+            "{}/storage/v1/b/slate-src/o/{}",
+            gcs_endpoint(),
+            url::form_urlencoded::byte_serialize(format!("{prefix}/{key}").as_bytes())
+                .collect::<String>()
+        );
+        let r = reqwest::blocking::get(url).expect("gcs get");
+        assert!(r.status().is_success(), "GET {key}: {}", r.status());
+        r.json().expect("json")
+    };
+    std::fs::write(dir2.join("w.html"), b"<p>").expect("write");
+    let before = object("w.html");
+    assert_eq!(before["storageClass"], "NEARLINE", "{before}");
+    assert_ne!(object("a.bin")["storageClass"], "NEARLINE");
+    std::fs::rename(dir2.join("w.html"), dir2.join("d/moved.html")).expect("rename");
+    std::fs::rename(dir2.join("a.bin"), dir2.join("d/a-moved.bin")).expect("rename a.bin");
+    let after = object("d/moved.html");
+    assert_eq!(after["storageClass"], "NEARLINE", "{after}");
+    assert!(
+        after["contentType"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("text/html")),
+        "{after}"
+    );
+    assert!(before["metadata"]["mtime"].is_string(), "{before}");
+    assert_eq!(
+        after["metadata"]["mtime"], before["metadata"]["mtime"],
+        "the renamed object's modification time"
+    );
+    let moved = object("d/a-moved.bin");
+    assert_eq!(moved["storageClass"], "NEARLINE", "{moved}");
+    assert_eq!(
+        std::fs::read(dir2.join("d/a-moved.bin")).expect("read the renamed file"),
+        files["a.bin"]
+    );
+    assert!(!dir2.join("a.bin").exists() && !dir2.join("w.html").exists());
+    assert_eq!(w.stop(), Some(0));
 }
 
 /// `slate mount-status --cache-dir DIR`'s output.
