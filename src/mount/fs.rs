@@ -1821,4 +1821,47 @@ mod tests {
             tokio::task::yield_now().await;
         }
     }
+
+    #[tokio::test]
+    async fn folder_keys_sort_before_every_path_and_never_meet_a_files_key() {
+        use futures::FutureExt;
+        let f = fs(Arc::new(InMemory::new()), "");
+        let keys = |h: &Held| h.0.iter().map(|l| l.key.clone()).collect::<Vec<_>>();
+        // a name starting with a control character sorts before any letter, still after
+        // every folder's key
+        let h = f.hold_both("\u{1}", "z/y").await;
+        assert_eq!(
+            keys(&h),
+            [folder_key("z"), "\u{1}".to_string(), "z/y".to_string()]
+        );
+        drop(h);
+        let h = f.hold_folders("b", "a/c").await;
+        assert_eq!(
+            keys(&h),
+            [folder_key("a"), folder_key("a/c"), folder_key("b")]
+        );
+        drop(h);
+        // folder `a` held alone (its rename): a path under it waits
+        let renaming = f.hold_folders("a", "b").await;
+        assert!(
+            f.share("a/x").now_or_never().is_none(),
+            "a path under a folder being renamed was held"
+        );
+        // a file `a` at the root, or named like the folder key's text, does not wait
+        for p in ["a", "Fa", "\u{1}Fa", "b"] {
+            let held = tokio::time::timeout(Duration::from_secs(10), f.hold(p))
+                .await
+                .unwrap_or_else(|_| panic!("file {p:?} waited for folder a's rename"));
+            let turn = tokio::time::timeout(Duration::from_secs(10), f.upload_turn(p))
+                .await
+                .unwrap_or_else(|_| panic!("file {p:?}'s upload waited for folder a's rename"));
+            drop((held, turn));
+        }
+        drop(renaming);
+        tokio::time::timeout(Duration::from_secs(10), f.share("a/x"))
+            .await
+            .expect("a path under a renamed folder waited after the rename");
+        // every lock went once let go
+        assert!(f.paths.lock().unwrap().is_empty());
+    }
 }

@@ -1602,4 +1602,233 @@ mod tests {
         f.release(h2);
         assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"second"[..]));
     }
+
+    #[tokio::test]
+    async fn an_unlink_waiting_behind_an_upload_while_its_folder_is_renamed_deletes_the_new_name() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), None);
+        let dir = f.mkdir(ROOT, "d").await.unwrap().ino;
+        let (_, fh) = f.create(dir, "a.txt").await.unwrap();
+        f.write(fh, 0, b"bytes").unwrap();
+        // the close's upload holds d/a.txt
+        s.gate.store(true, Ordering::SeqCst);
+        let closing = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(fh).await }
+        });
+        s.put_started().await;
+        // the folder's rename waits for the upload; the unlink, which came after, waits too
+        let renaming = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(ROOT, "d", ROOT, "e").await }
+        });
+        let_others_run().await;
+        assert!(
+            !renaming.is_finished(),
+            "the folder's rename did not wait for the upload in it"
+        );
+        let unlinking = tokio::spawn({
+            let f = f.clone();
+            async move { f.unlink(dir, "a.txt").await }
+        });
+        let_others_run().await;
+        assert!(
+            !unlinking.is_finished(),
+            "the unlink did not wait for the upload"
+        );
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        closing.await.unwrap().unwrap();
+        renaming.await.unwrap().unwrap();
+        unlinking.await.unwrap().unwrap();
+        // the rename moved the file before the unlink had its path: it went at its new name
+        assert_eq!(
+            s.body("e/a.txt").await,
+            None,
+            "the unlink missed the file at its new name"
+        );
+        assert_eq!(s.body("d/a.txt").await, None, "the old name came back");
+        assert_eq!(f.lookup(dir, "a.txt").await, Err(libc::ENOENT));
+        assert_eq!(f.rel_of(dir).unwrap(), "e");
+        // the open handle was unlinked at its new name: its next close uploads nothing
+        f.write(fh, 0, b"again").unwrap();
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+        assert_eq!(
+            s.body("e/a.txt").await,
+            None,
+            "a close after the unlink uploaded"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_rename_behind_an_upload_while_its_folder_is_renamed_moves_the_new_name() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), None);
+        let dir = f.mkdir(ROOT, "d").await.unwrap().ino;
+        let (_, fh) = f.create(dir, "a.txt").await.unwrap();
+        f.write(fh, 0, b"bytes").unwrap();
+        s.gate.store(true, Ordering::SeqCst);
+        let closing = tokio::spawn({
+            let f = f.clone();
+            async move { f.flush(fh).await }
+        });
+        s.put_started().await;
+        let moving_folder = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(ROOT, "d", ROOT, "e").await }
+        });
+        let_others_run().await;
+        assert!(
+            !moving_folder.is_finished(),
+            "the folder's rename did not wait for the upload in it"
+        );
+        // d/a.txt -> d/b.txt, asked while the file is d/a.txt
+        let moving_file = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(dir, "a.txt", dir, "b.txt").await }
+        });
+        let_others_run().await;
+        assert!(
+            !moving_file.is_finished(),
+            "the file's rename did not wait for the upload"
+        );
+        s.gate.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        closing.await.unwrap().unwrap();
+        moving_folder.await.unwrap().unwrap();
+        moving_file.await.unwrap().unwrap();
+        // the file was e/a.txt by then: it is e/b.txt
+        assert_eq!(s.body("e/b.txt").await.as_deref(), Some(&b"bytes"[..]));
+        assert_eq!(
+            s.body("e/a.txt").await,
+            None,
+            "the file's rename left the name the folder's rename gave it"
+        );
+        assert_eq!(s.body("d/a.txt").await, None);
+        assert_eq!(s.body("d/b.txt").await, None);
+        assert_eq!(f.lookup(dir, "a.txt").await, Err(libc::ENOENT));
+        assert!(f.lookup(dir, "b.txt").await.is_ok());
+        f.release(fh);
+    }
+
+    #[tokio::test]
+    async fn a_file_made_under_a_folder_renames_destination_waits_for_the_rename() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        s.inner
+            .put(&StorePath::from("d/x"), PutPayload::from(b"x".to_vec()))
+            .await
+            .unwrap();
+        let f = fs(s.clone(), d.path(), None);
+        let e = f.mkdir(ROOT, "e").await.unwrap().ino;
+        // the rename copies d/x to e/x: held there
+        s.gate_copy.store(true, Ordering::SeqCst);
+        let renaming = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(ROOT, "d", ROOT, "e").await }
+        });
+        s.put_started().await;
+        let making = tokio::spawn({
+            let f = f.clone();
+            async move {
+                let (_, fh) = f.create(e, "y").await?;
+                f.write(fh, 0, b"y")?;
+                let r = f.flush(fh).await;
+                f.release(fh);
+                r
+            }
+        });
+        let_others_run().await;
+        assert!(
+            !making.is_finished(),
+            "a file under the destination was made and closed during the folder's rename"
+        );
+        assert_eq!(
+            s.body("e/y").await,
+            None,
+            "a file under the destination was uploaded during the folder's rename"
+        );
+        s.gate_copy.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        renaming.await.unwrap().unwrap();
+        making.await.unwrap().unwrap();
+        assert_eq!(s.body("e/x").await.as_deref(), Some(&b"x"[..]));
+        assert_eq!(s.body("e/y").await.as_deref(), Some(&b"y"[..]));
+        assert_eq!(s.body("d/x").await, None);
+    }
+
+    #[tokio::test]
+    async fn two_folder_renames_to_one_destination_do_not_merge() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        for k in ["c/x", "d/z"] {
+            s.inner
+                .put(&StorePath::from(k), PutPayload::from(k.as_bytes().to_vec()))
+                .await
+                .unwrap();
+        }
+        let f = fs(s.clone(), d.path(), None);
+        s.gate_copy.store(true, Ordering::SeqCst);
+        let first = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(ROOT, "c", ROOT, "e").await }
+        });
+        s.put_started().await;
+        let second = tokio::spawn({
+            let f = f.clone();
+            async move { f.rename(ROOT, "d", ROOT, "e").await }
+        });
+        let_others_run().await;
+        assert_eq!(
+            s.started.available_permits(),
+            0,
+            "the second rename copied into the destination during the first"
+        );
+        assert!(!second.is_finished(), "the second rename did not wait");
+        s.gate_copy.store(false, Ordering::SeqCst);
+        s.open.add_permits(1);
+        first.await.unwrap().unwrap();
+        // e is c's now, not empty
+        assert_eq!(second.await.unwrap(), Err(libc::ENOTEMPTY));
+        assert_eq!(s.body("e/x").await.as_deref(), Some(&b"c/x"[..]));
+        assert_eq!(s.body("e/z").await, None, "the second folder merged in");
+        assert_eq!(s.body("d/z").await.as_deref(), Some(&b"d/z"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_file_unlinked_while_open_for_writing_is_not_listed_nor_uploaded() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), None);
+        let (_, fh) = f.create(ROOT, "a.txt").await.unwrap();
+        f.write(fh, 0, b"bytes").unwrap();
+        let names = |l: Vec<(u64, Kind, String)>| -> Vec<String> {
+            l.into_iter().map(|(_, _, n)| n).collect()
+        };
+        // listed while written (nothing at the store yet)
+        f.forget_all_listings();
+        assert!(names(f.readdir(ROOT).await.unwrap()).contains(&"a.txt".to_string()));
+        f.unlink(ROOT, "a.txt").await.unwrap();
+        // the handle lives on; a listing from the store does not show it
+        f.write(fh, 5, b" more").unwrap();
+        f.forget_all_listings();
+        let listed = names(f.readdir(ROOT).await.unwrap());
+        assert!(
+            !listed.contains(&"a.txt".to_string()),
+            "an unlinked file open for writing was listed: {listed:?}"
+        );
+        assert_eq!(f.lookup(ROOT, "a.txt").await, Err(libc::ENOENT));
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+        assert_eq!(
+            s.body("a.txt").await,
+            None,
+            "the close of an unlinked file uploaded it"
+        );
+        f.forget_all_listings();
+        assert!(!names(f.readdir(ROOT).await.unwrap()).contains(&"a.txt".to_string()));
+    }
 }
