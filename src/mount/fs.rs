@@ -1002,6 +1002,13 @@ impl Fs {
         self.set_stored(ino, size, SystemTime::now());
     }
 
+    /// File `ino` is `size` bytes, its time unchanged.
+    pub(super) fn set_len(&self, ino: u64, size: u64) {
+        if let Some(n) = self.nodes().by_ino.get_mut(&ino) {
+            n.attr.size = size;
+        }
+    }
+
     /// File `ino` is `size` bytes with modification time `mtime`: what its upload carries.
     pub(super) fn set_stored(&self, ino: u64, size: u64, mtime: SystemTime) {
         if let Some(n) = self.nodes().by_ino.get_mut(&ino) {

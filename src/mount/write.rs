@@ -106,8 +106,13 @@ impl Fs {
         let fh = self
             .new_write_handle(ino, &rel, size, self.write_state(file, path, truncate))
             .await;
-        // what stat answers from now on (an O_TRUNC open: 0, before any write)
-        self.set_size(ino, size);
+        // what stat answers from now on: an O_TRUNC open empties the file now (0 bytes
+        // before any write); another open changes no time until it writes
+        if truncate {
+            self.set_size(ino, size);
+        } else {
+            self.set_len(ino, size);
+        }
         Ok(fh)
     }
 
@@ -1070,6 +1075,30 @@ mod tests {
             f.copy_through("nothing.csv", "d/x.csv").await,
             Err(libc::ENOENT)
         );
+    }
+
+    #[tokio::test]
+    async fn an_open_for_writing_that_writes_nothing_changes_no_time() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        s.inner
+            .put(&StorePath::from("a.txt"), PutPayload::from_static(b"abc"))
+            .await
+            .unwrap();
+        let f = fs(s.clone(), d.path(), None);
+        let a = f.lookup(ROOT, "a.txt").await.unwrap();
+        let fh = f.open(a.ino, true, false).await.unwrap();
+        let open = f.getattr(a.ino).unwrap();
+        f.flush(fh).await.unwrap();
+        f.release(fh);
+        let closed = f.getattr(a.ino).unwrap();
+        assert_eq!((open.size, open.mtime), (3, a.mtime));
+        assert_eq!((closed.size, closed.mtime), (3, a.mtime));
+        // an O_TRUNC open empties it now
+        let fh = f.open(a.ino, true, true).await.unwrap();
+        let t = f.getattr(a.ino).unwrap();
+        assert!(t.size == 0 && t.mtime > a.mtime, "{t:?}");
+        f.release(fh);
     }
 
     #[tokio::test]
