@@ -224,34 +224,28 @@ impl MountState {
         Ok(Some(gen))
     }
 
-    /// Moves `p`'s record to the lost files when it still names `p.file` at `p.gen`
-    /// (another mount may have made it anew since it was read); whether it did. One
+    /// Moves `rel`'s record to the lost files when it is still generation `gen` (a newer
+    /// close, or another mount's take-over, makes a new one); whether it did. One
     /// transaction: a record is waiting or lost, never neither.
-    pub fn lose(&self, p: &Pending) -> Result<bool, String> {
+    pub fn lose(&self, src: &str, rel: &str, gen: i64) -> Result<bool, String> {
         let mut conn = self.conn();
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| self.fail(e))?;
-        let file = p.file.to_string_lossy();
         let n = tx
             .execute(
-                "DELETE FROM pending WHERE src = ?1 AND rel = ?2 AND file = ?3 AND gen = ?4",
-                params![p.src, p.rel, file, p.gen],
+                "INSERT INTO lost (src, rel, file, size, since, at)
+                 SELECT src, rel, file, size, since, ?4 FROM pending
+                 WHERE src = ?1 AND rel = ?2 AND gen = ?3",
+                params![src, rel, gen, secs(SystemTime::now())],
             )
             .map_err(|e| self.fail(e))?;
         if n == 0 {
             return Ok(false);
         }
         tx.execute(
-            "INSERT INTO lost (src, rel, file, size, since, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                p.src,
-                p.rel,
-                file,
-                p.size.min(i64::MAX as u64) as i64,
-                p.since,
-                secs(SystemTime::now())
-            ],
+            "DELETE FROM pending WHERE src = ?1 AND rel = ?2 AND gen = ?3",
+            params![src, rel, gen],
         )
         .map_err(|e| self.fail(e))?;
         tx.commit().map_err(|e| self.fail(e))?;
@@ -394,16 +388,7 @@ mod tests {
         let p = s.pending(Some("s3://b")).unwrap();
         assert_eq!((p.len(), &p[0].file), (1, &m1));
         // the second mount, finding the dead mount's file gone, loses only that record
-        let old = Pending {
-            src: "s3://b".into(),
-            rel: "a.txt".into(),
-            file: dead.clone(),
-            size: 3,
-            mtime: now,
-            gen: g0,
-            since: secs(now),
-        };
-        assert!(!s.lose(&old).unwrap());
+        assert!(!s.lose("s3://b", "a.txt", g0).unwrap());
         assert_eq!(
             s.pending(Some("s3://b")).unwrap().len(),
             1,
@@ -412,7 +397,7 @@ mod tests {
         assert!(s.lost(None).unwrap().is_empty());
         // the record as it is now, its bytes gone: listed as lost, no longer waiting
         let mine = s.pending(Some("s3://b")).unwrap().remove(0);
-        assert!(s.lose(&mine).unwrap());
+        assert!(s.lose("s3://b", "a.txt", mine.gen).unwrap());
         assert!(s.pending(Some("s3://b")).unwrap().is_empty());
         let lost = MountState::open(d.path())
             .unwrap()

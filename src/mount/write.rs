@@ -674,16 +674,32 @@ impl Fs {
             tracing::warn!(from = %src, to = %dst, error = %e, "mount: rename: the copy failed");
             super::fs::errno(&e)
         };
+        let by_store = |why: &dyn std::fmt::Display| {
+            tracing::warn!(from = %src, to = %dst, %why, "mount: rename: the object cannot be read as stored to copy it with --storage-class; the store copies it, with its own class");
+        };
         let got = match self.store.get(&src).await {
             Ok(got) => got,
+            // gone, or a passing failure (a 5xx, a timeout): the rename fails, as a
+            // copy that failed would, rather than drop the class
             Err(e @ object_store::Error::NotFound { .. }) => return Err(failed(e)),
+            Err(e) if crate::stores::retry::transient(&e) => return Err(failed(e)),
             Err(e) => {
-                tracing::warn!(from = %src, to = %dst, error = %e, "mount: rename: the object cannot be read to copy it with --storage-class; the store copies it, with its own class");
+                by_store(&e);
                 return self.store.copy(&src, &dst).await.map_err(failed);
             }
         };
-        let size = got.meta.size;
         let scheme = self.opts.scheme;
+        // GCS serves a gzip-encoded object decompressed: its stored bytes are not these
+        let encoded = got
+            .attributes
+            .get(&object_store::Attribute::ContentEncoding)
+            .is_some_and(|v| v.as_ref().to_ascii_lowercase().contains("gzip"));
+        if scheme == Scheme::Gcs && encoded {
+            drop(got);
+            by_store(&"Content-Encoding: gzip");
+            return self.store.copy(&src, &dst).await.map_err(failed);
+        }
+        let size = got.meta.size;
         let attributes = Meta::from_attributes(scheme, &got.attributes)
             .to_attributes(scheme, self.opts.storage_class.as_deref())
             .map(|(a, _)| a)
@@ -833,6 +849,8 @@ mod tests {
         fail_delete: AtomicBool,
         /// GETs fail (as GCS's answer to a gzip-encoded object without its length), while set.
         fail_get: AtomicBool,
+        /// GETs fail with a 503, while set.
+        fail_get_503: AtomicBool,
         started: tokio::sync::Semaphore,
         open: tokio::sync::Semaphore,
     }
@@ -870,6 +888,12 @@ mod tests {
                 return Err(object_store::Error::Generic {
                     store: "Gated",
                     source: "a GET that cannot be read".into(),
+                });
+            }
+            if self.fail_get_503.load(Ordering::SeqCst) {
+                return Err(object_store::Error::Generic {
+                    store: "Gated",
+                    source: "Server returned non-2xx status code: 503 Service Unavailable".into(),
                 });
             }
             // the answer is under way (its bytes taken) when it waits
@@ -926,6 +950,7 @@ mod tests {
                 gate_get: AtomicBool::new(false),
                 fail_delete: AtomicBool::new(false),
                 fail_get: AtomicBool::new(false),
+                fail_get_503: AtomicBool::new(false),
                 started: tokio::sync::Semaphore::new(0),
                 open: tokio::sync::Semaphore::new(0),
             }
@@ -1070,11 +1095,39 @@ mod tests {
             .unwrap();
         assert_eq!(got.attributes.get(&Attribute::StorageClass), None);
         assert_eq!(&got.bytes().await.unwrap()[..], &[0, 7, 14, 21, 28]);
-        // a source that is gone is an error, not a copy
+        // a source that is gone is an error, not a copy; so is a passing failure, which
+        // a store's copy would answer by dropping the class
         assert_eq!(
             f.copy_through("nothing.csv", "d/x.csv").await,
             Err(libc::ENOENT)
         );
+        s.fail_get_503.store(true, Ordering::SeqCst);
+        assert_eq!(f.copy_through("src-5.csv", "d/x.csv").await, Err(libc::EIO));
+        s.fail_get_503.store(false, Ordering::SeqCst);
+        assert!(s.body("d/x.csv").await.is_none());
+        // GCS serves a gzip-encoded object decompressed: the store copies it
+        let mut g = opts(d.path(), None);
+        g.scheme = Scheme::Gcs;
+        g.storage_class = Some("NEARLINE".into());
+        let gf = Fs::new(s.clone(), "", g).unwrap();
+        let mut gz = object_store::Attributes::new();
+        gz.insert(Attribute::ContentEncoding, AttributeValue::from("gzip"));
+        let opts_gz = PutOptions {
+            attributes: gz,
+            ..Default::default()
+        };
+        s.inner
+            .put_opts(
+                &StorePath::from("z.gz"),
+                PutPayload::from_static(b"\x1f\x8b"),
+                opts_gz,
+            )
+            .await
+            .unwrap();
+        gf.copy_through("z.gz", "d/z.gz").await.unwrap();
+        let got = s.inner.get(&StorePath::from("d/z.gz")).await.unwrap();
+        assert_eq!(got.attributes.get(&Attribute::StorageClass), None);
+        assert_eq!(gf.uploaded.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]
@@ -1147,6 +1200,25 @@ mod tests {
         assert_eq!(f2.settle("").await, 0);
         assert_eq!(s1.body("a.txt").await.as_deref(), Some(&b"first"[..]));
         assert_eq!(s2.body("a.txt").await.as_deref(), Some(&b"second"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_file_whose_kept_bytes_are_gone_is_listed_as_lost_not_retried() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), Some(Duration::from_secs(3600)));
+        written(&f, "a.txt", b"abc").await;
+        let kept = f.waiting("a.txt").expect("waiting").file;
+        std::fs::remove_file(&kept).unwrap();
+        assert_eq!(f.settle("").await, 0, "nothing left to retry");
+        assert_eq!(f.waiting_count(), 0);
+        assert_eq!(s.body("a.txt").await, None);
+        let state = super::super::state::MountState::open(d.path()).unwrap();
+        assert!(state.pending(None).unwrap().is_empty());
+        let lost = state.lost(Some("s3://t")).unwrap();
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert_eq!((lost[0].rel.as_str(), lost[0].size), ("a.txt", 3));
+        assert_eq!(lost[0].file, kept);
     }
 
     #[tokio::test]

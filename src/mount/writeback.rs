@@ -57,7 +57,7 @@ impl Backlog {
             let Some(file) = file else {
                 // only if it is still that record: a mount sharing the folder may have
                 // taken it over (and removed this file) since it was read
-                match state.lose(&p) {
+                match state.lose(src, &p.rel, p.gen) {
                     Ok(true) => {
                         tracing::error!(path = %p.rel, file = %p.file.display(), "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded (`slate mount-status` lists it)")
                     }
@@ -279,6 +279,24 @@ impl Fs {
             {
                 return Ok(())
             }
+            // its kept bytes are gone (removed by hand): never uploaded, listed as lost
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match b.state.lose(&b.src, rel, w.gen) {
+                    Ok(true) => {
+                        let mut waiting = b.waiting();
+                        if waiting.get(rel).is_some_and(|x| x.gen == w.gen) {
+                            waiting.remove(rel);
+                        }
+                        tracing::error!(path = %rel, file = %w.file.display(), "mount: a file closed with --write-back lost its bytes before its upload (its cache file is gone); it is not uploaded (`slate mount-status` lists it)");
+                        return Ok(());
+                    }
+                    Ok(false) => return Ok(()),
+                    Err(why) => {
+                        tracing::error!(path = %rel, %why, "mount: recording a file whose kept bytes are gone failed");
+                        return Err(io_errno(&e));
+                    }
+                }
+            }
             Err(e) => return Err(io_errno(&e)),
         };
         let size = file.metadata().map_err(|e| io_errno(&e))?.len();
@@ -497,8 +515,8 @@ impl Fs {
         // the record first: a record naming a file that is gone could name, later, a
         // new file of the same name
         if let Err(why) = b.state.forget(&b.src, rel) {
-            // its file goes all the same (the next mount finds the record without it, and
-            // drops it): a deleted file must not come back
+            // its file goes all the same: a deleted file must not come back (the next
+            // mount finds the record without its file and lists it as lost)
             tracing::warn!(path = %rel, %why, "mount: forgetting a deleted file's upload");
         }
         if let Some(w) = w {
