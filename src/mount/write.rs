@@ -407,14 +407,7 @@ impl Fs {
             Ok::<(), Errno>(())
         }
         .await;
-        let done = match sent {
-            Ok(()) => upload.complete().await.map(|_| ()).map_err(failed),
-            Err(e) => Err(e),
-        };
-        if done.is_err() {
-            let _ = upload.abort().await;
-        }
-        done
+        completed(upload, sent, failed).await
     }
 
     /// What a file written at `rel` carries: its Content-Type and modification time (none on
@@ -779,17 +772,9 @@ impl Fs {
             Ok::<(), Errno>(())
         }
         .await;
-        let done = match sent {
-            Ok(()) => upload.complete().await.map(|_| ()).map_err(failed),
-            Err(e) => Err(e),
-        };
-        match done {
-            Ok(()) => self.copied_through(size),
-            Err(_) => {
-                let _ = upload.abort().await;
-            }
-        }
-        done
+        completed(upload, sent, failed).await?;
+        self.copied_through(size);
+        Ok(())
     }
 
     /// Counts `size` bytes a rename read and wrote again (`/metrics`).
@@ -809,6 +794,23 @@ impl Fs {
     fn is_writing(&self, fh: u64) -> bool {
         self.handles().get(&fh).is_some_and(|h| h.write.is_some())
     }
+}
+
+/// A multipart upload completed once all its parts were `sent`; aborted when they were not,
+/// or when it could not be completed.
+async fn completed(
+    mut upload: Box<dyn object_store::MultipartUpload>,
+    sent: Result<(), Errno>,
+    failed: impl Fn(object_store::Error) -> Errno,
+) -> Result<(), Errno> {
+    let done = match sent {
+        Ok(()) => upload.complete().await.map(|_| ()).map_err(failed),
+        Err(e) => Err(e),
+    };
+    if done.is_err() {
+        let _ = upload.abort().await;
+    }
+    done
 }
 
 /// A part task's outcome.
@@ -1704,22 +1706,24 @@ mod tests {
         assert_eq!(s.body("a.txt").await.as_deref(), Some(&b"second"[..]));
     }
 
-    #[tokio::test]
-    async fn an_unlink_waiting_behind_an_upload_while_its_folder_is_renamed_deletes_the_new_name() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Arc::new(Gated::default());
-        let f = fs(s.clone(), d.path(), None);
+    type Task = tokio::task::JoinHandle<Result<(), Errno>>;
+
+    /// `d/a.txt` written, its close's upload paused (holding the path), and the rename of
+    /// folder `d` to `e` checked to wait for it: the folder, the file's handle, the close
+    /// and the rename.
+    async fn an_upload_under_a_folder_being_renamed(
+        f: &Arc<Fs>,
+        s: &Gated,
+    ) -> (u64, u64, Task, Task) {
         let dir = f.mkdir(ROOT, "d").await.unwrap().ino;
         let (_, fh) = f.create(dir, "a.txt").await.unwrap();
         f.write(fh, 0, b"bytes").unwrap();
-        // the close's upload holds d/a.txt
         s.gate.store(true, Ordering::SeqCst);
         let closing = tokio::spawn({
             let f = f.clone();
             async move { f.flush(fh).await }
         });
         s.put_started().await;
-        // the folder's rename waits for the upload; the unlink, which came after, waits too
         let renaming = tokio::spawn({
             let f = f.clone();
             async move { f.rename(ROOT, "d", ROOT, "e").await }
@@ -1729,6 +1733,16 @@ mod tests {
             !renaming.is_finished(),
             "the folder's rename did not wait for the upload in it"
         );
+        (dir, fh, closing, renaming)
+    }
+
+    #[tokio::test]
+    async fn an_unlink_waiting_behind_an_upload_while_its_folder_is_renamed_deletes_the_new_name() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Arc::new(Gated::default());
+        let f = fs(s.clone(), d.path(), None);
+        // the folder's rename waits for the upload; the unlink, which came after, waits too
+        let (dir, fh, closing, renaming) = an_upload_under_a_folder_being_renamed(&f, &s).await;
         let unlinking = tokio::spawn({
             let f = f.clone();
             async move { f.unlink(dir, "a.txt").await }
@@ -1768,24 +1782,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Arc::new(Gated::default());
         let f = fs(s.clone(), d.path(), None);
-        let dir = f.mkdir(ROOT, "d").await.unwrap().ino;
-        let (_, fh) = f.create(dir, "a.txt").await.unwrap();
-        f.write(fh, 0, b"bytes").unwrap();
-        s.gate.store(true, Ordering::SeqCst);
-        let closing = tokio::spawn({
-            let f = f.clone();
-            async move { f.flush(fh).await }
-        });
-        s.put_started().await;
-        let moving_folder = tokio::spawn({
-            let f = f.clone();
-            async move { f.rename(ROOT, "d", ROOT, "e").await }
-        });
-        let_others_run().await;
-        assert!(
-            !moving_folder.is_finished(),
-            "the folder's rename did not wait for the upload in it"
-        );
+        let (dir, fh, closing, moving_folder) =
+            an_upload_under_a_folder_being_renamed(&f, &s).await;
         // d/a.txt -> d/b.txt, asked while the file is d/a.txt
         let moving_file = tokio::spawn({
             let f = f.clone();
